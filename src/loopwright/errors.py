@@ -1,0 +1,56 @@
+"""Exception types. Two families: errors the caller must fix (typed, raised at once),
+and the run's own control signals (which carry the partial trace)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from loopwright.trace import Trace
+
+
+class LoopwrightError(Exception):
+    """Base class for every error loopwright raises on purpose."""
+
+
+class ParseError(ValueError, LoopwrightError):
+    """Model text that is not a valid step or plan; the message says what was expected."""
+
+
+class ToolDefinitionError(TypeError, LoopwrightError):
+    """A tool that cannot be built: bad name, unsupported annotation, invalid schema."""
+
+
+class ScriptExhaustedError(LoopwrightError):
+    """A ScriptedPolicy was called more often than it was scripted."""
+
+
+class ModelError(LoopwrightError):
+    """A model backend failed (server unreachable after retries, bad response)."""
+
+
+class ModelNotFoundError(ModelError):
+    """The model weights are not installed where they were looked for."""
+
+
+class ReplayMissError(ModelError):
+    """A Replay cassette holds no recorded completion for this prompt."""
+
+
+class StoreError(LoopwrightError):
+    """A run journal that cannot be used: corrupt, foreign, newer schema, unknown run id."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a run. Still a KeyboardInterrupt, but it carries the partial trace,
+    whose stopped_reason is "interrupted"."""
+
+    def __init__(self, trace: Trace) -> None:
+        super().__init__("run interrupted")
+        self.trace = trace
+
+
+def describe(value: Any, limit: int = 80) -> str:
+    """A short repr for error messages: enough to see the offending value, never a wall."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

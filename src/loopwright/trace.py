@@ -1,0 +1,246 @@
+"""The record of a run: frozen Steps, token Usage, and the Trace that holds them.
+
+Everything the model saw (the prompt) and said (raw text) is kept, so a trace is a
+complete account of a run; `to_dict` is JSON-safe and `from_dict` round-trips it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Final
+
+STOP_REASONS: Final = frozenset(
+    {
+        "final",
+        "max_steps",
+        "error",
+        "max_replans",
+        "token_budget",
+        "repeated_call",
+        "timeout",
+        "denied",
+        "interrupted",
+    }
+)
+
+STEP_KINDS: Final = frozenset(
+    {
+        "action",  # a tool call (ReAct step, or a ReWOO / plan-execute worker)
+        "final",  # a final answer from the model
+        "parse_error",  # model text that did not parse
+        "plan",  # a planner call (ReWOO, first plan-execute plan)
+        "solve",  # the ReWOO solver call
+        "replan",  # a plan-execute replanner call
+        "nudge",  # a repeated call that was not executed again
+        "denied",  # a call refused by approval or scope
+        "fold",  # older steps folded into memory to stay inside the context budget
+        "error",  # the policy itself raised
+    }
+)
+
+
+def estimate_tokens(text: str) -> int:
+    """Conservative token count for a backend that reports none: one token per 3 UTF-8
+    bytes, rounded up. Real BPE tokenizers average about 4 bytes a token on English, so
+    this over-counts, which keeps a token budget on the safe side."""
+    return -(-len(text.encode("utf-8")) // 3)
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Tokens of one model call, or of a whole run.
+
+    prompt_tokens: tokens sent. evaluated_tokens: prompt tokens actually computed after
+    KV-cache prefix reuse (equal to prompt_tokens without a cache). completion_tokens:
+    tokens generated. estimated: counts come from `estimate_tokens`, not the backend.
+    """
+
+    prompt_tokens: int = 0
+    evaluated_tokens: int = 0
+    completion_tokens: int = 0
+    estimated: bool = False
+
+    @property
+    def total_tokens(self) -> int:
+        """What a hosted API bills: prompt sent plus completion."""
+        return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.prompt_tokens + other.prompt_tokens,
+            self.evaluated_tokens + other.evaluated_tokens,
+            self.completion_tokens + other.completion_tokens,
+            self.estimated or other.estimated,
+        )
+
+    @classmethod
+    def estimate(cls, prompt: str, completion: str) -> Usage:
+        sent = estimate_tokens(prompt)
+        return cls(sent, sent, estimate_tokens(completion), estimated=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "evaluated_tokens": self.evaluated_tokens,
+            "completion_tokens": self.completion_tokens,
+            "estimated": self.estimated,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Usage:
+        return cls(
+            int(d.get("prompt_tokens", 0)),
+            int(d.get("evaluated_tokens", 0)),
+            int(d.get("completion_tokens", 0)),
+            bool(d.get("estimated", False)),
+        )
+
+
+def json_safe(value: Any) -> Any:
+    """The value as plain JSON data: anything json cannot hold is rendered with str()."""
+    try:
+        return json.loads(json.dumps(value, default=str))
+    except (TypeError, ValueError, RecursionError):
+        return str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One transition of a run. `raw` is the model text exactly as returned; `prompt` is
+    exactly what the model was sent (None for steps with no model call)."""
+
+    index: int
+    kind: str
+    raw: str = ""
+    thought: str = ""
+    tool: str | None = None
+    args: dict[str, Any] | None = None
+    observation: str | None = None
+    error: str | None = None
+    duration_s: float = 0.0
+    usage: Usage = field(default_factory=Usage)
+    prompt: str | None = None
+    step_id: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "usage":
+                d["usage"] = value.to_dict()
+            elif f.name in ("args", "meta"):
+                d[f.name] = None if value is None else json_safe(value)
+            else:
+                d[f.name] = value
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Step:
+        known = {f.name for f in fields(cls)}
+        kwargs = {k: v for k, v in d.items() if k in known}
+        kwargs["usage"] = Usage.from_dict(d.get("usage") or {})
+        kwargs["meta"] = dict(d.get("meta") or {})
+        return cls(**kwargs)
+
+    def with_(self, **changes: Any) -> Step:
+        return replace(self, **changes)
+
+
+@dataclass
+class Trace:
+    """A run's record. Mutable while the run goes on; read it, do not write it."""
+
+    task: str
+    mode: str
+    steps: list[Step] = field(default_factory=list)
+    final_answer: str | None = None
+    stopped_reason: str | None = None
+    llm_calls: int = 0
+    tool_calls: int = 0
+    replans: int = 0
+    usage: Usage = field(default_factory=Usage)
+    transcript: str = ""
+    started_at: float = field(default_factory=time.time)
+    duration_s: float = 0.0
+    run_id: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def answered(self) -> bool:
+        return self.stopped_reason == "final" and self.final_answer is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": 1,
+            "task": self.task,
+            "mode": self.mode,
+            "final_answer": self.final_answer,
+            "stopped_reason": self.stopped_reason,
+            "llm_calls": self.llm_calls,
+            "tool_calls": self.tool_calls,
+            "replans": self.replans,
+            "usage": self.usage.to_dict(),
+            "transcript": self.transcript,
+            "started_at": self.started_at,
+            "duration_s": self.duration_s,
+            "run_id": self.run_id,
+            "meta": json_safe(self.meta),
+            "steps": [s.to_dict() for s in self.steps],
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Trace:
+        return cls(
+            task=d["task"],
+            mode=d["mode"],
+            steps=[Step.from_dict(s) for s in d.get("steps", [])],
+            final_answer=d.get("final_answer"),
+            stopped_reason=d.get("stopped_reason"),
+            llm_calls=int(d.get("llm_calls", 0)),
+            tool_calls=int(d.get("tool_calls", 0)),
+            replans=int(d.get("replans", 0)),
+            usage=Usage.from_dict(d.get("usage") or {}),
+            transcript=d.get("transcript", ""),
+            started_at=float(d.get("started_at", 0.0)),
+            duration_s=float(d.get("duration_s", 0.0)),
+            run_id=d.get("run_id"),
+            meta=dict(d.get("meta") or {}),
+        )
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> Trace:
+        return cls.from_dict(json.loads(text))
+
+    def __str__(self) -> str:
+        lines = [f"Task: {self.task}  [{self.mode}]"]
+        for s in self.steps:
+            head = f"  {s.index:>3} {s.kind:<11}"
+            if s.tool is not None:
+                args = json.dumps(s.args, default=str, ensure_ascii=False)
+                head += f" {s.step_id + ' = ' if s.step_id else ''}{s.tool}({_clip(args, 60)})"
+            if s.observation is not None:
+                head += f" -> {_clip(s.observation, 80)}"
+            elif s.error is not None:
+                head += f" !! {_clip(s.error, 80)}"
+            lines.append(head)
+        u = self.usage
+        lines.append(
+            f"Stopped: {self.stopped_reason}  answer: {self.final_answer!r}  "
+            f"model calls: {self.llm_calls}  tool calls: {self.tool_calls}  "
+            f"tokens sent/evaluated/completion: {u.prompt_tokens}/{u.evaluated_tokens}/"
+            f"{u.completion_tokens}{' (estimated)' if u.estimated else ''}  "
+            f"{self.duration_s:.2f}s"
+        )
+        return "\n".join(lines)
+
+
+def _clip(text: str, limit: int) -> str:
+    text = text.replace("\n", " ")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
