@@ -1,0 +1,105 @@
+"""loopwright: a bounded, debuggable agent runtime.
+
+An agent is a state machine driven by an untrusted oracle (the model); loopwright is
+the machine: the loops, their guards, the parse boundary, the typed tool wire, memory
+and the record of every step.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from loopwright.errors import (
+    LoopwrightError,
+    ModelError,
+    ModelNotFoundError,
+    ParseError,
+    ReplayMissError,
+    RunInterrupted,
+    ScriptExhaustedError,
+    StoreError,
+    ToolDefinitionError,
+)
+from loopwright.guards import Limits
+from loopwright.modes import (
+    Run,
+    iter_plan_execute,
+    iter_react,
+    iter_rewoo,
+    iter_run,
+    run,
+    run_plan_execute,
+    run_react,
+    run_rewoo,
+)
+from loopwright.parsing import (
+    Action,
+    FinalAnswer,
+    PlanStep,
+    parse_plan,
+    parse_react_step,
+    parse_tool_calls,
+    substitute,
+)
+from loopwright.policy import Completion, Model, ModelRequest, Policy, ScriptedPolicy, ToolCall
+from loopwright.prompts import PromptSet
+from loopwright.tools import Tool, ToolError, ToolRegistry, ToolResult, tool
+from loopwright.trace import STOP_REASONS, Step, Trace, Usage
+
+__version__ = "0.1.0"
+
+_LAZY = {"models", "memory"}
+
+
+def __getattr__(name: str) -> Any:
+    # Submodules with heavy optional dependencies load on first use, not on import.
+    if name in _LAZY:
+        return importlib.import_module(f"loopwright.{name}")
+    raise AttributeError(f"module 'loopwright' has no attribute {name!r}")
+
+
+__all__ = [
+    "STOP_REASONS",
+    "Action",
+    "Completion",
+    "FinalAnswer",
+    "Limits",
+    "LoopwrightError",
+    "Model",
+    "ModelError",
+    "ModelNotFoundError",
+    "ModelRequest",
+    "ParseError",
+    "PlanStep",
+    "Policy",
+    "PromptSet",
+    "ReplayMissError",
+    "Run",
+    "RunInterrupted",
+    "ScriptExhaustedError",
+    "ScriptedPolicy",
+    "Step",
+    "StoreError",
+    "Tool",
+    "ToolCall",
+    "ToolDefinitionError",
+    "ToolError",
+    "ToolRegistry",
+    "ToolResult",
+    "Trace",
+    "Usage",
+    "iter_plan_execute",
+    "iter_react",
+    "iter_rewoo",
+    "iter_run",
+    "parse_plan",
+    "parse_react_step",
+    "parse_tool_calls",
+    "run",
+    "run_plan_execute",
+    "run_react",
+    "run_rewoo",
+    "substitute",
+    "tool",
+]

@@ -1,0 +1,48 @@
+"""The three loops behind one facade: `run(task, policy, registry, mode=...)`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loopwright.modes._core import Run
+from loopwright.modes.plan_execute import iter_plan_execute, run_plan_execute
+from loopwright.modes.react import iter_react, run_react
+from loopwright.modes.rewoo import iter_rewoo, run_rewoo
+from loopwright.policy import Policy
+from loopwright.tools import ToolRegistry
+from loopwright.trace import Trace
+
+MODES = {"react": iter_react, "rewoo": iter_rewoo, "plan_execute": iter_plan_execute}
+
+
+def iter_run(task: str, policy: Policy, registry: ToolRegistry, mode: str = "react", **limits: Any) -> Run:
+    """Start a run in the given mode; iterate it for its Steps, read `.trace` any time."""
+    try:
+        start = MODES[mode]
+    except KeyError:
+        raise ValueError(f"mode must be one of {sorted(MODES)}, got {mode!r}") from None
+    return start(task, policy, registry, **limits)
+
+
+def run(task: str, policy: Policy, registry: ToolRegistry, mode: str = "react", **limits: Any) -> Trace:
+    """Run a task to the end in one of the three modes and return its Trace.
+
+    limits (same names in every mode): max_steps, token_budget, timeout_s, max_replans,
+    on_parse_error, on_repeat; also dialect (ReAct), tools (the names this run may use),
+    prompts, max_tokens. A run always terminates and returns a (possibly partial) trace.
+    """
+    return iter_run(task, policy, registry, mode, **limits).run()
+
+
+__all__ = [
+    "MODES",
+    "Run",
+    "iter_plan_execute",
+    "iter_react",
+    "iter_rewoo",
+    "iter_run",
+    "run",
+    "run_plan_execute",
+    "run_react",
+    "run_rewoo",
+]

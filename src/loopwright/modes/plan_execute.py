@@ -1,0 +1,122 @@
+"""Plan-execute-replan: plan once, run the plan step by step without the model, and on
+the first failure (a ToolError, an unresolved reference, an unusable plan) ask for a
+new plan that sees the failure and the evidence so far. `llm_calls == 1 + replans`;
+after `max_replans` recoveries the run stops with "max_replans".
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from loopwright.guards import Limits
+from loopwright.modes._core import Run, RunContext, StepGen
+from loopwright.modes.rewoo import plan_call
+from loopwright.parsing import PlanStep, substitute
+from loopwright.policy import Policy
+from loopwright.prompts import DEFAULT_PROMPTS, PromptSet, describe_tools, render_evidence
+from loopwright.tools import ToolRegistry
+from loopwright.trace import Step
+
+
+def iter_plan_execute(
+    task: str,
+    policy: Policy,
+    registry: ToolRegistry,
+    *,
+    max_steps: int = 10,
+    token_budget: int | None = None,
+    timeout_s: float | None = None,
+    max_replans: int = 2,
+    prompts: PromptSet = DEFAULT_PROMPTS,
+    tools: Any = None,
+    max_tokens: int | None = None,
+    **ignored: Any,
+) -> Run:
+    """Start a plan-execute-replan run; iterate the result to get each Step."""
+    unknown = sorted(set(ignored) - {"on_parse_error", "on_repeat", "dialect"})
+    if unknown:
+        raise TypeError(f"unknown run option(s): {', '.join(unknown)}")
+    limits = Limits(max_steps=max_steps, token_budget=token_budget, timeout_s=timeout_s,
+                    max_replans=max_replans)
+    ctx = RunContext(task, "plan_execute", policy, registry, limits, prompts, tools=tools)
+    return Run(ctx, _plan_execute(ctx, max_tokens))
+
+
+def run_plan_execute(task: str, policy: Policy, registry: ToolRegistry, **limits: Any) -> Any:
+    """Run plan-execute-replan to the end and return its Trace."""
+    return iter_plan_execute(task, policy, registry, **limits).run()
+
+
+def _plan_execute(ctx: RunContext, max_tokens: int | None) -> StepGen:
+    tools_text = describe_tools(ctx.schemas)
+    prompt = ctx.prompts.planner.format(tools=tools_text, task=ctx.task)
+    kind = "plan"
+    history: list[tuple[str, str, str]] = []  # (label, tool, observation) across attempts
+    transcript = [f"Question: {ctx.task}"]
+    while True:
+        plan, plan_error = yield from plan_call(ctx, prompt, kind, max_tokens)
+        if plan is None and plan_error is None:
+            return  # the policy failed or a guard fired; the run is already stopped
+        failed_step, error = "plan", plan_error or ""
+        if plan is not None and len(plan) > ctx.limits.max_steps:
+            error = f"the plan has {len(plan)} steps; at most max_steps={ctx.limits.max_steps} are allowed"
+            plan = None
+        if plan is not None:
+            transcript.append(f"{kind.capitalize()}: " + "; ".join(f"{s.id}={s.tool}" for s in plan))
+            outcome = yield from _execute(ctx, plan, history, ctx.trace.replans)
+            if outcome is None:
+                return
+            failed_step, error, answer, done = outcome
+            if done:
+                transcript.append(f"Final Answer: {answer}")
+                ctx.trace.transcript = "\n".join(transcript)
+                ctx.stop("final", answer)
+                return
+        transcript.append(f"FAILED at {failed_step}: {error}")
+        ctx.trace.transcript = "\n".join(transcript)
+        if ctx.trace.replans >= ctx.limits.max_replans:
+            ctx.stop("max_replans")
+            return
+        ctx.trace.replans += 1
+        kind = "replan"
+        prompt = ctx.prompts.replanner.format(
+            tools=tools_text, task=ctx.task, failed_step=failed_step, error=error,
+            evidence=render_evidence(history),
+        )
+
+
+def _execute(ctx: RunContext, plan: list[PlanStep], history: list[tuple[str, str, str]], attempt: int) -> Any:
+    """Run the plan in order. Returns (failed_step, error, last_value, done) or None if
+    the wall clock ran out."""
+    evidence: dict[str, Any] = {}
+    answer = ""
+    for step in plan:
+        if ctx.deadline.expired():
+            ctx.stop("timeout")
+            return None
+        label = step.id if attempt == 0 else f"{step.id} (plan {attempt + 1})"
+        start = time.perf_counter()
+        try:
+            args = substitute(step.args, evidence)
+        except ValueError as exc:
+            yield ctx.record(
+                Step(ctx.next_index, "action", tool=step.tool, args=step.args, error=str(exc),
+                     observation=str(exc), step_id=step.id, meta={"substitution_error": True})
+            )
+            return step.id, str(exc), None, False
+        if step.tool in ctx.registry:
+            args = ctx.registry.bind(step.tool, args)
+        result = ctx.execute(step.tool, args)
+        yield ctx.record(
+            Step(ctx.next_index, "action", tool=step.tool, args=args, observation=result.observation,
+                 error=None if result.error is None else result.error.message,
+                 duration_s=time.perf_counter() - start, step_id=step.id,
+                 meta={"tool_s": result.duration_s, "attempt": attempt + 1})
+        )
+        history.append((label, step.tool, result.observation))
+        if result.error is not None:
+            return step.id, result.error.as_observation(), None, False
+        evidence[step.id] = result.value
+        answer = result.observation
+    return "", "", answer, True

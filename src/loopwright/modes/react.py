@@ -1,0 +1,258 @@
+"""ReAct: one model call per step, interleaving thought, action and observation.
+
+The scratchpad is append-only: the prompt for step k+1 is the prompt for step k plus
+step k's block, so a KV-cached model evaluates only the new tokens. Every model call
+yields exactly one Step, so `llm_calls == len(steps)`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from loopwright.errors import ParseError
+from loopwright.guards import Limits, RepeatDetector
+from loopwright.modes._core import PolicyFailed, Run, RunContext, StepGen, first_line
+from loopwright.parsing import Action, FinalAnswer, parse_react_step, parse_tool_calls
+from loopwright.policy import ModelRequest, Policy
+from loopwright.prompts import DEFAULT_PROMPTS, PromptSet, describe_tools, example_call, fence
+from loopwright.tools import ToolRegistry
+from loopwright.trace import Step
+
+DIALECTS = ("json", "brackets", "native")
+
+
+class _Scratchpad:
+    """The growing prompt, in one of the text dialects, plus its chat-message twin."""
+
+    def __init__(self, ctx: RunContext, dialect: str) -> None:
+        self.dialect = dialect
+        prompts = ctx.prompts
+        template = prompts.react_brackets if dialect == "brackets" else prompts.react_json
+        fields = example_call(ctx.schemas)
+        self.text = template.format(tools=describe_tools(ctx.schemas), task=ctx.task, **fields)
+        self.stop = prompts.stop_brackets if dialect == "brackets" else prompts.stop_json
+        self.transcript = f"Question: {ctx.task}\n"
+        self.messages: list[dict[str, Any]] = []
+        if dialect == "native":
+            header = self.text.rsplit("Question:", 1)[0].rstrip()
+            self.messages = [
+                {"role": "system", "content": header},
+                {"role": "user", "content": ctx.task},
+            ]
+
+    def append(self, k: int, thought: str, action: str, observation: str) -> None:
+        """Add step k (1-based): the model's part, then the observation."""
+        if self.dialect == "brackets":
+            block = f" {thought}\nAction {k}: {action}\nObservation {k}: {observation}\nThought {k + 1}:"
+        else:
+            block = f" {thought}\n{action}\nObservation: {observation}\nThought:"
+        self.text += block
+        self.transcript += f"Thought: {thought}\n{action}\nObservation: {observation}\n"
+
+
+def _render_action(dialect: str, action: Action) -> str:
+    if dialect == "brackets":
+        arg = action.args.get("input") if set(action.args) == {"input"} else None
+        if isinstance(arg, str):
+            return f"{action.name}[{arg}]"
+        return f"{action.name}[{json.dumps(action.args, ensure_ascii=False, default=str)}]"
+    return f"Action: {action.name}\nAction Input: {json.dumps(action.args, ensure_ascii=False, default=str)}"
+
+
+def iter_react(
+    task: str,
+    policy: Policy,
+    registry: ToolRegistry,
+    *,
+    max_steps: int = 10,
+    token_budget: int | None = None,
+    timeout_s: float | None = None,
+    on_parse_error: str = "observe",
+    on_repeat: str = "nudge",
+    dialect: str = "json",
+    prompts: PromptSet = DEFAULT_PROMPTS,
+    tools: Any = None,
+    max_tokens: int | None = None,
+    **ignored: Any,
+) -> Run:
+    """Start a ReAct run; iterate the result to get each Step as it happens."""
+    _reject_unknown(ignored, {"max_replans"})
+    if dialect not in DIALECTS:
+        raise ValueError(f"dialect must be one of {DIALECTS}, got {dialect!r}")
+    limits = Limits(
+        max_steps=max_steps,
+        token_budget=token_budget,
+        timeout_s=timeout_s,
+        on_parse_error=on_parse_error,  # type: ignore[arg-type]
+        on_repeat=on_repeat,  # type: ignore[arg-type]
+    )
+    ctx = RunContext(task, "react", policy, registry, limits, prompts, tools=tools)
+    return Run(ctx, _react(ctx, dialect, max_tokens))
+
+
+def run_react(task: str, policy: Policy, registry: ToolRegistry, **limits: Any) -> Any:
+    """Run ReAct to the end and return its Trace."""
+    return iter_react(task, policy, registry, **limits).run()
+
+
+def _react(ctx: RunContext, dialect: str, max_tokens: int | None) -> StepGen:
+    limits = ctx.limits
+    pad = _Scratchpad(ctx, dialect)
+    repeats = RepeatDetector()
+    parse_errors = 0
+    tools = tuple(ctx.schemas)
+    try:
+        for _ in range(limits.max_steps):
+            k = ctx.next_index
+            prompt = pad.text
+            request = ModelRequest(
+                prompt,
+                pad.stop,
+                "react",
+                tools,
+                tuple(pad.messages),
+                max_tokens,
+                "json" if dialect == "native" else dialect,
+            )
+            t0 = time.perf_counter()
+            try:
+                call = ctx.call_model(request)
+            except PolicyFailed as failed:
+                yield ctx.record(
+                    Step(k, "error", error=failed.message, prompt=prompt,
+                         duration_s=time.perf_counter() - t0)
+                )
+                ctx.stop(failed.reason)
+                return
+            raw = call.completion.text
+            try:
+                if dialect == "native":
+                    parsed: Action | FinalAnswer = _parse_native(call.completion)
+                else:
+                    parsed = parse_react_step(raw)
+            except ParseError as exc:
+                parse_errors += 1
+                message = str(exc)
+                template = ctx.prompts.parse_error_brackets if dialect == "brackets" else ctx.prompts.parse_error_json
+                observation = template.format(error=message)
+                yield ctx.record(
+                    Step(k, "parse_error", raw=raw, error=message, observation=observation,
+                         duration_s=time.perf_counter() - t0, usage=call.usage, prompt=prompt)
+                )
+                stop = ctx.guard_after_call()
+                if stop:
+                    ctx.stop(stop)
+                    return
+                if limits.on_parse_error == "stop" or parse_errors >= limits.max_parse_errors:
+                    ctx.stop("error")
+                    return
+                pad.append(k, "", f"(unusable reply) {fence(first_line(raw), 'model')}", observation)
+                _native_text(pad, raw, observation)
+                continue
+
+            if isinstance(parsed, FinalAnswer):
+                yield ctx.record(
+                    Step(k, "final", raw=raw, thought=parsed.thought, observation=None,
+                         duration_s=time.perf_counter() - t0, usage=call.usage, prompt=prompt)
+                )
+                pad.transcript += f"Thought: {parsed.thought}\nFinal Answer: {parsed.answer}\n"
+                ctx.trace.transcript = pad.transcript
+                ctx.stop("final", parsed.answer)
+                return
+
+            parse_errors = 0
+            name = parsed.name
+            args = ctx.registry.bind(name, parsed.args) if name in ctx.registry else parsed.args
+            stop = ctx.guard_after_call()
+            if stop:
+                yield ctx.record(
+                    Step(k, "action", raw=raw, thought=parsed.thought, tool=name, args=args,
+                         error=f"not executed: {stop.replace('_', ' ')} reached",
+                         duration_s=time.perf_counter() - t0, usage=call.usage, prompt=prompt)
+                )
+                ctx.stop(stop)
+                return
+
+            count = repeats.see(name, args) if limits.on_repeat != "off" else 1
+            if count >= limits.repeat_threshold:
+                if limits.on_repeat == "stop":
+                    yield ctx.record(
+                        Step(k, "nudge", raw=raw, thought=parsed.thought, tool=name, args=args,
+                             error=f"repeated call: {name} proposed {count} times in a row",
+                             duration_s=time.perf_counter() - t0, usage=call.usage, prompt=prompt)
+                    )
+                    ctx.stop("repeated_call")
+                    return
+                observation = ctx.prompts.repeat_nudge.format(
+                    tool=name, count=count - 1, previous=fence(repeats.last_observation or "", name)
+                )
+                yield ctx.record(
+                    Step(k, "nudge", raw=raw, thought=parsed.thought, tool=name, args=args,
+                         observation=observation, duration_s=time.perf_counter() - t0,
+                         usage=call.usage, prompt=prompt, meta={"repeats": count})
+                )
+                pad.append(k, parsed.thought, _render_action(dialect, parsed), observation)
+                _native_call(pad, parsed, name, args, observation)
+                continue
+
+            result = ctx.execute(name, args)
+            observation = result.observation
+            repeats.executed(observation)
+            yield ctx.record(
+                Step(k, "action", raw=raw, thought=parsed.thought, tool=name, args=args,
+                     observation=observation,
+                     error=None if result.error is None else result.error.message,
+                     duration_s=time.perf_counter() - t0, usage=call.usage, prompt=prompt,
+                     meta={"tool_s": result.duration_s, "model_s": call.seconds})
+            )
+            pad.append(k, parsed.thought, _render_action(dialect, parsed), fence(observation, f"{name}#{k}"))
+            _native_call(pad, parsed, name, args, observation)
+        ctx.stop("max_steps")
+    finally:
+        ctx.trace.transcript = pad.transcript
+
+
+def _parse_native(completion: Any) -> Action | FinalAnswer:
+    if completion.tool_calls:
+        actions = parse_tool_calls(completion.tool_calls)
+        if actions:
+            first = actions[0]
+            return Action(completion.text.strip() or first.thought, first.name, first.args, first.call_id)
+    text = completion.text.strip()
+    if not text:
+        raise ParseError("the reply had neither a tool call nor any text; call a tool or answer")
+    return FinalAnswer("", text)
+
+
+def _native_call(pad: _Scratchpad, action: Action, name: str, args: dict[str, Any], observation: str) -> None:
+    if pad.dialect != "native":
+        return
+    call_id = action.call_id or f"call_{len(pad.messages)}"
+    pad.messages.append(
+        {
+            "role": "assistant",
+            "content": action.thought or None,
+            "tool_calls": [
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": name, "arguments": json.dumps(args, default=str)},
+                }
+            ],
+        }
+    )
+    pad.messages.append({"role": "tool", "tool_call_id": call_id, "content": fence(observation, name)})
+
+
+def _native_text(pad: _Scratchpad, raw: str, observation: str) -> None:
+    if pad.dialect == "native":
+        pad.messages.append({"role": "assistant", "content": raw})
+        pad.messages.append({"role": "user", "content": observation})
+
+
+def _reject_unknown(extra: dict[str, Any], allowed: set[str]) -> None:
+    unknown = sorted(set(extra) - allowed)
+    if unknown:
+        raise TypeError(f"unknown run option(s): {', '.join(unknown)}")
