@@ -1,0 +1,108 @@
+"""Microseconds per ReAct step: loopwright (defaults: tracing and guards on) against a
+bare ~40-line loop (regex + json.loads + dict of tools + growing string), side by side
+in the same process, at N = 10 and N = 200 steps.
+
+    .venv/bin/python benchmarks/overhead.py [--repeats 7]
+
+The policy is the same cheap function for both: it answers from the step count, so
+what is measured is the runtime, not the model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import time
+
+import loopwright as lw
+
+STEP = 'Thought: keep adding\nAction: add\nAction Input: {"x": %d, "y": 1}'
+FINAL = "Thought: done\nFinal Answer: %d"
+
+
+def make_policy(n: int):
+    state = {"i": 0}
+
+    def policy(prompt: str) -> str:
+        i = state["i"]
+        state["i"] += 1
+        return STEP % i if i < n else FINAL % n
+
+    return policy
+
+
+# -- the baseline: the bare loop -------------------------------------------------------
+
+_ACTION = re.compile(r"Action:\s*(\w+)\s*Action Input:\s*(\{.*\})", re.DOTALL)
+_FINAL = re.compile(r"Final Answer:\s*(.*)", re.DOTALL)
+
+
+def bare_loop(task: str, policy, tools: dict, max_steps: int) -> tuple[str | None, int]:
+    scratchpad = f"Question: {task}\nThought:"
+    calls = 0
+    for _ in range(max_steps):
+        out = policy(scratchpad)
+        calls += 1
+        final = _FINAL.search(out)
+        if final:
+            return final.group(1).strip(), calls
+        m = _ACTION.search(out)
+        if not m:
+            scratchpad += f" {out}\nObservation: parse error\nThought:"
+            continue
+        name, args = m.group(1), json.loads(m.group(2))
+        try:
+            obs = str(tools[name](**args))
+        except Exception as exc:
+            obs = f"ERROR[{name}]: {type(exc).__name__}: {exc}"
+        scratchpad += f" {out}\nObservation: {obs}\nThought:"
+    return None, calls
+
+
+def add(x: int, y: int) -> int:
+    """Add two integers."""
+    return x + y
+
+
+def time_per_step(fn, n: int, repeats: int) -> float:
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        steps = fn(n)
+        samples.append((time.perf_counter() - start) / steps * 1e6)
+    return statistics.median(samples)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+    registry = lw.ToolRegistry([lw.tool(add)])
+
+    def run_bare(n: int) -> int:
+        answer, calls = bare_loop("sum", make_policy(n), {"add": add}, n + 1)
+        assert answer == str(n), answer
+        return calls
+
+    def run_lw(n: int) -> int:
+        trace = lw.run("sum", make_policy(n), registry, max_steps=n + 1, on_repeat="nudge")
+        assert trace.final_answer == str(n) and trace.tool_calls == n, trace.stopped_reason
+        return trace.llm_calls
+
+    for fn in (run_bare, run_lw):  # warm up both
+        fn(10)
+    print(f"{'N':>5} {'bare us/step':>13} {'loopwright us/step':>19} {'ratio':>6}")
+    rows = {}
+    for n in (10, 200):
+        bare = time_per_step(run_bare, n, args.repeats)
+        ours = time_per_step(run_lw, n, args.repeats)
+        rows[n] = (bare, ours)
+        print(f"{n:>5} {bare:>13.1f} {ours:>19.1f} {ours / bare:>6.1f}x")
+    growth = rows[200][1] / rows[10][1]
+    print(f"loopwright per-step cost at N=200 vs N=10: {growth:.2f}x (flat is 1.0)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""Shared fixtures: the seeds' small tool set."""
+
+from __future__ import annotations
+
+import pytest
+
+import loopwright as lw
+
+FACT = "Paris is the capital and largest city of France"  # 8 words
+
+
+def make_registry(calls: list[tuple[str, dict[str, object]]] | None = None) -> lw.ToolRegistry:
+    calls = [] if calls is None else calls
+
+    @lw.tool
+    def add(x: int, y: int) -> int:
+        """Add two integers."""
+        calls.append(("add", {"x": x, "y": y}))
+        return x + y
+
+    @lw.tool
+    def multiply(x: int, y: int) -> int:
+        """Multiply two integers."""
+        calls.append(("multiply", {"x": x, "y": y}))
+        if type(x) is not int or type(y) is not int:
+            raise TypeError(f"multiply wants ints, got {type(x).__name__} and {type(y).__name__}")
+        return x * y
+
+    @lw.tool
+    def divide(x: float, y: float) -> float:
+        """Divide x by y."""
+        calls.append(("divide", {"x": x, "y": y}))
+        return x / y
+
+    @lw.tool
+    def search(q: str) -> str:
+        """Look up a fact."""
+        calls.append(("search", {"q": q}))
+        return FACT if "france" in q.lower() else "no result"
+
+    @lw.tool
+    def word_count(text: str) -> int:
+        """Count the words in a text."""
+        calls.append(("word_count", {"text": text}))
+        return len(text.split())
+
+    return lw.ToolRegistry([add, multiply, divide, search, word_count])
+
+
+@pytest.fixture
+def calls() -> list[tuple[str, dict[str, object]]]:
+    return []
+
+
+@pytest.fixture
+def registry(calls: list[tuple[str, dict[str, object]]]) -> lw.ToolRegistry:
+    return make_registry(calls)
+
+
+def act(name: str, args: str, thought: str = "next") -> str:
+    return f"Thought: {thought}\nAction: {name}\nAction Input: {args}"
+
+
+def final(answer: str, thought: str = "done") -> str:
+    return f"Thought: {thought}\nFinal Answer: {answer}"

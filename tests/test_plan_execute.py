@@ -1,0 +1,73 @@
+"""Plan-execute-replan: bounded recovery, `llm_calls == 1 + replans`."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import FACT
+
+import loopwright as lw
+
+BAD = json.dumps(
+    {
+        "plan": [
+            {"id": "E1", "tool": "search", "args": {"q": "france"}},
+            {"id": "E2", "tool": "no_such_tool", "args": {"text": "#E1"}},
+        ]
+    }
+)
+GOOD = json.dumps(
+    {
+        "plan": [
+            {"id": "E1", "tool": "search", "args": {"q": "france"}},
+            {"id": "E2", "tool": "word_count", "args": {"text": "#E1"}},
+        ]
+    }
+)
+
+
+def test_recovers_with_one_replan(registry):
+    policy = lw.ScriptedPolicy([BAD, GOOD])
+    trace = lw.run("How many words in the France fact?", policy, registry, mode="plan_execute")
+    assert trace.stopped_reason == "final"
+    assert trace.final_answer == "8"
+    assert trace.replans == 1 and trace.llm_calls == 2 == 1 + trace.replans
+    replan_prompt = policy.prompts[1]
+    assert "A previous plan FAILED at E2: ERROR[no_such_tool]: unknown tool 'no_such_tool'" in replan_prompt
+    assert FACT in replan_prompt  # the evidence so far
+    assert [s.kind for s in trace.steps] == ["plan", "action", "action", "replan", "action", "action"]
+
+
+def test_first_plan_that_works_costs_one_call(registry):
+    trace = lw.run("t", lw.ScriptedPolicy([GOOD]), registry, mode="plan_execute")
+    assert trace.llm_calls == 1 and trace.replans == 0 and trace.final_answer == "8"
+
+
+def test_stops_at_max_replans(registry):
+    policy = lw.ScriptedPolicy([BAD] * 3)
+    trace = lw.run("t", policy, registry, mode="plan_execute", max_replans=2)
+    assert trace.stopped_reason == "max_replans"
+    assert trace.replans == 2 and trace.llm_calls == 3
+    assert trace.final_answer is None
+    policy.assert_consumed()
+
+
+def test_unparseable_plan_is_a_failure_that_leads_to_a_replan(registry):
+    policy = lw.ScriptedPolicy(["I will search for France", GOOD])
+    trace = lw.run("t", policy, registry, mode="plan_execute")
+    assert trace.final_answer == "8" and trace.replans == 1
+    assert "FAILED at plan:" in policy.prompts[1]
+
+
+def test_plan_longer_than_max_steps_is_a_failure_that_leads_to_a_replan(registry, calls):
+    long_plan = {"plan": [{"id": f"E{i}", "tool": "add", "args": {"x": i, "y": 1}} for i in range(1, 6)]}
+    policy = lw.ScriptedPolicy([json.dumps(long_plan), GOOD])
+    trace = lw.run("t", policy, registry, mode="plan_execute", max_steps=3)
+    assert trace.final_answer == "8" and trace.replans == 1
+    assert "max_steps=3" in policy.prompts[1]
+    assert [c[0] for c in calls] == ["search", "word_count"]
+
+
+def test_failed_policy_ends_with_error(registry):
+    trace = lw.run("t", lw.ScriptedPolicy([BAD, RuntimeError("down")]), registry, mode="plan_execute")
+    assert trace.stopped_reason == "error" and trace.replans == 1 and trace.llm_calls == 2

@@ -1,0 +1,249 @@
+"""ReAct loop: the seeds' success criteria and the guards."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from conftest import act, final
+
+import loopwright as lw
+
+
+def test_soul_test_add_then_multiply_answers_50_in_three_calls(registry, calls):
+    policy = lw.ScriptedPolicy(
+        [act("add", '{"x": 2, "y": 3}'), act("multiply", '{"x": 5, "y": 10}'), final("50")]
+    )
+    trace = lw.run("Add 2 and 3, then multiply by 10.", policy, registry)
+    assert trace.final_answer == "50"
+    assert trace.stopped_reason == "final"
+    assert trace.llm_calls == 3 == len(trace.steps)
+    assert trace.tool_calls == 2
+    assert [s.observation for s in trace.steps[:2]] == ["5", "50"]
+    assert calls == [("add", {"x": 2, "y": 3}), ("multiply", {"x": 5, "y": 10})]
+    policy.assert_consumed()
+
+
+def test_observations_reach_the_next_prompt_fenced_as_untrusted(registry):
+    policy = lw.ScriptedPolicy([act("add", '{"x": 2, "y": 3}'), final("5")])
+    lw.run("t", policy, registry)
+    assert '<untrusted source="add#1">5</untrusted>' in policy.prompts[1]
+
+
+def test_prompt_is_append_only_so_each_prompt_extends_the_last(registry):
+    policy = lw.ScriptedPolicy(
+        [act("add", '{"x": 1, "y": 1}'), act("add", '{"x": 2, "y": 2}'), "garbage", final("4")]
+    )
+    trace = lw.run("t", policy, registry)
+    prompts = policy.prompts
+    assert all(later.startswith(earlier) for earlier, later in zip(prompts, prompts[1:]))
+    assert [s.prompt for s in trace.steps] == prompts
+
+
+def test_infinite_loop_policy_stops_at_exactly_max_steps(registry):
+    def forever(prompt: str) -> str:
+        n = prompt.count("Observation:")
+        return act("add", json.dumps({"x": n, "y": 1}))
+
+    trace = lw.run("loop", forever, registry, max_steps=7)
+    assert trace.stopped_reason == "max_steps"
+    assert trace.final_answer is None
+    assert trace.llm_calls == 7 == len(trace.steps)
+
+
+def test_parse_error_is_observed_and_the_model_recovers(registry):
+    policy = lw.ScriptedPolicy(["I am not sure what to do", final("ok")])
+    trace = lw.run("t", policy, registry)
+    assert [s.kind for s in trace.steps] == ["parse_error", "final"]
+    assert trace.stopped_reason == "final"
+    assert "Final Answer" in trace.steps[0].observation
+    assert trace.steps[0].error in policy.prompts[1]
+
+
+def test_parse_error_stop_mode_reproduces_the_seed(registry):
+    policy = lw.ScriptedPolicy(["garbage"])
+    trace = lw.run("t", policy, registry, on_parse_error="stop")
+    assert trace.stopped_reason == "error"
+    assert [s.kind for s in trace.steps] == ["parse_error"]
+    assert trace.llm_calls == 1
+
+
+def test_three_consecutive_parse_errors_stop_the_run(registry):
+    policy = lw.ScriptedPolicy(["x", "y", "z", final("never")])
+    trace = lw.run("t", policy, registry)
+    assert trace.stopped_reason == "error"
+    assert trace.llm_calls == 3
+    assert policy.remaining == 1
+
+
+def test_recovers_after_unknown_tool(registry):
+    policy = lw.ScriptedPolicy([act("no_such_tool", "{}"), act("add", '{"x": 1, "y": 2}'), final("3")])
+    trace = lw.run("t", policy, registry)
+    first = trace.steps[0]
+    assert first.observation.startswith("ERROR[no_such_tool]: unknown tool 'no_such_tool'")
+    assert trace.final_answer == "3" and trace.stopped_reason == "final"
+
+
+def test_zero_division_becomes_the_seed_observation(registry):
+    policy = lw.ScriptedPolicy([act("divide", '{"x": 10, "y": 0}'), final("cannot")])
+    trace = lw.run("t", policy, registry)
+    assert trace.steps[0].observation == "ERROR[divide]: ZeroDivisionError: division by zero"
+    assert trace.steps[0].error == "ZeroDivisionError: division by zero"
+
+
+def test_bool_argument_is_rejected_before_the_tool_runs(registry, calls):
+    policy = lw.ScriptedPolicy([act("add", '{"x": true, "y": 2}'), final("no")])
+    trace = lw.run("t", policy, registry)
+    assert trace.steps[0].observation.startswith("ERROR[add]: invalid args:")
+    assert calls == []
+
+
+def test_identical_call_a_third_time_is_nudged_not_executed(registry, calls):
+    same = act("add", '{"x": 1, "y": 1}')
+    policy = lw.ScriptedPolicy([same, same, same, same, final("2")])
+    trace = lw.run("t", policy, registry)
+    assert [s.kind for s in trace.steps] == ["action", "action", "nudge", "nudge", "final"]
+    assert len(calls) == 2 and trace.tool_calls == 2
+    assert "2" in trace.steps[2].observation and "not run again" in trace.steps[2].observation
+    assert trace.llm_calls == len(trace.steps)
+
+
+def test_parse_errors_do_not_reset_the_repeat_count(registry, calls):
+    same = act("add", '{"x": 1, "y": 1}')
+    policy = lw.ScriptedPolicy([same, "junk", same, "junk", same, final("2")])
+    trace = lw.run("t", policy, registry)
+    assert [s.kind for s in trace.steps].count("nudge") == 1
+    assert len(calls) == 2
+
+
+def test_repeat_stop_mode_ends_with_repeated_call(registry, calls):
+    same = act("add", '{"x": 1, "y": 1}')
+    trace = lw.run("t", lw.ScriptedPolicy([same] * 3), registry, on_repeat="stop")
+    assert trace.stopped_reason == "repeated_call"
+    assert len(calls) == 2
+
+
+def test_repeat_detection_off_executes_every_call(registry, calls):
+    same = act("add", '{"x": 1, "y": 1}')
+    trace = lw.run("t", lw.ScriptedPolicy([same] * 4), registry, on_repeat="off", max_steps=4)
+    assert trace.stopped_reason == "max_steps"
+    assert len(calls) == 4
+
+
+def test_policy_that_raises_ends_with_error_and_partial_trace(registry):
+    policy = lw.ScriptedPolicy([act("add", '{"x": 1, "y": 1}'), RuntimeError("backend down")])
+    trace = lw.run("t", policy, registry)
+    assert trace.stopped_reason == "error"
+    assert [s.kind for s in trace.steps] == ["action", "error"]
+    assert "RuntimeError: backend down" in trace.steps[-1].error
+    assert trace.llm_calls == 2
+
+
+def test_token_budget_stops_the_run_after_the_call_that_spends_it(registry):
+    usage = lw.Usage(prompt_tokens=40, evaluated_tokens=40, completion_tokens=10)
+    step = lw.Completion(act("add", '{"x": 1, "y": 1}'), usage)
+    policy = lw.ScriptedPolicy([step] * 10)
+    trace = lw.run("t", policy, registry, token_budget=120, on_repeat="off")
+    assert trace.stopped_reason == "token_budget"
+    assert trace.llm_calls == 3  # 50, 100, 150 >= 120
+    assert trace.final_answer is None
+    assert trace.steps[-1].error and "not executed" in trace.steps[-1].error
+
+
+def test_usage_is_estimated_when_the_policy_reports_none(registry):
+    trace = lw.run("t", lw.ScriptedPolicy([final("x")]), registry)
+    u = trace.usage
+    assert u.estimated and u.prompt_tokens > 0 and u.evaluated_tokens == u.prompt_tokens
+    assert u.completion_tokens == lw.trace.estimate_tokens(final("x"))
+
+
+def test_reported_usage_is_summed_per_call_and_in_total(registry):
+    a = lw.Completion(act("add", '{"x": 1, "y": 1}'), lw.Usage(100, 100, 10))
+    b = lw.Completion(final("2"), lw.Usage(130, 30, 5))
+    trace = lw.run("t", lw.ScriptedPolicy([a, b]), registry)
+    assert trace.usage == lw.Usage(230, 130, 15)
+    assert [s.usage for s in trace.steps] == [a.usage, b.usage]
+
+
+def test_wall_clock_timeout_stops_a_slow_policy(registry):
+    def slow(prompt: str) -> str:
+        time.sleep(0.3)
+        return act("add", '{"x": 1, "y": 1}')
+
+    start = time.monotonic()
+    trace = lw.run("t", slow, registry, timeout_s=0.5, on_repeat="off", max_steps=50)
+    assert time.monotonic() - start < 1.0
+    assert trace.stopped_reason == "timeout"
+
+
+def test_final_answer_wins_over_action_in_one_step(registry, calls):
+    text = 'Thought: x\nFinal Answer: 7\nAction: add\nAction Input: {"x": 1, "y": 2}'
+    trace = lw.run("t", lw.ScriptedPolicy([text]), registry)
+    assert trace.final_answer == "7" and calls == []
+
+
+def test_brackets_dialect_binds_the_input_to_the_single_parameter(registry, calls):
+    policy = lw.ScriptedPolicy(["Thought 1: look\nAction 1: search[France]", "Thought 2: ok\nAction 2: finish[Paris]"])
+    trace = lw.run("t", policy, registry, dialect="brackets")
+    assert calls == [("search", {"q": "France"})]
+    assert trace.final_answer == "Paris"
+    assert policy.prompts[0].endswith("Thought 1:")
+    assert "Observation 1:" in policy.prompts[1] and policy.prompts[1].endswith("Thought 2:")
+
+
+def test_native_tool_calls_become_actions_and_tool_messages(registry, calls):
+    call = lw.ToolCall("add", '{"x": 2, "y": 2}', id="c1")
+    policy = lw.ScriptedPolicy([lw.Completion("", tool_calls=(call,)), lw.Completion("4")])
+    trace = lw.run("t", policy, registry, dialect="native")
+    assert calls == [("add", {"x": 2, "y": 2})]
+    assert trace.final_answer == "4"
+    messages = policy.requests[1].messages
+    assert messages[-1]["role"] == "tool" and messages[-1]["tool_call_id"] == "c1"
+    assert messages[-2]["tool_calls"][0]["function"]["name"] == "add"
+
+
+def test_tools_scope_hides_tools_outside_it(registry, calls):
+    policy = lw.ScriptedPolicy([act("divide", '{"x": 1, "y": 1}'), final("no")])
+    trace = lw.run("t", policy, registry, tools=["add"])
+    assert trace.steps[0].observation.startswith("ERROR[divide]: unknown tool")
+    assert calls == []
+    assert "divide" not in policy.prompts[0]
+
+
+def test_iter_react_yields_each_step_as_it_happens(registry):
+    policy = lw.ScriptedPolicy([act("add", '{"x": 1, "y": 1}'), final("2")])
+    run = lw.iter_react("t", policy, registry)
+    first = next(run)
+    assert first.kind == "action" and policy.calls == 1  # the second call has not happened
+    assert run.trace.stopped_reason is None
+    rest = list(run)
+    assert [s.kind for s in rest] == ["final"]
+    assert run.trace.final_answer == "2"
+
+
+def test_keyboard_interrupt_marks_the_trace_interrupted(registry):
+    policy = lw.ScriptedPolicy([act("add", '{"x": 1, "y": 1}'), KeyboardInterrupt()])
+    with pytest.raises(lw.RunInterrupted) as info:
+        lw.run("t", policy, registry)
+    assert isinstance(info.value, KeyboardInterrupt)
+    trace = info.value.trace
+    assert trace.stopped_reason == "interrupted"
+    assert [s.kind for s in trace.steps] == ["action"]
+
+
+def test_bad_limits_are_rejected_with_a_clear_error(registry):
+    with pytest.raises(ValueError, match="max_steps"):
+        lw.run("t", lw.ScriptedPolicy([]), registry, max_steps=0)
+    with pytest.raises(ValueError, match="on_repeat"):
+        lw.run("t", lw.ScriptedPolicy([]), registry, on_repeat="sometimes")
+    with pytest.raises(ValueError, match="mode"):
+        lw.run("t", lw.ScriptedPolicy([]), registry, mode="tree")
+    with pytest.raises(TypeError, match="unknown run option"):
+        lw.run("t", lw.ScriptedPolicy([]), registry, max_stpes=3)
+
+
+def test_policy_returning_a_non_string_ends_the_run_with_error(registry):
+    trace = lw.run("t", lambda prompt: 42, registry)  # type: ignore[arg-type, return-value]
+    assert trace.stopped_reason == "error"
+    assert "str or loopwright.Completion" in trace.steps[0].error

@@ -1,0 +1,135 @@
+"""ReWOO: two model calls whatever the plan length, typed evidence, concurrent workers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+
+from conftest import FACT
+
+import loopwright as lw
+
+PLAN = json.dumps(
+    {
+        "plan": [
+            {"id": "E1", "tool": "search", "args": {"q": "france"}},
+            {"id": "E2", "tool": "word_count", "args": {"text": "#E1"}},
+            {"id": "E3", "tool": "multiply", "args": {"x": "#E2", "y": 2}},
+        ]
+    }
+)
+
+
+def test_three_tool_plan_costs_two_calls_and_the_int_reaches_multiply_as_int(registry, calls):
+    policy = lw.ScriptedPolicy([PLAN, "Final Answer: 16"])
+    trace = lw.run("How many words are in the France fact, doubled?", policy, registry, mode="rewoo")
+    assert trace.llm_calls == 2
+    assert trace.tool_calls == 3
+    assert trace.final_answer == "16" and trace.stopped_reason == "final"
+    assert calls == [("search", {"q": "france"}), ("word_count", {"text": FACT}), ("multiply", {"x": 8, "y": 2})]
+    assert [s.kind for s in trace.steps] == ["plan", "action", "action", "action", "solve"]
+    assert [s.step_id for s in trace.steps[1:4]] == ["E1", "E2", "E3"]
+    assert "E3 [multiply]" in policy.prompts[1] and "16" in policy.prompts[1]
+
+
+def test_llm_calls_stay_two_for_a_long_plan(registry):
+    plan = {"plan": [{"id": f"E{i}", "tool": "add", "args": {"x": i, "y": 1}} for i in range(1, 9)]}
+    trace = lw.run("t", lw.ScriptedPolicy([json.dumps(plan), "done"]), registry, mode="rewoo")
+    assert trace.llm_calls == 2 and trace.tool_calls == 8
+
+
+def test_unparseable_plan_ends_with_error_after_one_call(registry):
+    plan = json.dumps({"plan": [{"id": "E1", "tool": "add", "args": {"x": "#E2", "y": 1}}]})
+    trace = lw.run("t", lw.ScriptedPolicy([plan]), registry, mode="rewoo")
+    assert trace.stopped_reason == "error" and trace.llm_calls == 1
+    assert trace.steps[0].kind == "plan" and "E2" in trace.steps[0].error
+
+
+def test_failed_step_skips_its_dependents_and_the_solver_still_sees_everything(registry, calls):
+    plan = json.dumps(
+        {
+            "plan": [
+                {"id": "E1", "tool": "divide", "args": {"x": 1, "y": 0}},
+                {"id": "E2", "tool": "add", "args": {"x": "#E1", "y": 1}},
+                {"id": "E3", "tool": "add", "args": {"x": 1, "y": 1}},
+            ]
+        }
+    )
+    policy = lw.ScriptedPolicy([plan, "Final Answer: partial"])
+    trace = lw.run("t", policy, registry, mode="rewoo")
+    e1, e2, e3 = trace.steps[1:4]
+    assert e1.observation == "ERROR[divide]: ZeroDivisionError: division by zero"
+    assert "not executed" in e2.observation and "#E1" in e2.observation
+    assert e3.observation == "2"
+    assert trace.tool_calls == 2
+    assert "ZeroDivisionError" in policy.prompts[1] and "not executed" in policy.prompts[1]
+    assert trace.stopped_reason == "final"
+
+
+def test_plan_longer_than_max_steps_is_not_executed(registry, calls):
+    plan = {"plan": [{"id": f"E{i}", "tool": "add", "args": {"x": i, "y": 1}} for i in range(1, 6)]}
+    trace = lw.run("t", lw.ScriptedPolicy([json.dumps(plan)]), registry, mode="rewoo", max_steps=3)
+    assert trace.stopped_reason == "max_steps" and calls == []
+
+
+def test_independent_sync_steps_run_concurrently():
+    @lw.tool
+    def nap(n: int) -> int:
+        """Sleep 0.2 s."""
+        time.sleep(0.2)
+        return n
+
+    plan = {"plan": [{"id": f"E{i}", "tool": "nap", "args": {"n": i}} for i in range(1, 9)]}
+    start = time.perf_counter()
+    trace = lw.run("t", lw.ScriptedPolicy([json.dumps(plan), "ok"]), lw.ToolRegistry([nap]), mode="rewoo")
+    elapsed = time.perf_counter() - start
+    assert trace.tool_calls == 8
+    assert elapsed < 0.8, f"8 independent 0.2 s tools took {elapsed:.2f}s"
+
+
+def test_independent_async_steps_run_concurrently():
+    @lw.tool
+    async def anap(n: int) -> int:
+        """Sleep 0.2 s without blocking."""
+        await asyncio.sleep(0.2)
+        return n
+
+    plan = {"plan": [{"id": f"E{i}", "tool": "anap", "args": {"n": i}} for i in range(1, 9)]}
+    start = time.perf_counter()
+    trace = lw.run("t", lw.ScriptedPolicy([json.dumps(plan), "ok"]), lw.ToolRegistry([anap]), mode="rewoo")
+    assert time.perf_counter() - start < 0.8
+    assert [s.observation for s in trace.steps[1:9]] == [str(i) for i in range(1, 9)]
+
+
+def test_a_step_starts_when_its_own_references_finish_not_when_all_earlier_do():
+    started: dict[str, float] = {}
+    lock = threading.Lock()
+
+    @lw.tool
+    def job(name: str, seconds: float) -> str:
+        """Sleep, then return the name."""
+        with lock:
+            started[name] = time.perf_counter()
+        time.sleep(seconds)
+        return name
+
+    plan = {
+        "plan": [
+            {"id": "E1", "tool": "job", "args": {"name": "slow", "seconds": 0.6}},
+            {"id": "E2", "tool": "job", "args": {"name": "fast", "seconds": 0.05}},
+            {"id": "E3", "tool": "job", "args": {"name": "after-fast #E2", "seconds": 0.0}},
+        ]
+    }
+    t0 = time.perf_counter()
+    trace = lw.run("t", lw.ScriptedPolicy([json.dumps(plan), "ok"]), lw.ToolRegistry([job]), mode="rewoo")
+    assert trace.steps[3].observation == "after-fast fast"
+    assert started["after-fast fast"] - t0 < 0.4  # did not wait for the 0.6 s step
+
+
+def test_solver_failure_ends_with_error(registry):
+    plan = json.dumps({"plan": [{"id": "E1", "tool": "add", "args": {"x": 1, "y": 1}}]})
+    trace = lw.run("t", lw.ScriptedPolicy([plan, ValueError("boom")]), registry, mode="rewoo")
+    assert trace.stopped_reason == "error" and trace.llm_calls == 2
+    assert trace.steps[-1].kind == "error"

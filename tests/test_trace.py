@@ -1,0 +1,65 @@
+"""Trace records: JSON-safe, exact round trip, readable."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import act, final
+
+import loopwright as lw
+from loopwright.trace import Step, Usage, estimate_tokens
+
+
+def test_to_dict_is_json_safe_and_round_trips_exactly(registry):
+    class Odd:
+        def __str__(self) -> str:
+            return "odd!"
+
+    @lw.tool
+    def weird(x: int) -> dict:
+        """Return a dict holding a non-JSON value."""
+        return {"value": Odd(), "x": x}
+
+    registry.register(weird)
+    policy = lw.ScriptedPolicy([act("weird", '{"x": 1}'), act("add", '{"x": 1, "y": 1}'), final("ok")])
+    trace = lw.run("t", policy, registry)
+    data = trace.to_dict()
+    text = json.dumps(data)  # must not raise
+    again = lw.Trace.from_dict(json.loads(text))
+    assert again.to_dict() == data
+    assert again.steps[0].observation == '{"value": "odd!", "x": 1}'
+    assert again.final_answer == "ok" and again.usage == trace.usage
+
+
+def test_step_is_frozen():
+    step = Step(1, "action")
+    try:
+        step.kind = "final"  # type: ignore[misc]
+    except AttributeError:
+        return
+    raise AssertionError("Step must be immutable")
+
+
+def test_usage_adds_and_reports_billed_total():
+    total = Usage(10, 4, 2) + Usage(5, 5, 1, estimated=True)
+    assert total == Usage(15, 9, 3, estimated=True)
+    assert total.total_tokens == 18
+
+
+def test_estimate_is_conservative_for_english():
+    text = "The quick brown fox jumps over the lazy dog. " * 10
+    assert estimate_tokens(text) >= len(text) / 4  # never under a typical 4 bytes/token
+    assert estimate_tokens("") == 0
+
+
+def test_str_of_a_trace_names_steps_and_totals(registry):
+    trace = lw.run("Add", lw.ScriptedPolicy([act("add", '{"x": 1, "y": 1}'), final("2")]), registry)
+    text = str(trace)
+    assert "add(" in text and "-> 2" in text
+    assert "Stopped: final" in text and "model calls: 2" in text
+
+
+def test_transcript_reads_as_the_react_exchange(registry):
+    trace = lw.run("Add", lw.ScriptedPolicy([act("add", '{"x": 1, "y": 1}', "sum it"), final("2")]), registry)
+    assert trace.transcript.startswith("Question: Add\nThought: sum it\nAction: add")
+    assert trace.transcript.rstrip().endswith("Final Answer: 2")
