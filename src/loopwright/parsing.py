@@ -1,0 +1,779 @@
+"""The parse boundary: untrusted model text in, strict structures out.
+
+Liberal in what it reads (both ReAct dialects, code fences, case variations, trailing
+text, raw newlines and HTML entities inside arguments), strict in what it returns: a
+well-formed Action or FinalAnswer, a validated list of PlanSteps, or a ParseError whose
+message tells the model what was wrong and the exact format expected.
+
+Decisions (beyond DESIGN.md):
+- Tool names: 1-64 characters of letters, digits, `_`, `-`, `.`, starting with a letter
+  or `_`. A digits-only name (`Action: 1889`, emitted by small models) is rejected.
+- HTML entities: a complete entity (`&#39;`, `&quot;`, `&amp;`; the `;` is required) is
+  decoded in argument string values and in bracket arguments, and in the raw JSON text
+  when it does not parse otherwise (`{&quot;q&quot;: 1}`). Servers emit them where the
+  model meant plain characters; a tool that needs a literal entity cannot get one through
+  this boundary. Final answers are left as written.
+- Embedded references render like observations: a str as is, a dict or list as
+  `json.dumps(value, default=str)`, anything else as `str(value)`.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from loopwright.errors import ParseError, describe
+
+__all__ = [
+    "FORMAT_HELP_BRACKETS",
+    "FORMAT_HELP_JSON",
+    "FORMAT_HELP_PLAN",
+    "REF_PATTERN",
+    "TOOL_NAME_PATTERN",
+    "Action",
+    "FinalAnswer",
+    "PlanStep",
+    "find_refs",
+    "parse_plan",
+    "parse_react_step",
+    "parse_tool_calls",
+    "substitute",
+]
+
+FORMAT_HELP_JSON: Final = (
+    "reply with 'Thought: ...' then either 'Action: <tool>' + "
+    "'Action Input: {\"arg\": value}' or 'Final Answer: <answer>'"
+)
+FORMAT_HELP_BRACKETS: Final = (
+    "reply with 'Thought: ...' then 'Action: <tool>[<argument>]', "
+    "or 'Action: finish[<answer>]' to answer"
+)
+FORMAT_HELP_PLAN: Final = (
+    'reply with {"plan": [{"id": "E1", "tool": "<tool>", "args": {...}}, ...]}; '
+    'a later step\'s args may use "#E1" for an earlier result'
+)
+
+REF_PATTERN: Final = re.compile(r"#(E\d+)")
+"""An evidence reference inside a plan step's args: `#E1` refers to evidence id `E1`."""
+
+TOOL_NAME_PATTERN: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
+_STEP_ID = re.compile(r"E\d+")
+_ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
+_FENCE_LINE = re.compile(r"^[ \t]*```[\w+.-]*[ \t]*(?:\n|\Z)", re.MULTILINE)
+_DECODER = json.JSONDecoder(strict=False)  # strict=False: raw newlines inside strings
+_MAX_PLAN_CANDIDATES = 64
+
+Dialect = Literal["json", "brackets"]
+
+
+@dataclass(frozen=True)
+class Action:
+    """A tool call proposed by the model. args is always a dict."""
+
+    thought: str
+    name: str
+    args: dict[str, Any]
+    call_id: str | None = None
+
+
+@dataclass(frozen=True)
+class FinalAnswer:
+    """The model's answer; the run ends."""
+
+    thought: str
+    answer: str
+
+
+@dataclass(frozen=True)
+class PlanStep:
+    """One step of a ReWOO plan: evidence `id` is the result of `tool(**args)`."""
+
+    id: str
+    tool: str
+    args: dict[str, Any]
+
+    @property
+    def refs(self) -> frozenset[str]:
+        """The evidence ids this step's args reference (`#E1` -> `"E1"`)."""
+        return find_refs(self.args)
+
+
+class _Bad(Exception):
+    """Internal: what was wrong, before the format help is appended."""
+
+
+# --------------------------------------------------------------------------- ReAct
+
+# The canonical JSON-dialect step; anything else takes the general path, which gives the
+# same result for every text this matches (colons in the thought go the general way,
+# since a mid-line anchor needs one).
+_FAST_JSON = re.compile(
+    r"\s*+(?:Thought:(?P<t1>[^\n:]*)|"
+    r"(?![ \t]*[*_]{0,2}(?i:final|action|observation|question|example|thought))"
+    r"(?P<t2>[^\n:]*))\n"
+    r"[ \t]*Action:[ \t]*(?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,63})[ \t]*\n"
+    r"[ \t]*Action Input:[ \t]*(?P<args>\{[^\n]*\})\s*"
+)
+
+# An anchor starts a line, or follows sentence punctuation mid-line (then it needs a colon).
+_ANCHOR = re.compile(
+    r"(?:^[ \t]*|(?P<mid>(?<=[.!?:\]}])[ \t]+))[*_]{0,2}"
+    r"(?P<kw>final[ \t]+answer|action[ \t]+input|action[ \t]+output|action|thought"
+    r"|observation|question|example)"
+    r"(?P<plural>s?)\b[ \t]*(?P<num>\d+)?[ \t]*[*_]{0,2}[ \t]*(?P<colon>:)?"
+    r"(?:[*_]{1,2}(?=\s))?",
+    re.IGNORECASE | re.MULTILINE,
+)
+_MAIN_KINDS = {"thought": "thought", "action": "action", "actioninput": "input",
+               "finalanswer": "final"}
+_CUT_WORDS = frozenset({"observation", "question", "example"})
+
+
+def _classify(m: re.Match[str]) -> str | None:
+    """The anchor's role: thought, action, input, final, cut, or None (not an anchor)."""
+    kw = m.group("kw")
+    key = "".join(kw.lower().split())
+    colon = m.group("colon") is not None
+    if key in _MAIN_KINDS:
+        return _MAIN_KINDS[key] if colon and not m.group("plural") else None
+    if key == "actionoutput":
+        return "cut" if colon or m.group("mid") is None else None
+    # Observation / Question / Example: a new turn. Mid-line, or in lower case, only with
+    # a colon, so prose such as "question whether ..." is not cut.
+    if colon or (m.group("mid") is None and kw[0].isupper()):
+        return "cut"
+    return None
+
+
+def parse_react_step(text: str, *, dialect: Dialect | None = None) -> Action | FinalAnswer:
+    """Parse one ReAct step from model text into an Action or a FinalAnswer.
+
+    Reads `Thought: / Action: name / Action Input: {json}` and `Thought k: / Action k:
+    name[argument]` (`finish[answer]` answers). The step ends where the model starts a new
+    turn (a line beginning Observation, Question, Example or Action Output, or a second
+    Thought / Action / Action Input after a complete action); within what remains, a Final
+    Answer wins over an Action. `dialect` only picks the format help shown in errors
+    (by default it follows the text).
+
+    Raises ParseError, and nothing else, for any input.
+    """
+    if not isinstance(text, str):
+        raise ParseError(
+            f"expected the model's text (str), got {type(text).__name__}; {FORMAT_HELP_JSON}"
+        )
+    m = _FAST_JSON.fullmatch(text)
+    if m is not None:
+        try:
+            args = _DECODER.decode(m.group("args"))
+        except (ValueError, RecursionError):
+            args = None
+        if isinstance(args, dict):
+            if "&" in m.group("args"):
+                args = _unescape_deep(args)
+            thought = m.group("t1") if m.group("t1") is not None else m.group("t2")
+            return Action(thought.strip(), m.group("name"), args)
+    try:
+        return _parse_react_general(text, dialect)
+    except _Bad as bad:
+        raise ParseError(str(bad)) from None
+    except RecursionError:
+        raise ParseError(
+            f"Action Input is nested too deeply; {_help(dialect, False)}"
+        ) from None
+
+
+def _help(dialect: Dialect | None, brackets_seen: bool) -> str:
+    if dialect == "brackets" or (dialect is None and brackets_seen):
+        return FORMAT_HELP_BRACKETS
+    return FORMAT_HELP_JSON
+
+
+class _Scan:
+    """Mutable state of one pass over a step's anchors."""
+
+    __slots__ = ("action_end", "action_name", "args", "bracket", "brackets_seen", "complete",
+                 "final", "input_error", "input_orphan", "leading_cut", "thoughts")
+
+    def __init__(self) -> None:
+        self.thoughts: list[str] = []
+        self.final: str | None = None
+        self.action_name: str | None = None
+        self.action_end = 0  # where the Action line ends
+        self.args: Any = None
+        self.bracket: str | None = None  # the text inside name[...], when that form is used
+        self.complete = False
+        self.input_error: str | None = None
+        self.input_orphan = False
+        self.brackets_seen = False
+        self.leading_cut: str | None = None
+
+
+def _parse_react_general(text: str, dialect: Dialect | None) -> Action | FinalAnswer:
+    if "```" in text:
+        text = _FENCE_LINE.sub("", text)
+    s = _Scan()
+    anchors = [(m, kind) for m in _ANCHOR.finditer(text) if (kind := _classify(m))]
+    if anchors:
+        pre = text[: anchors[0][0].start()]
+        if pre.strip():
+            s.thoughts.append(pre)
+    elif text.strip():
+        s.thoughts.append(text)
+
+    skip_until = 0
+    seg_kind: str | None = None  # "thought" or "final": the segment being collected
+    seg_start = 0
+    for i, (m, kind) in enumerate(anchors):
+        if m.start() < skip_until:
+            continue
+        if m.group("num"):
+            s.brackets_seen = True
+        if kind == "cut" or (s.complete and kind in ("thought", "action", "input")):
+            if kind == "cut" and not s.thoughts and s.action_name is None and s.final is None \
+                    and seg_kind is None:
+                s.leading_cut = m.group("kw")
+            _close(s, text, seg_kind, seg_start, m.start())
+            seg_kind = None
+            break
+        _close(s, text, seg_kind, seg_start, m.start())
+        seg_kind = None
+        if kind == "thought":
+            seg_kind, seg_start = "thought", m.end()
+        elif kind == "final":
+            if s.final is None:
+                seg_kind, seg_start = "final", m.end()
+        elif kind == "action":
+            skip_until = _read_action(s, text, m.end(), anchors, i)
+        else:  # input
+            if s.action_name is None:
+                s.input_orphan = True
+                continue
+            skip_until = _read_input(s, text, m.end(), _segment_end(text, anchors, i))
+    else:
+        _close(s, text, seg_kind, seg_start, len(text))
+
+    if s.action_name is not None and not s.complete and s.input_error is None:
+        _read_bare_input(s, text)
+
+    help_text = _help(dialect, s.brackets_seen)
+    thought = "\n".join(t for t in (p.strip() for p in s.thoughts) if t)
+    if s.final is not None:
+        answer = s.final.strip()
+        if answer:
+            return FinalAnswer(thought, answer)
+        if s.action_name is None:
+            raise _Bad(f"Final Answer is empty; {help_text}")
+    if s.action_name is None:
+        if s.input_orphan:
+            raise _Bad(f"'Action Input:' without an 'Action:' line naming the tool; {help_text}")
+        if s.leading_cut:
+            raise _Bad(
+                f"the reply starts a new turn ({s.leading_cut!r}) instead of a step; {help_text}"
+            )
+        raise _Bad(f"no 'Action:' or 'Final Answer:' found; {help_text}")
+    return _build_action(s, thought, help_text)
+
+
+def _close(s: _Scan, text: str, kind: str | None, start: int, end: int) -> None:
+    if kind == "thought":
+        s.thoughts.append(text[start:end])
+    elif kind == "final" and s.final is None:
+        s.final = text[start:end]
+
+
+def _segment_end(text: str, anchors: list[tuple[re.Match[str], str]], i: int) -> int:
+    """Where the segment of anchor i ends: the next anchor that starts a line, or the end."""
+    for m, _kind in anchors[i + 1:]:
+        if m.group("mid") is None:
+            return m.start()
+    return len(text)
+
+
+def _read_action(
+    s: _Scan, text: str, start: int, anchors: list[tuple[re.Match[str], str]], i: int
+) -> int:
+    """Read an Action line (name, name[arg] or name {json}); returns where scanning resumes."""
+    line_end = text.find("\n", start)
+    if line_end < 0:
+        line_end = len(text)
+    bound = line_end
+    if i + 1 < len(anchors):
+        bound = min(bound, anchors[i + 1][0].start())
+    raw = text[start:bound]
+    s.action_end = line_end
+    # A new Action line before the previous one was complete replaces it (the model
+    # restarted); the previous one's input error is forgotten with it.
+    s.args, s.bracket, s.input_error = None, None, None
+    open_bracket = raw.find("[")
+    brace = raw.find("{")
+    if open_bracket >= 0 and (brace < 0 or open_bracket < brace):
+        s.brackets_seen = True
+        s.action_name = raw[:open_bracket]
+        arg_start = start + open_bracket + 1
+        close = text.rfind("]", arg_start, line_end)
+        if close < 0:
+            close = text.rfind("]", arg_start, _segment_end(text, anchors, i))
+        if close < 0:
+            s.input_error = (
+                f"Action {describe(raw.strip(), 40)} has no closing ']'"
+            )
+            return start
+        s.bracket = text[arg_start:close]
+        s.complete = True
+        return close + 1
+    if brace >= 0:
+        s.action_name = raw[:brace]
+        return _read_input(s, text, start + brace, _segment_end(text, anchors, i))
+    s.action_name = raw
+    return start
+
+
+def _read_input(s: _Scan, text: str, start: int, seg_end: int) -> int:
+    """Decode the JSON value of an Action Input; returns where scanning resumes."""
+    try:
+        value, end = _decode_json_at(text, start, seg_end)
+    except _Bad as bad:
+        s.input_error = str(bad)
+        return start
+    s.args = value
+    s.complete = True
+    return end
+
+
+def _read_bare_input(s: _Scan, text: str) -> None:
+    """An Action with no Action Input line, but a JSON object right after the name line."""
+    rest = text[s.action_end:].lstrip()
+    if rest.startswith("{"):
+        _read_input(s, text, len(text) - len(rest), len(text))
+
+
+def _decode_json_at(text: str, start: int, seg_end: int) -> tuple[Any, int]:
+    """Decode the JSON value starting at text[start] (after whitespace, a fence opener or a
+    backtick); tolerates trailing text, raw newlines in strings, HTML entities around the
+    syntax and one missing closing brace. Returns (value, end position in text)."""
+    n = len(text)
+    i = start
+    while i < n and text[i] in " \t\r\n":
+        i += 1
+    if text.startswith("```", i):
+        i += 3
+        while i < n and (text[i].isalnum() or text[i] in "_+-."):
+            i += 1
+    while i < n and text[i] in " \t\r\n`":
+        i += 1
+    if i >= n or i >= seg_end:
+        raise _Bad("Action Input is empty; use {} for a tool that takes no arguments")
+    try:
+        value, end = _DECODER.raw_decode(text, i)
+    except json.JSONDecodeError as first:
+        segment = text[i:max(seg_end, i)].rstrip().rstrip("`").rstrip()
+        for attempt in _repairs(segment):
+            try:
+                value, _ = _DECODER.raw_decode(attempt)
+            except ValueError:
+                continue
+            return (_unescape_deep(value) if "&" in attempt else value), seg_end
+        raise _Bad(f"Action Input is not valid JSON: {_where(first, text, i)}") from None
+    except ValueError as err:  # e.g. an integer past the digit limit
+        raise _Bad(f"Action Input is not valid JSON: {describe(str(err), 60)}") from None
+    if "&" in text[i:end]:
+        value = _unescape_deep(value)
+    return value, end
+
+
+def _where(err: json.JSONDecodeError, text: str, start: int) -> str:
+    """The decoder's message with line and column counted from where the value starts."""
+    pos = max(err.pos, start)
+    line = text.count("\n", start, pos) + 1
+    line_start = text.rfind("\n", start, pos) + 1 if line > 1 else start
+    return f"{err.msg} (line {line} column {pos - line_start + 1})"
+
+
+def _repairs(segment: str) -> list[str]:
+    """Cheap fixes tried only after the raw text failed: entities around the JSON syntax,
+    then one missing closing brace."""
+    out = []
+    if "&" in segment:
+        out.append(_unescape(segment))
+    if segment.startswith("{") and not segment.endswith("}"):
+        out.extend(s + "}" for s in list(out) + [segment])
+    return out
+
+
+def _build_action(s: _Scan, thought: str, help_text: str) -> Action | FinalAnswer:
+    name = (s.action_name or "").strip().strip("`'\"*").rstrip(",;:").strip()
+    if not name:
+        raise _Bad(f"'Action:' names no tool (empty Action name); {help_text}")
+    if not TOOL_NAME_PATTERN.fullmatch(name):
+        if name.isdigit():
+            what = f"Action {name[:20]!r} is a number, not a tool name"
+        else:
+            what = f"Action {describe(name, 40)} is not a tool name"
+        raise _Bad(
+            f"{what} (a tool name starts with a letter or '_', then up to 63 letters, "
+            f"digits, '_', '-', '.'); {help_text}"
+        )
+    finish = name.lower() == "finish"
+    if s.bracket is not None:
+        if finish:
+            answer = _bracket_text(s.bracket)
+            if not answer:
+                raise _Bad(f"finish[] has an empty answer; {help_text}")
+            return FinalAnswer(thought, answer)
+        return Action(thought, name, _bracket_args(s.bracket))
+    if s.input_error is not None:
+        raise _Bad(f"{s.input_error}; {help_text}")
+    if not s.complete:
+        raise _Bad(f"Action {name!r} has no 'Action Input:' line; {help_text}")
+    if not isinstance(s.args, dict):
+        raise _Bad(f"Action Input must be a JSON object, got {_json_type(s.args)}; {help_text}")
+    if finish:
+        values = list(s.args.values())
+        if len(values) != 1:
+            raise _Bad(f"finish takes one argument, the answer; {help_text}")
+        answer = values[0] if isinstance(values[0], str) else json.dumps(values[0])
+        if not answer.strip():
+            raise _Bad(f"finish has an empty answer; {help_text}")
+        return FinalAnswer(thought, answer.strip())
+    return Action(thought, name, s.args)
+
+
+def _bracket_text(raw: str) -> str:
+    """The argument of name[...] as text: stripped, a JSON string literal decoded."""
+    arg = raw.strip()
+    if len(arg) >= 2 and arg[0] == arg[-1] and arg[0] in "\"'":
+        if arg[0] == '"':
+            try:
+                decoded = _DECODER.decode(arg)
+            except ValueError:
+                decoded = None
+            if isinstance(decoded, str):
+                return decoded.strip()
+        return arg[1:-1].strip()
+    return arg
+
+
+def _bracket_args(raw: str) -> dict[str, Any]:
+    """name[text] -> {"input": text}; name[{json object}] -> the object."""
+    arg = raw.strip()
+    if arg.startswith("{"):
+        try:
+            value = _DECODER.decode(arg)
+        except (ValueError, RecursionError):
+            value = None
+        if isinstance(value, dict):
+            return _unescape_deep(value) if "&" in arg else value
+    return {"input": _unescape(_bracket_text(arg))}
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if value is None:
+        return "null"
+    return {list: "list", str: "string", int: "number", float: "number"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def _unescape(text: str) -> str:
+    if "&" not in text:
+        return text
+    return _ENTITY.sub(lambda m: html.unescape(m.group(0)), text)
+
+
+def _unescape_deep(value: Any) -> Any:
+    """Decode complete HTML entities in every string value (not keys) of parsed JSON."""
+    if isinstance(value, str):
+        return _unescape(value)
+    if isinstance(value, dict):
+        return {k: _unescape_deep(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unescape_deep(v) for v in value]
+    return value
+
+
+# ---------------------------------------------------------------------- native calls
+
+
+def parse_tool_calls(message: Any) -> list[Action]:
+    """Actions from an OpenAI-style assistant message's native tool calls.
+
+    Accepts a dict message (`{"content", "tool_calls": [{"id", "type": "function",
+    "function": {"name", "arguments"}}]}`), an object with `.tool_calls` (openai SDK
+    types, loopwright.Completion), or a sequence of calls (loopwright.policy.ToolCall, SDK
+    objects or dicts). Arguments are parsed tolerantly (empty -> {}, raw newlines, HTML
+    entities, an already-parsed dict). A message without tool calls gives [].
+    Raises ParseError on anything malformed.
+    """
+    try:
+        return _parse_tool_calls(message)
+    except _Bad as bad:
+        raise ParseError(str(bad)) from None
+    except RecursionError:
+        raise ParseError("tool call arguments are nested too deeply") from None
+
+
+def _field(obj: Any, name: str) -> Any:
+    if isinstance(obj, Mapping):
+        return obj.get(name)
+    try:
+        return getattr(obj, name, None)
+    except Exception:  # a property that raises is as good as missing
+        return None
+
+
+def _parse_tool_calls(message: Any) -> list[Action]:
+    if isinstance(message, (str, bytes)) or message is None:
+        raise _Bad(f"expected a message with tool calls, got {type(message).__name__}")
+    if isinstance(message, (list, tuple)):
+        calls: Any = message
+        content: Any = ""
+    else:
+        calls = _field(message, "tool_calls")
+        content = _field(message, "content")
+        if content is None and not isinstance(message, Mapping):
+            content = _field(message, "text")  # loopwright.Completion
+        if calls is None:
+            if isinstance(message, Mapping) or hasattr(message, "content"):
+                calls = ()
+            else:
+                raise _Bad(f"expected a message with tool calls, got {type(message).__name__}")
+    if not isinstance(content, str):
+        content = ""
+    if isinstance(calls, (str, bytes, Mapping)):
+        raise _Bad(f"tool_calls must be a list, got {type(calls).__name__}")
+    try:
+        items = list(calls)
+    except TypeError:
+        raise _Bad(f"tool_calls must be a list, got {type(calls).__name__}") from None
+    thought = content.strip()
+    return [_one_call(call, k, thought) for k, call in enumerate(items)]
+
+
+def _one_call(call: Any, k: int, thought: str) -> Action:
+    where = f"tool call {k}"
+    if call is None or isinstance(call, (str, bytes, int, float)):
+        raise _Bad(f"{where} is not a call object: {describe(call, 60)}")
+    kind = _field(call, "type")
+    if kind is not None and kind != "function":
+        raise _Bad(f"{where} has type {describe(kind, 30)}; only 'function' calls are read")
+    function = _field(call, "function")
+    source = function if function is not None else call
+    name = _field(source, "name")
+    arguments = _field(source, "arguments")
+    call_id = _field(call, "id")
+    if not isinstance(name, str) or not name.strip():
+        raise _Bad(f"{where} has no function name")
+    name = name.strip()
+    if not TOOL_NAME_PATTERN.fullmatch(name):
+        raise _Bad(
+            f"{where} names {describe(name, 40)}, not a tool name (a letter or '_', then up "
+            f"to 63 letters, digits, '_', '-', '.')"
+        )
+    args = _call_arguments(arguments, f"{where} ({name})")
+    return Action(thought, name, args, call_id if isinstance(call_id, str) else None)
+
+
+def _call_arguments(arguments: Any, where: str) -> dict[str, Any]:
+    if arguments is None:
+        return {}
+    if isinstance(arguments, Mapping):
+        return {str(k): _unescape_deep(v) for k, v in arguments.items()}
+    if not isinstance(arguments, str):
+        raise _Bad(f"arguments of {where} must be a JSON object string, "
+                   f"got {type(arguments).__name__}")
+    text = arguments.strip()
+    if "```" in text:
+        text = _FENCE_LINE.sub("", text).strip()
+    if not text:
+        return {}
+    try:
+        value, _ = _decode_json_at(text, 0, len(text))
+    except _Bad as bad:
+        raise _Bad(f"arguments of {where}: {str(bad).replace('Action Input ', '')}") from None
+    if not isinstance(value, dict):
+        raise _Bad(f"arguments of {where} must be a JSON object, got {_json_type(value)}")
+    return value
+
+
+# ---------------------------------------------------------------------------- plans
+
+
+def parse_plan(text: str) -> list[PlanStep]:
+    """Parse a ReWOO plan: `{"plan": [{"id": "E1", "tool": ..., "args": {...}}, ...]}` or
+    a bare list of steps, with prose or a code fence around it.
+
+    Every `#E` reference in a step's args must name an earlier step. Raises ParseError
+    (naming the step) for anything else: no JSON, wrong shape, an empty plan, bad or
+    duplicate ids, args that are not an object, forward, self or dangling references.
+    """
+    if not isinstance(text, str):
+        raise ParseError(f"expected the planner's text (str), got {type(text).__name__}; "
+                         f"{FORMAT_HELP_PLAN}")
+    try:
+        return _parse_plan(text)
+    except _Bad as bad:
+        raise ParseError(f"{bad}; {FORMAT_HELP_PLAN}") from None
+    except RecursionError:
+        raise ParseError(f"plan is nested too deeply; {FORMAT_HELP_PLAN}") from None
+
+
+def _find_plan_value(text: str) -> Any:
+    """The first JSON value in text shaped like a plan, else the first that parsed."""
+    first_value: Any = None
+    found = False
+    first_error: json.JSONDecodeError | None = None
+    first_at = 0
+    pos = 0
+    for _ in range(_MAX_PLAN_CANDIDATES):
+        starts = [p for p in (text.find("{", pos), text.find("[", pos)) if p >= 0]
+        if not starts:
+            break
+        at = min(starts)
+        try:
+            value, end = _DECODER.raw_decode(text, at)
+        except json.JSONDecodeError as err:
+            if first_error is None:
+                first_error, first_at = err, at
+            pos = at + 1
+            continue
+        except ValueError:
+            pos = at + 1
+            continue
+        if _plan_shaped(value):
+            return value
+        if not found:
+            first_value, found = value, True
+        pos = end
+    if found:
+        return first_value
+    if first_error is not None:
+        raise _Bad(f"plan is not valid JSON: {_where(first_error, text, first_at)}")
+    raise _Bad("no JSON plan found")
+
+
+def _plan_shaped(value: Any) -> bool:
+    if isinstance(value, dict):
+        return "plan" in value
+    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+
+
+def _parse_plan(text: str) -> list[PlanStep]:
+    value = _find_plan_value(text)
+    if isinstance(value, dict):
+        if "plan" not in value:
+            keys = ", ".join(sorted(map(str, value))[:5])
+            raise _Bad(f"plan JSON has no 'plan' key (keys: {describe(keys, 60)})")
+        value = value["plan"]
+    if not isinstance(value, list):
+        raise _Bad(f"'plan' must be a list of steps, got {_json_type(value)}")
+    if not value:
+        raise _Bad("plan is empty")
+    steps: list[PlanStep] = []
+    position: dict[str, int] = {}
+    for k, raw in enumerate(value, 1):
+        where = f"step {k}"
+        if not isinstance(raw, dict):
+            raise _Bad(f"{where} is not an object: {describe(raw, 50)}")
+        step_id = raw.get("id")
+        if not isinstance(step_id, str):
+            raise _Bad(f"{where} has no string 'id'")
+        step_id = step_id.strip()
+        if not _STEP_ID.fullmatch(step_id):
+            raise _Bad(f"{where} id {describe(step_id, 30)} is not of the form E1, E2, ...")
+        where = f"step {step_id}"
+        if step_id in position:
+            raise _Bad(f"{where}: duplicate id")
+        position[step_id] = k
+        tool = raw.get("tool")
+        if not isinstance(tool, str) or not tool.strip():
+            raise _Bad(f"{where} has no string 'tool'")
+        tool = tool.strip()
+        if not TOOL_NAME_PATTERN.fullmatch(tool):
+            raise _Bad(f"{where}: {describe(tool, 40)} is not a tool name")
+        args = raw.get("args", {})
+        if not isinstance(args, dict):
+            raise _Bad(f"{where}: 'args' must be an object, got {_json_type(args)}")
+        steps.append(PlanStep(step_id, tool, args))
+    for step in steps:
+        for ref in sorted(step.refs):
+            if ref == step.id:
+                raise _Bad(f"step {step.id} references itself (#{ref})")
+            if ref not in position:
+                raise _Bad(f"step {step.id} references #{ref}, which no step defines")
+            if position[ref] > position[step.id]:
+                raise _Bad(f"step {step.id} references #{ref}, which comes later")
+    return steps
+
+
+# ------------------------------------------------------------------- substitution
+
+
+def find_refs(value: Any) -> frozenset[str]:
+    """All evidence ids referenced (`#E1` -> "E1") in string values anywhere inside value;
+    dict keys are not read."""
+    found: set[str] = set()
+    _collect_refs(value, found)
+    return frozenset(found)
+
+
+def _collect_refs(value: Any, found: set[str]) -> None:
+    if isinstance(value, str):
+        if "#" in value:
+            found.update(REF_PATTERN.findall(value))
+    elif isinstance(value, Mapping):
+        for v in value.values():
+            _collect_refs(v, found)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _collect_refs(v, found)
+
+
+def substitute(args: dict[str, Any], evidence: Mapping[str, Any]) -> dict[str, Any]:
+    """Replace `#E` references in args with evidence, returning a new dict.
+
+    A string that is exactly `#E2` becomes evidence["E2"] with its type (the typed wire);
+    a reference inside a longer string is interpolated as text (str as is, dict and list as
+    JSON, anything else str()). Keys are never substituted; args is not mutated.
+    Raises ValueError("unresolved reference #E9") for an id missing from evidence.
+    """
+    return {k: _substitute_value(v, evidence) for k, v in args.items()}
+
+
+def _substitute_value(value: Any, evidence: Mapping[str, Any]) -> Any:
+    if isinstance(value, str):
+        if "#" not in value:
+            return value
+        exact = REF_PATTERN.fullmatch(value)
+        if exact is not None:
+            return _lookup(exact.group(1), evidence)
+        return REF_PATTERN.sub(lambda m: _render(_lookup(m.group(1), evidence)), value)
+    if isinstance(value, dict):
+        return {k: _substitute_value(v, evidence) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_substitute_value(v, evidence) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_substitute_value(v, evidence) for v in value)
+    return value
+
+
+def _lookup(ref: str, evidence: Mapping[str, Any]) -> Any:
+    if ref not in evidence:
+        raise ValueError(f"unresolved reference #{ref}")
+    return evidence[ref]
+
+
+def _render(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (dict, list)):
+        try:
+            return json.dumps(value, default=str)
+        except ValueError:  # circular
+            return str(value)
+    return str(value)
