@@ -1,0 +1,178 @@
+"""What every peer harness shares: the workload, the clock, the measurement, the JSON.
+
+Standard library only: each harness runs under its own framework's virtual environment
+and imports this file from its own folder.
+
+The workload: a scripted model calls `add(x, y)` N times, then answers. Call k (1..N) is
+`add(previous result, k)`, where the model reads the previous result from the history the
+framework hands it (so the run proves tool results flow back), and the answer is the last
+result, N(N+1)/2. A "step" is one model call: a run has N + 1 of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import platform
+import re
+import resource
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import metadata
+
+TASK = "Add the numbers 1 to N by calling add(x, y), one call at a time, then answer."
+LAST_INT = re.compile(r"(-?\d+)\D*$")
+
+
+def expected_answer(n: int) -> int:
+    return n * (n + 1) // 2
+
+
+def last_int(text: str) -> int:
+    """The last integer in text (the previous tool result at the end of the history).
+    Reads only the tail, so the scripted model costs the same at every step."""
+    m = LAST_INT.search(text[-200:])
+    if m is None:
+        raise AssertionError(f"no integer at the end of the history: {text[-200:]!r}")
+    return int(m.group(1))
+
+
+@dataclass
+class Script:
+    """The scripted model's state for one run: how many calls it made, when, and the
+    previous result it read. `next_call(previous)` returns ("add", args) or ("final", answer)."""
+
+    n: int
+    calls: int = 0
+    tool_calls: int = 0
+    stamps: list[int] = field(default_factory=list)
+
+    def next_call(self, previous: int) -> tuple[str, dict[str, int] | str]:
+        self.stamps.append(time.perf_counter_ns())
+        self.calls += 1
+        if self.calls <= self.n:
+            return "add", {"x": previous, "y": self.calls}
+        return "final", str(previous)
+
+    def add(self, x: int, y: int) -> int:
+        self.tool_calls += 1
+        return x + y
+
+
+@dataclass(frozen=True)
+class Harness:
+    """A framework under test. imports() does every import the workload needs (it is
+    timed in a fresh process); build() returns run(script) -> final answer text."""
+
+    name: str
+    packages: tuple[str, ...]
+    imports: Callable[[], None]
+    build: Callable[[], Callable[[Script], str]]
+    notes: str = ""
+
+
+def _check(name: str, script: Script, answer: str) -> None:
+    want = expected_answer(script.n)
+    if script.tool_calls != script.n:
+        raise AssertionError(f"{name}: add was called {script.tool_calls} times, want {script.n}")
+    if script.calls != script.n + 1:
+        raise AssertionError(
+            f"{name}: the model was called {script.calls} times, want {script.n + 1}"
+        )
+    if answer.strip() != str(want):
+        raise AssertionError(f"{name}: answer {answer!r}, want {want}")
+
+
+def _timed_run(h: Harness, run: Callable[[Script], str], n: int) -> tuple[float, Script]:
+    script = Script(n)
+    t0 = time.perf_counter_ns()
+    answer = run(script)
+    elapsed = (time.perf_counter_ns() - t0) / 1e9
+    _check(h.name, script, answer)
+    return elapsed, script
+
+
+def _growth(script: Script) -> dict[str, float]:
+    """Per-step time against step number: the least-squares slope (how much each step of
+    history adds to the next step), and the mean of the first and last 20 steps."""
+    gaps = [(b - a) / 1e3 for a, b in zip(script.stamps, script.stamps[1:], strict=False)]
+    xs = list(range(len(gaps)))
+    slope = statistics.linear_regression(xs, gaps).slope if len(gaps) > 2 else 0.0
+    k = min(20, len(gaps))
+    return {
+        "slope_us_per_step": slope,
+        "first_us": statistics.fmean(gaps[:k]),
+        "last_us": statistics.fmean(gaps[-k:]),
+    }
+
+
+def _versions(packages: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for p in packages:
+        try:
+            out[p] = metadata.version(p)
+        except metadata.PackageNotFoundError:
+            out[p] = "not installed"
+    return out
+
+
+def measure(h: Harness, ns: list[int], budget_s: float, max_repeats: int) -> dict[str, object]:
+    """Build once, then for each N: repeat runs until budget_s is spent (at least 3);
+    report the median. The first run of all is reported apart as the cold run."""
+    run = h.build()
+    cold_s, _ = _timed_run(h, run, ns[0])
+    per_n = []
+    for n in ns:
+        _timed_run(h, run, n)  # warm-up at this size
+        times: list[float] = []
+        growths: list[dict[str, float]] = []
+        spent = 0.0
+        while len(times) < 3 or (spent < budget_s and len(times) < max_repeats):
+            gc.collect()
+            elapsed, script = _timed_run(h, run, n)
+            times.append(elapsed)
+            growths.append(_growth(script))
+            spent += elapsed
+        median = statistics.median(times)
+        per_n.append(
+            {
+                "n": n,
+                "model_calls": n + 1,
+                "repeats": len(times),
+                "median_s": median,
+                "min_s": min(times),
+                "us_per_step": median / (n + 1) * 1e6,
+                "growth": {key: statistics.median(g[key] for g in growths) for key in growths[0]},
+            }
+        )
+    return {"cold_first_run_s": cold_s, "runs": per_n}
+
+
+def main(h: Harness) -> None:
+    """`python harness.py --import-only` or `python harness.py --ns 10,50,200`; prints
+    one JSON object."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--import-only", action="store_true")
+    parser.add_argument("--ns", default="10,50,200")
+    parser.add_argument("--budget-s", type=float, default=1.5)
+    parser.add_argument("--max-repeats", type=int, default=30)
+    args = parser.parse_args()
+    t0 = time.perf_counter()
+    h.imports()
+    import_s = time.perf_counter() - t0
+    out: dict[str, object] = {"name": h.name, "import_s": import_s}
+    if args.import_only:
+        out["rss_import_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    else:
+        ns = [int(x) for x in args.ns.split(",")]
+        out |= measure(h, ns, args.budget_s, args.max_repeats)
+        out["rss_peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        out["versions"] = _versions(h.packages)
+        out["python"] = platform.python_version()
+        out["notes"] = h.notes
+    json.dump(out, sys.stdout)
+    sys.stdout.write("\n")

@@ -1,0 +1,488 @@
+"""A trace as one self-contained HTML page: timeline, prompts, raw output, token chart.
+
+The page has no network dependency (CSS, JS and SVG are inline) and embeds no trace data
+in script: every piece of trace text is model or tool output, so it is untrusted and goes
+into the page only through `html.escape`. `loopwright view TRACE.json` is `view_main`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import math
+import os
+import sys
+import webbrowser
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Final
+
+from loopwright.trace import STEP_KINDS, Step, Trace
+
+__all__ = ["load_trace", "render_html", "view_main", "write_html"]
+
+ISSUE_KINDS: Final = frozenset({"parse_error", "error"})
+"""Steps drawn red: the model or the policy failed."""
+GUARD_KINDS: Final = frozenset({"nudge", "denied"})
+"""Steps drawn amber: a guard or a gate stepped in."""
+MODEL_KINDS_WITHOUT_PROMPT: Final = frozenset({"plan", "solve", "replan"})
+
+_PREVIEW_CHARS: Final = 160
+
+
+def _esc(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _asset(name: str) -> str:
+    text = resources.files("loopwright").joinpath("data", "viewer", name).read_text("utf-8")
+    # Our own files, but inlined raw: they must not be able to close their element.
+    if "</" in text:
+        raise RuntimeError(f"viewer asset {name} contains '</', which would end its element")
+    return text
+
+
+def _fmt_s(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.0f} µs"
+    if seconds < 1.0:
+        return f"{seconds * 1e3:.1f} ms"
+    return f"{seconds:.2f} s"
+
+
+def _fmt_n(n: int) -> str:
+    return f"{n:,}"
+
+
+def _clip(text: str, limit: int = _PREVIEW_CHARS) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+@dataclass(frozen=True, slots=True)
+class _ModelCall:
+    """One model call, for the token chart."""
+
+    number: int
+    step: Step
+
+
+def _is_model_call(step: Step) -> bool:
+    return step.prompt is not None or step.usage.prompt_tokens > 0
+
+
+def _tool_latency(step: Step) -> float | None:
+    """Seconds the tool itself took: `meta["tool_s"]` when the loop recorded it, else the
+    step's duration. None for steps that did not execute a tool."""
+    if step.tool is None or step.kind != "action":
+        return None
+    measured = _number(step.meta.get("tool_s"))
+    return measured if measured is not None else max(step.duration_s, 0.0)
+
+
+def _failed(step: Step) -> bool:
+    return step.error is not None or (step.observation or "").startswith("ERROR[")
+
+
+def _step_class(step: Step) -> str:
+    kind = step.kind if step.kind in STEP_KINDS else "unknown"
+    classes = ["step", f"k-{kind}"]
+    if step.kind in ISSUE_KINDS or _failed(step):
+        classes.append("flagged")
+    elif step.kind in GUARD_KINDS:
+        classes.append("guard")
+    return " ".join(classes)
+
+
+def _nice_max(value: float) -> float:
+    """The smallest 1/2/2.5/5 x 10^k at or above value, for a readable axis."""
+    if value <= 0:
+        return 1.0
+    exp = 10.0 ** math.floor(math.log10(value))
+    for m in (1.0, 2.0, 2.5, 5.0, 10.0):
+        if m * exp >= value:
+            return m * exp
+    return 10.0 * exp
+
+
+def _bar_chart(
+    chart_id: str,
+    title: str,
+    bars: Sequence[tuple[str, str, str, list[tuple[float, str]]]],
+    y_label: str,
+    fmt: Any,
+    width: int = 760,
+) -> str:
+    """An inline SVG bar chart. bars: (x label, href, tooltip, [(value, css class), ...])
+    where the values of one bar are overlaid, largest first, from a common baseline."""
+    height, left, right, top, bottom = 230, 58, 10, 12, 28
+    plot_w, plot_h = width - left - right, height - top - bottom
+    peak = max((v for *_, parts in bars for v, _ in parts), default=0.0)
+    y_max = _nice_max(peak)
+    out = [
+        f'<svg class="chart" id="{chart_id}" viewBox="0 0 {width} {height}" role="img" '
+        f'aria-label="{_esc(title)}" xmlns="http://www.w3.org/2000/svg">'
+    ]
+    for i in range(5):
+        value = y_max * i / 4
+        y = top + plot_h - plot_h * i / 4
+        out.append(f'<line class="axis" x1="{left}" x2="{width - right}" y1="{y:.1f}" y2="{y:.1f}"/>')
+        out.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{_esc(fmt(value))}</text>')
+    out.append(
+        f'<text x="12" y="{top + plot_h / 2:.0f}" transform="rotate(-90 12 {top + plot_h / 2:.0f})" '
+        f'text-anchor="middle">{_esc(y_label)}</text>'
+    )
+    n = len(bars)
+    slot = min(plot_w / max(n, 1), 56.0)
+    gap = min(slot * 0.2, 8.0)
+    label_every = max(1, math.ceil(n / 16))
+    for i, (label, href, tip, parts) in enumerate(bars):
+        x = left + i * slot + gap / 2
+        w = max(slot - gap, 0.6)
+        out.append(f'<a href="{_esc(href)}"><title>{_esc(tip)}</title>')
+        for value, css in sorted(parts, key=lambda p: -p[0]):
+            h = plot_h * max(value, 0.0) / y_max
+            out.append(
+                f'<rect class="{css}" x="{x:.2f}" y="{top + plot_h - h:.2f}" '
+                f'width="{w:.2f}" height="{h:.2f}" rx="1"/>'
+            )
+        out.append("</a>")
+        if i % label_every == 0 or i == n - 1:
+            out.append(
+                f'<text x="{x + w / 2:.1f}" y="{height - bottom + 14}" '
+                f'text-anchor="middle">{_esc(label)}</text>'
+            )
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _token_section(calls: list[_ModelCall], trace: Trace) -> str:
+    u = trace.usage
+    sent = u.prompt_tokens or sum(c.step.usage.prompt_tokens for c in calls)
+    evaluated = u.evaluated_tokens or sum(c.step.usage.evaluated_tokens for c in calls)
+    share = f" ({100 * evaluated / sent:.0f}% of sent)" if sent else ""
+    estimated = " · estimated counts" if u.estimated or any(c.step.usage.estimated for c in calls) else ""
+    bars = [
+        (
+            str(c.number),
+            f"#step-{c.step.index}",
+            f"call {c.number} (step {c.step.index}, {c.step.kind}): sent "
+            f"{c.step.usage.prompt_tokens}, evaluated {c.step.usage.evaluated_tokens}, "
+            f"completion {c.step.usage.completion_tokens}",
+            [(float(c.step.usage.prompt_tokens), "sent"), (float(c.step.usage.evaluated_tokens), "eval")],
+        )
+        for c in calls
+    ]
+    chart = (
+        _bar_chart("token-chart", "prompt tokens sent and evaluated per model call", bars,
+                   "tokens", lambda v: f"{v:,.0f}")
+        if calls
+        else '<p class="empty" id="token-chart">No model calls recorded.</p>'
+    )
+    return (
+        '<section class="card" id="tokens"><h2>Prompt tokens per model call</h2>'
+        '<div class="legend"><span><i style="background:var(--accent-soft)"></i>sent '
+        f"{_fmt_n(sent)}</span><span><i style=\"background:var(--accent)\"></i>evaluated after "
+        f"prefix reuse {_fmt_n(evaluated)}{share}</span><span>completion "
+        f"{_fmt_n(u.completion_tokens)}{estimated}</span></div>{chart}"
+        '<div class="sub">x: model call number (click a bar to open its step)</div></section>'
+    )
+
+
+def _latency_section(steps: Sequence[Step]) -> str:
+    timed = [(s, lat) for s in steps if (lat := _tool_latency(s)) is not None]
+    if not timed:
+        return ('<section class="card" id="latency"><h2>Tool latency</h2>'
+                '<p class="empty" id="latency-chart">No tool calls executed.</p></section>')
+    bars = [
+        (f"#{s.index}", f"#step-{s.index}", f"step {s.index}: {s.tool} {_fmt_s(lat)}",
+         [(lat * 1e3, "lat failed" if _failed(s) else "lat")])
+        for s, lat in timed
+    ]
+    chart = _bar_chart("latency-chart", "tool latency per call", bars, "ms", lambda v: f"{v:.3g}",
+                       width=480)
+    per_tool: dict[str, list[float]] = {}
+    errors: dict[str, int] = {}
+    for s, lat in timed:
+        name = str(s.tool)
+        per_tool.setdefault(name, []).append(lat)
+        errors[name] = errors.get(name, 0) + int(_failed(s))
+    rows = "".join(
+        f"<tr><td>{_esc(name)}</td><td>{len(v)}</td><td>{errors[name]}</td>"
+        f"<td>{_fmt_s(sum(v) / len(v))}</td><td>{_fmt_s(max(v))}</td><td>{_fmt_s(sum(v))}</td></tr>"
+        for name, v in sorted(per_tool.items(), key=lambda kv: -sum(kv[1]))
+    )
+    return (
+        f'<section class="card" id="latency"><h2>Tool latency</h2>{chart}'
+        '<div class="sub">x: step number (click a bar to open its step)</div>'
+        '<table id="tool-table"><thead><tr><th>tool</th><th>calls</th><th>errors</th>'
+        f"<th>mean</th><th>max</th><th>total</th></tr></thead><tbody>{rows}</tbody></table></section>"
+    )
+
+
+def _summary_line(step: Step, final_answer: str | None) -> str:
+    parts: list[str] = []
+    if step.tool is not None:
+        args = json.dumps(step.args, ensure_ascii=False, default=str) if step.args is not None else ""
+        label = f"{step.step_id} = " if step.step_id else ""
+        parts.append(_esc(_clip(f"{label}{step.tool}({args})", 90)))
+    if step.kind == "final" and final_answer is not None:
+        parts.append(_esc(_clip(f"answer: {final_answer}")))
+    if step.error is not None:
+        parts.append(f'<span class="err">{_esc(_clip(step.error))}</span>')
+    elif step.observation is not None:
+        cls = ' class="err"' if _failed(step) else ""
+        parts.append(f"<span{cls}>{_esc(_clip(step.observation))}</span>")
+    if not parts:
+        parts.append(_esc(_clip(step.thought or step.raw or "(empty)")))
+    return '<span class="arrow">→</span>'.join(parts)
+
+
+def _prompt_block(prompt: str, previous: str | None) -> str:
+    shared = len(os.path.commonprefix([prompt, previous])) if previous else 0
+    head = f"Prompt · {_fmt_n(len(prompt))} chars"
+    if shared:
+        head += f" · {_fmt_n(len(prompt) - shared)} new since the previous call"
+        body = (
+            f'<details class="prefix"><summary>{_fmt_n(shared)} chars shared with the previous '
+            f"call</summary><pre>{_esc(prompt[:shared])}</pre></details>"
+            f'<pre><span class="new">{_esc(prompt[shared:])}</span></pre>'
+        )
+    else:
+        body = f"<pre>{_esc(prompt)}</pre>"
+    return f'<details class="part"><summary>{head}</summary>{body}</details>'
+
+
+def _step_item(step: Step, previous_prompt: str | None, start: float, total: float,
+               trace: Trace) -> str:
+    final = trace.final_answer if step.kind == "final" else None
+    attrs = f'class="{_step_class(step)}" id="step-{step.index}" data-step-kind="{_esc(step.kind)}"'
+    attrs += f' data-step-index="{step.index}"'
+    if _is_model_call(step):
+        attrs += " data-model-call"
+    if step.tool is not None:
+        attrs += f' data-tool="{_esc(step.tool)}"'
+    left = 100 * start / total if total > 0 else 0.0
+    width = 100 * max(step.duration_s, 0.0) / total if total > 0 else 0.0
+    summary = (
+        f'<summary><span class="idx">#{step.index}</span><span class="kind">{_esc(step.kind)}</span>'
+        f'<span class="line">{_summary_line(step, final)}</span>'
+        f'<span class="dur">{_fmt_s(step.duration_s)}</span>'
+        f'<span class="tl" title="starts {_fmt_s(start)} into the run"><i style="left:{left:.2f}%;'
+        f'width:{width:.2f}%"></i></span></summary>'
+    )
+    rows: list[str] = []
+    if step.thought:
+        rows.append(f"<b>thought</b><div><pre>{_esc(step.thought)}</pre></div>")
+    if step.tool is not None:
+        args = json.dumps(step.args, ensure_ascii=False, default=str)
+        if len(args) > 100:
+            args = _json(step.args)
+        label = f"{step.step_id} = " if step.step_id else ""
+        rows.append(f"<b>parsed action</b><div><pre>{_esc(f'{label}{step.tool}({args})')}</pre></div>")
+    if final is not None:
+        rows.append(f"<b>final answer</b><div><pre>{_esc(final)}</pre></div>")
+    if step.observation is not None:
+        cls = ' class="error"' if _failed(step) else ""
+        rows.append(f"<b>observation</b><div><pre{cls}>{_esc(step.observation)}</pre></div>")
+    if step.error is not None:
+        rows.append(f'<b>error</b><div><pre class="error">{_esc(step.error)}</pre></div>')
+    u = step.usage
+    timing = f"{_fmt_s(step.duration_s)} (starts {_fmt_s(start)} into the run)"
+    model_s, tool_s = _number(step.meta.get("model_s")), _number(step.meta.get("tool_s"))
+    if model_s is not None:
+        timing += f" · model {_fmt_s(model_s)}"
+    if tool_s is not None:
+        timing += f" · tool {_fmt_s(tool_s)}"
+    rows.append(f"<b>timing</b><div>{timing}</div>")
+    if _is_model_call(step):
+        rows.append(
+            f"<b>tokens</b><div>sent {_fmt_n(u.prompt_tokens)} · evaluated "
+            f"{_fmt_n(u.evaluated_tokens)} · completion {_fmt_n(u.completion_tokens)}"
+            f"{' (estimated)' if u.estimated else ''}</div>"
+        )
+    parts = [f'<div class="kv">{"".join(rows)}</div>']
+    if step.prompt is not None:
+        parts.append(_prompt_block(step.prompt, previous_prompt))
+    if step.raw or _is_model_call(step) or step.kind in MODEL_KINDS_WITHOUT_PROMPT:
+        parts.append(
+            f'<details class="part" open><summary>Raw model output · {_fmt_n(len(step.raw))} chars'
+            f"</summary><pre>{_esc(step.raw)}</pre></details>"
+        )
+    if step.meta:
+        parts.append(
+            f'<details class="part"><summary>meta</summary><pre>{_esc(_json(step.meta))}</pre></details>'
+        )
+    open_attr = " open" if step.kind in ISSUE_KINDS else ""
+    return (
+        f'<li {attrs}><details{open_attr}>{summary}<div class="body">{"".join(parts)}</div>'
+        "</details></li>"
+    )
+
+
+def _timeline(trace: Trace) -> str:
+    steps = trace.steps
+    total = max(sum(max(s.duration_s, 0.0) for s in steps), trace.duration_s, 0.0)
+    kinds = sorted({s.kind for s in steps if s.kind in STEP_KINDS})
+    issues = sum(1 for s in steps if s.kind in ISSUE_KINDS | GUARD_KINDS or _failed(s))
+    buttons = ['<button data-filter="all" aria-pressed="true">all</button>']
+    if issues:
+        buttons.append(f'<button data-filter="issues" aria-pressed="false">issues ({issues})</button>')
+    buttons += [f'<button data-filter="{k}" aria-pressed="false">{k}</button>' for k in kinds]
+    items: list[str] = []
+    elapsed = 0.0
+    previous_prompt: str | None = None
+    for step in steps:
+        items.append(_step_item(step, previous_prompt, elapsed, total, trace))
+        elapsed += max(step.duration_s, 0.0)
+        if step.prompt is not None:
+            previous_prompt = step.prompt
+    body = "".join(items) or '<li class="empty">No steps recorded.</li>'
+    return (
+        f'<section class="card"><h2>Timeline · {_fmt_n(len(steps))} steps</h2>'
+        f'<div class="toolbar">{"".join(buttons)}<span class="sep"></span>'
+        '<button id="expand-all">expand all</button><button id="collapse-all">collapse all</button>'
+        f'</div><ol class="timeline" id="timeline">{body}</ol></section>'
+    )
+
+
+def _issue_chips(steps: Sequence[Step]) -> str:
+    """Links to the first step of each kind of trouble, with counts."""
+    groups: dict[str, list[Step]] = {}
+    for s in steps:
+        if s.kind in ISSUE_KINDS | GUARD_KINDS:
+            groups.setdefault(s.kind.replace("_", " "), []).append(s)
+        elif _failed(s):
+            groups.setdefault("failed tool call" if s.tool else "failed step", []).append(s)
+    chips = "".join(
+        f'<a class="chip {"guard" if group[0].kind in GUARD_KINDS else "flagged"}" '
+        f'href="#step-{group[0].index}">{len(group)} {_esc(label)}</a>'
+        for label, group in sorted(groups.items())
+    )
+    return f'<div class="chips" id="issues">{chips}</div>' if chips else ""
+
+
+def _header(trace: Trace, calls: int) -> str:
+    reason = trace.stopped_reason
+    cls = "none" if reason is None else ("ok" if reason == "final" else "bad")
+    stop = (
+        '<div class="stopbox"><div class="l">stop reason</div>'
+        f'<span class="stop {cls}" id="stop-reason" data-stop-reason="{_esc(reason or "")}">'
+        f"{_esc(reason or 'not stopped')}</span></div>"
+    )
+    if trace.final_answer is not None:
+        answer = f'<div class="answer" id="final-answer"><b>final answer</b>{_esc(trace.final_answer)}</div>'
+    else:
+        answer = '<div class="answer missing" id="final-answer"><b>final answer</b>none</div>'
+    u = trace.usage
+    stats = [
+        ("model calls", _fmt_n(trace.llm_calls or calls)),
+        ("tool calls", _fmt_n(trace.tool_calls)),
+        ("replans", _fmt_n(trace.replans)),
+        ("tokens sent", _fmt_n(u.prompt_tokens)),
+        ("evaluated", _fmt_n(u.evaluated_tokens)),
+        ("completion", _fmt_n(u.completion_tokens)),
+        ("wall clock", _fmt_s(trace.duration_s)),
+    ]
+    cards = "".join(f'<div class="stat"><div class="v">{v}</div><div class="l">{k}</div></div>' for k, v in stats)
+    cards += _issue_chips(trace.steps)
+    run = f" · run <code>{_esc(trace.run_id)}</code>" if trace.run_id else ""
+    return (
+        f'<header class="card"><div><div class="sub">loopwright trace · mode <b>{_esc(trace.mode)}</b>'
+        f'{run}</div><h1>Task</h1><p class="task" id="task">{_esc(trace.task)}</p></div>'
+        f'<div>{stop}</div>{answer}<div class="stats" id="stats">{cards}</div></header>'
+    )
+
+
+def render_html(trace: Trace | Mapping[str, Any]) -> str:
+    """The trace as one self-contained HTML document (inline CSS, JS and SVG)."""
+    if not isinstance(trace, Trace):
+        trace = Trace.from_dict(trace)
+    calls = [_ModelCall(n, s) for n, s in enumerate((s for s in trace.steps if _is_model_call(s)), 1)]
+    extras = ""
+    if trace.transcript:
+        extras += (f'<details class="part card"><summary>Transcript (the final scratchpad)</summary>'
+                   f"<pre>{_esc(trace.transcript)}</pre></details>")
+    if trace.meta:
+        extras += (f'<details class="part card"><summary>Run meta</summary>'
+                   f"<pre>{_esc(_json(trace.meta))}</pre></details>")
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
+        "style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">"
+        f"<title>{_esc(_clip(trace.task, 80))} · loopwright trace</title>"
+        f"<style>{_asset('viewer.css')}</style></head><body><main>"
+        f"{_header(trace, len(calls))}"
+        f'<div class="grid2">{_token_section(calls, trace)}{_latency_section(trace.steps)}</div>'
+        f"{_timeline(trace)}{extras}"
+        f"<footer>Written by loopwright's viewer. Every string above is model or tool output, "
+        f"shown as text.</footer></main><script>{_asset('viewer.js')}</script></body></html>\n"
+    )
+
+
+def write_html(trace: Trace | Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
+    """Render the trace and write it to path (parent folders made); returns the path."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render_html(trace), encoding="utf-8")
+    return out
+
+
+def load_trace(path: str | os.PathLike[str]) -> Trace:
+    """Read a trace written by `Trace.to_json` (or any JSON of `Trace.to_dict()`'s shape).
+
+    Raises ValueError naming the file and what was wrong with it.
+    """
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{p}: not JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"{p}: expected a JSON object (a trace), got {type(data).__name__}")
+    try:
+        return Trace.from_dict(data)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ValueError(f"{p}: not a loopwright trace ({type(exc).__name__}: {exc})") from exc
+
+
+def view_main(argv: Sequence[str] | None = None) -> int:
+    """`loopwright view TRACE.json [--out PATH] [--open]`: write the HTML page and print
+    its path. Returns the exit status (0 written, 2 unreadable input)."""
+    parser = argparse.ArgumentParser(
+        prog="loopwright view", description="Write a trace as one self-contained HTML page."
+    )
+    parser.add_argument("trace", help="a trace JSON file (Trace.to_json)")
+    parser.add_argument("--out", help="where to write the page (default: TRACE with .html)")
+    parser.add_argument("--open", action="store_true", help="open the page in a browser")
+    args = parser.parse_args(argv)
+    source = Path(args.trace)
+    if not source.is_file():
+        print(f"loopwright view: no such trace file: {source}", file=sys.stderr)
+        return 2
+    try:
+        trace = load_trace(source)
+    except (OSError, ValueError) as exc:
+        print(f"loopwright view: {exc}", file=sys.stderr)
+        return 2
+    out = write_html(trace, Path(args.out) if args.out else source.with_suffix(".html"))
+    print(out)
+    if args.open:
+        webbrowser.open(out.resolve().as_uri())
+    return 0
