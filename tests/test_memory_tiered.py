@@ -1,0 +1,171 @@
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from loopwright.memory import (
+    BufferMemory,
+    HashingEmbedder,
+    SemanticMemory,
+    SummaryMemory,
+    TieredMemory,
+)
+from loopwright.memory.tiered import TRIM_MARKER
+from loopwright.policy import ScriptedPolicy
+from loopwright.trace import estimate_tokens
+
+_TURN = re.compile(r'<untrusted source="turn#\d+">(.*?)</untrusted>', re.S)
+
+
+def concat_summarizer(prompt: str) -> str:
+    previous = prompt.split("Summary so far:\n", 1)[1].split("\n\nNew turns:", 1)[0]
+    parts = [] if previous == "(none)" else [previous]
+    return " | ".join(parts + _TURN.findall(prompt))
+
+
+def tiered(max_turns: int = 2, recall_k: int = 2) -> TieredMemory:
+    return TieredMemory(
+        BufferMemory(max_turns),
+        SummaryMemory(concat_summarizer),
+        SemanticMemory(HashingEmbedder()),
+        recall_k=recall_k,
+    )
+
+
+def sections(context: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    current = ""
+    for line in context.split("\n"):
+        if line in ("Summary:", "Recalled:", "Recent:"):
+            current = line[:-1]
+            out[current] = []
+        else:
+            out[current].append(line)
+    return out
+
+
+def test_add_folds_evicted_turns_into_the_summary_and_files_every_turn() -> None:
+    memory = tiered(max_turns=2)
+    for turn in ["t1", "t2", "t3", "t4"]:
+        memory.add(turn, {"n": turn})
+    assert memory.buffer.turns == ["t3", "t4"]
+    assert memory.summary is not None and memory.summary.summary == "t1 | t2"
+    assert memory.semantic is not None and memory.semantic.texts == ["t1", "t2", "t3", "t4"]
+    assert memory.semantic.get(0).metadata == {"n": "t1"}
+
+
+def test_context_assembles_summary_recalled_and_recent_in_that_order() -> None:
+    memory = tiered(max_turns=2, recall_k=1)
+    memory.add("user: my account ID is 80-4417")
+    for i in range(6):
+        memory.add(f"user: small talk about the weather, day {i}")
+    context = memory.context("what was my account ID?", budget_tokens=400)
+    parts = sections(context)
+    assert list(parts) == ["Summary", "Recalled", "Recent"]
+    assert parts["Summary"][0].startswith("user: my account ID is 80-4417 | user: small talk")
+    assert parts["Recalled"] == ["- user: my account ID is 80-4417"]
+    assert parts["Recent"] == [
+        "user: small talk about the weather, day 4",
+        "user: small talk about the weather, day 5",
+    ]
+
+
+def test_recall_never_repeats_a_turn_shown_among_recent_turns() -> None:
+    memory = tiered(max_turns=3, recall_k=3)
+    for turn in ["the account id is 7", "the account id is 8", "unrelated", "account id"]:
+        memory.add(turn)
+    parts = sections(memory.context("account id", budget_tokens=500))
+    recent = set(parts["Recent"])
+    assert recent == {"the account id is 8", "unrelated", "account id"}
+    assert parts["Recalled"] == ["- the account id is 7"]
+
+
+def test_recent_turns_win_over_recall_and_summary_when_the_budget_is_tight() -> None:
+    memory = tiered(max_turns=2, recall_k=2)
+    for i in range(5):
+        memory.add(f"turn number {i} with a little padding text")
+    budget = estimate_tokens(
+        "Recent:\nturn number 3 with a little padding text\nturn number 4 with a little padding text"
+    )
+    parts = sections(memory.context("turn number 0", budget_tokens=budget))
+    assert list(parts) == ["Recent"]
+    assert len(parts["Recent"]) == 2
+
+
+def test_newest_turn_is_trimmed_rather_than_overflowing() -> None:
+    memory = tiered(max_turns=2)
+    memory.add("x" * 3000)
+    context = memory.context("x", budget_tokens=100)
+    assert estimate_tokens(context) <= 100
+    assert context.startswith("Recent:\nxxx") and context.endswith(TRIM_MARKER)
+
+
+def test_summary_is_trimmed_to_the_room_left() -> None:
+    memory = TieredMemory(BufferMemory(1), SummaryMemory(lambda p: "gist " * 400))
+    memory.add("a")
+    memory.add("b")
+    context = memory.context("q", budget_tokens=60)
+    parts = sections(context)
+    assert parts["Recent"] == ["b"]
+    assert parts["Summary"][0].endswith(TRIM_MARKER)
+    assert estimate_tokens(context) <= 60
+
+
+def test_zero_budget_gives_an_empty_context_and_negative_is_an_error() -> None:
+    memory = tiered()
+    memory.add("something")
+    assert memory.context("something", 0) == ""
+    with pytest.raises(ValueError, match="budget_tokens"):
+        memory.context("something", -1)
+
+
+def test_tiers_may_be_left_out() -> None:
+    memory = TieredMemory(BufferMemory(1))
+    memory.add("old")
+    memory.add("new")
+    assert memory.context("old", 100) == "Recent:\nnew"
+
+
+def test_add_many_folds_a_batch_of_evictions_with_one_summarizer_call() -> None:
+    policy = ScriptedPolicy(["folded"])
+    memory = TieredMemory(BufferMemory(2), SummaryMemory(policy), SemanticMemory())
+    memory.add_many(["a", "b", "c", "d", "e"])
+    policy.assert_consumed()
+    assert memory.summary is not None and memory.summary.summary == "folded"
+    assert all(t in policy.prompts[0] for t in ("a", "b", "c"))
+
+
+def test_min_score_keeps_weak_matches_out() -> None:
+    memory = TieredMemory(BufferMemory(1), None, SemanticMemory(), recall_k=3, min_score=0.5)
+    memory.add("the account id is 7")
+    memory.add("unrelated chatter about lunch")
+    memory.add("latest")
+    parts = sections(memory.context("the account id", 200))
+    assert parts["Recalled"] == ["- the account id is 7"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    turns=st.lists(st.text(min_size=0, max_size=300), max_size=12),
+    budget=st.integers(0, 400),
+    max_turns=st.integers(1, 5),
+    query=st.text(max_size=50),
+)
+def test_context_never_exceeds_the_budget(
+    turns: list[str], budget: int, max_turns: int, query: str
+) -> None:
+    memory = tiered(max_turns=max_turns, recall_k=3)
+    memory.add_many(turns)
+    context = memory.context(query, budget)
+    assert estimate_tokens(context) <= budget
+    parts = sections(context) if context else {}
+    recent = parts.get("Recent", [])
+    if recent and not recent[-1].endswith(TRIM_MARKER):
+        # the shown recent turns are the newest ones, in order (one line each when single-line)
+        if all("\n" not in t for t in turns):
+            assert recent == memory.buffer.turns[-len(recent) :]
+    shown = set(recent)
+    for item in parts.get("Recalled", []):
+        if item.startswith("- ") and "\n" not in item:
+            assert item[2:] not in shown
