@@ -6,7 +6,7 @@ import pytest
 
 import loopwright as lw
 
-FACT = "Paris is the capital and largest city of France"  # 8 words
+FACT = "Paris is the capital and largest French city"  # 8 words
 
 
 def make_registry(calls: list[tuple[str, dict[str, object]]] | None = None) -> lw.ToolRegistry:

@@ -38,7 +38,7 @@ def test_prompt_is_append_only_so_each_prompt_extends_the_last(registry):
     trace = lw.run("t", policy, registry)
     prompts = policy.prompts
     assert all(later.startswith(earlier) for earlier, later in zip(prompts, prompts[1:]))
-    assert [s.prompt for s in trace.steps] == prompts
+    assert [trace.prompt_for(s) for s in trace.steps] == prompts
 
 
 def test_infinite_loop_policy_stops_at_exactly_max_steps(registry):

@@ -46,7 +46,8 @@ def estimate_tokens(text: str) -> int:
     """Conservative token count for a backend that reports none: one token per 3 UTF-8
     bytes, rounded up. Real BPE tokenizers average about 4 bytes a token on English, so
     this over-counts, which keeps a token budget on the safe side."""
-    return -(-len(text.encode("utf-8")) // 3)
+    size = len(text) if text.isascii() else len(text.encode("utf-8"))  # isascii() is O(1)
+    return -(-size // 3)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +126,7 @@ class Step:
     prompt: str | None = None
     step_id: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    prompt_chars: int | None = None  # ReAct: the prompt is trace.scratchpad[:prompt_chars]
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {}
@@ -152,7 +154,12 @@ class Step:
 
 @dataclass
 class Trace:
-    """A run's record. Mutable while the run goes on; read it, do not write it."""
+    """A run's record. Mutable while the run goes on; read it, do not write it.
+
+    scratchpad: ReAct's final prompt. It is append-only, so each ReAct step's prompt is
+    a prefix of it (`prompt_for(step)`); storing lengths instead of copies keeps a long
+    run's cost per step flat.
+    """
 
     task: str
     mode: str
@@ -168,10 +175,19 @@ class Trace:
     duration_s: float = 0.0
     run_id: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    scratchpad: str = ""
 
     @property
     def answered(self) -> bool:
         return self.stopped_reason == "final" and self.final_answer is not None
+
+    def prompt_for(self, step: Step) -> str | None:
+        """Exactly what the model was sent for this step (None if it made no call)."""
+        if step.prompt is not None:
+            return step.prompt
+        if step.prompt_chars is not None:
+            return self.scratchpad[: step.prompt_chars]
+        return None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -189,6 +205,7 @@ class Trace:
             "duration_s": self.duration_s,
             "run_id": self.run_id,
             "meta": json_safe(self.meta),
+            "scratchpad": self.scratchpad,
             "steps": [s.to_dict() for s in self.steps],
         }
 
@@ -209,6 +226,7 @@ class Trace:
             duration_s=float(d.get("duration_s", 0.0)),
             run_id=d.get("run_id"),
             meta=dict(d.get("meta") or {}),
+            scratchpad=d.get("scratchpad", ""),
         )
 
     def to_json(self, indent: int | None = 2) -> str:

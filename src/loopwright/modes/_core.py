@@ -4,29 +4,65 @@ mode's step generator."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import traceback
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, Protocol
 
 from loopwright.errors import RunInterrupted
-from loopwright.guards import Deadline, Limits
+from loopwright.guards import Deadline, Limits, call_key
 from loopwright.policy import Completion, ModelRequest, Policy, call_policy
 from loopwright.prompts import DEFAULT_PROMPTS, PromptSet
-from loopwright.tools import ToolRegistry, ToolResult
+from loopwright.safety import (
+    ApprovalPending,
+    ApprovalRequest,
+    Approver,
+    Decision,
+    approval_key,
+    ask,
+    denial_observation,
+)
+from loopwright.tools import ToolError, ToolRegistry, ToolResult
 from loopwright.trace import Step, Trace, Usage
 
 StepGen = Generator[Step, None, None]
 
 
-class _StopRun(Exception):
-    """Internal: a guard fired inside a helper; carries the stop reason."""
+class StopRun(Exception):  # noqa: N818 - a control signal
+    """Internal: the run must end now (denied, paused, unknown side-effect outcome).
+    The step explaining why is already recorded."""
 
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class Journal(Protocol):
+    """Where a durable run writes every model call, tool call and step before using it,
+    and where a resumed run finds them again (see loopwright.store)."""
+
+    def recorded_completion(self, n: int) -> tuple[Completion, Usage] | None: ...
+    def record_completion(self, n: int, request: ModelRequest, completion: Completion, usage: Usage) -> None: ...
+    def recorded_tool(self, key: str) -> tuple[str, ToolResult | None] | None: ...
+    def record_tool_start(self, key: str, name: str, args: dict[str, Any]) -> None: ...
+    def record_tool_result(self, key: str, result: ToolResult) -> None: ...
+    def recorded_decision(self, key: str) -> Decision | None: ...
+    def record_decision(self, request: ApprovalRequest, decision: Decision) -> None: ...
+    def record_pending(self, request: ApprovalRequest) -> None: ...
+    def record_step(self, step: Step) -> None: ...
+    def record_end(self, trace: Trace) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Executed:
+    """What the execution choke point did with one proposed call."""
+
+    result: ToolResult
+    kind: str = "action"  # or "denied"
+    meta: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +96,11 @@ class RunContext:
         prompts: PromptSet = DEFAULT_PROMPTS,
         *,
         tools: Iterable[str] | None = None,
+        approver: Approver | None = None,
+        on_deny: Literal["observe", "stop"] = "observe",
+        journal: Journal | None = None,
+        run_id: str | None = None,
+        rerun_unfinished: bool = False,
     ) -> None:
         if not isinstance(task, str):
             raise TypeError(f"task must be a str, got {type(task).__name__}")
@@ -78,6 +119,16 @@ class RunContext:
         self.deadline = Deadline(limits.timeout_s)
         self.started = time.perf_counter()
         self.schemas: list[dict[str, Any]] = self.registry.schemas()
+        if on_deny not in ("observe", "stop"):
+            raise ValueError(f"on_deny must be 'observe' or 'stop', got {on_deny!r}")
+        self.approver = approver
+        self.on_deny = on_deny
+        self.journal = journal
+        self.rerun_unfinished = rerun_unfinished
+        self.trace.run_id = run_id
+        self._ledger: dict[str, tuple[str, ToolResult]] = {}
+        self._key_locks: dict[str, threading.Lock] = {}
+        self._lock = threading.Lock()
 
     # -- the trace -------------------------------------------------------------------
 
@@ -87,6 +138,8 @@ class RunContext:
 
     def record(self, step: Step) -> Step:
         self.trace.steps.append(step)
+        if self.journal is not None:
+            self.journal.record_step(step)
         return step
 
     def stop(self, reason: str, answer: str | None = None) -> None:
@@ -102,6 +155,12 @@ class RunContext:
         """
         self.trace.llm_calls += 1
         start = time.perf_counter()
+        if self.journal is not None:
+            recorded = self.journal.recorded_completion(self.trace.llm_calls)
+            if recorded is not None:  # resumed run: the call was paid for already
+                completion, usage = recorded
+                self.trace.usage = self.trace.usage + usage
+                return ModelCall(completion, usage, 0.0)
         remaining = self.deadline.remaining()
         try:
             if remaining is None:
@@ -115,6 +174,8 @@ class RunContext:
         except Exception as exc:  # the choke point: any policy failure ends the run cleanly
             raise PolicyFailed(f"policy raised {type(exc).__name__}: {exc}") from exc
         usage = completion.usage or Usage.estimate(request.prompt, completion.text)
+        if self.journal is not None:  # written before it is used
+            self.journal.record_completion(self.trace.llm_calls, request, completion, usage)
         self.trace.usage = self.trace.usage + usage
         return ModelCall(completion, usage, time.perf_counter() - start)
 
@@ -129,12 +190,172 @@ class RunContext:
 
     # -- tools: the one place a tool is executed ------------------------------------
 
-    def execute(self, name: str, args: dict[str, Any]) -> ToolResult:
-        """Run a tool through the registry (which never raises for tool failures)."""
-        remaining = self.deadline.remaining()
-        result = self.registry.execute(name, args, timeout_s=remaining)
+    def execute(self, name: str, args: dict[str, Any], key: str) -> Executed:
+        """The execution choke point: approval, exactly-once, the journal, then the
+        registry (which never raises for tool failures). `key` names this call within
+        the run (ReAct step index, ReWOO step id) so a resumed run finds its result.
+
+        Raises StopRun when the run must end here (denied with on_deny="stop", approval
+        pending, or a side effect whose outcome is unknown after a crash)."""
+        tool = self.registry.get(name)
+        journal = self.journal
+        recorded = journal.recorded_tool(key) if journal is not None else None
+        if recorded is not None and recorded[0] == "done" and recorded[1] is not None:
+            self.trace.tool_calls += 1
+            if tool is not None and not tool.idempotent and recorded[1].error is None:
+                self._ledger[name + "\x00" + _idempotency_key(tool, args)] = (key, recorded[1])
+            return Executed(recorded[1], meta={"replayed": True})
+
+        if tool is not None and self.approver is not None and tool.requires_approval:
+            decision = self._approval(name, args, key, tool.side_effects, tool.description)
+            if not decision.approved:
+                observation = denial_observation(name, decision.reason)
+                denied = ToolResult(name, args, None, observation, ToolError(name, decision.reason, "denied"), 0.0)
+                if self.on_deny == "stop":
+                    self.record(Step(self.next_index, "denied", tool=name, args=args,
+                                     observation=observation, error=decision.reason))
+                    raise StopRun("denied", observation)
+                return Executed(denied, "denied")
+
+        if tool is not None and not tool.idempotent:
+            ledger_key = name + "\x00" + _idempotency_key(tool, args)
+            with self._lock:
+                lock = self._key_locks.setdefault(ledger_key, threading.Lock())
+            with lock:  # two concurrent identical side effects: the second waits, then reuses
+                done = self._ledger.get(ledger_key)
+                if done is not None:
+                    note = f"not run again: same call and idempotency key as {done[0]}"
+                    return Executed(done[1], meta={"exactly_once": note})
+                executed = self._run_tool(tool.name, args, key, recorded)
+                if executed.result.error is None:
+                    self._ledger[ledger_key] = (key, executed.result)
+                return executed
+        return self._run_tool(name, args, key, recorded)
+
+    def _run_tool(
+        self, name: str, args: dict[str, Any], key: str, recorded: tuple[str, ToolResult | None] | None
+    ) -> Executed:
+        tool = self.registry.get(name)
+
+        if (
+            recorded is not None
+            and recorded[0] == "started"
+            and tool is not None
+            and not tool.idempotent
+            and not self.rerun_unfinished
+        ):
+            message = (
+                f"{name} was started before the run stopped but its result was not recorded; "
+                f"it is not idempotent, so it was not run again. Check whether it took effect, "
+                f"then resume with rerun_unfinished=True or finish the run by hand."
+            )
+            self.record(Step(self.next_index, "error", tool=name, args=args, error=message))
+            raise StopRun("error", message)
+
+        journal = self.journal
+        if journal is not None:
+            journal.record_tool_start(key, name, args)
+        result = self.registry.execute(name, args, timeout_s=self.deadline.remaining())
+        with self._lock:
+            self.trace.tool_calls += 1
+        if journal is not None:
+            journal.record_tool_result(key, result)
+        return Executed(result)
+
+    async def aexecute(self, name: str, args: dict[str, Any], key: str) -> Executed:
+        """execute() for the concurrent ReWOO scheduler. A plain call goes straight to the
+        registry (async tools on the event loop, sync tools on the worker pool); a call
+        that needs the gate (approval, exactly-once, journal) runs execute() on a worker
+        thread."""
+        tool = self.registry.get(name)
+        gated = self.journal is not None or (
+            tool is not None
+            and (not tool.idempotent or (self.approver is not None and tool.requires_approval))
+        )
+        if gated:
+            return await asyncio.to_thread(self.execute, name, args, key)
+        result = await self.registry.aexecute(name, args, timeout_s=self.deadline.remaining())
         self.trace.tool_calls += 1
-        return result
+        return Executed(result)
+
+    def _approval(self, name: str, args: dict[str, Any], key: str, side_effects: str, description: str) -> Decision:
+        request = ApprovalRequest(name, args, approval_key(name, args), key, side_effects,
+                                  description, self.trace.run_id)
+        journal = self.journal
+        if journal is not None:
+            known = journal.recorded_decision(request.key)
+            if known is not None:
+                return known
+        assert self.approver is not None
+        try:
+            decision = ask(self.approver, request)
+        except ApprovalPending:
+            self.trace.meta["pending_approval"] = request.to_dict()
+            if journal is not None:
+                journal.record_pending(request)
+            raise StopRun("paused", f"waiting for approval of {name}") from None
+        if journal is not None:
+            journal.record_decision(request, decision)
+        return decision
+
+
+def _idempotency_key(tool: Any, args: dict[str, Any]) -> str:
+    """Same arguments and same idempotency key make the same side effect. A tool may
+    name the argument that carries its key (`idempotency_key="request_id"`) or give a
+    function of the arguments; by default the key is the arguments themselves."""
+    spec = getattr(tool, "idempotency_key", None)
+    if callable(spec):
+        return str(spec(args))
+    if isinstance(spec, str):
+        return call_key("", args) + "\x00" + str(args.get(spec))
+    return call_key("", args)
+
+
+RUN_OPTIONS = frozenset(
+    {"prompts", "tools", "approver", "on_deny", "store", "run_id", "max_tokens", "memory", "context_tokens"}
+)
+
+
+def open_context(
+    task: str,
+    mode: str,
+    policy: Policy,
+    registry: ToolRegistry,
+    limits: Limits,
+    config: dict[str, Any],
+    options: dict[str, Any],
+) -> RunContext:
+    """Build a RunContext from a mode's limits and the run options shared by all modes.
+
+    options: prompts, tools (the names this run may use), approver, on_deny, store (a
+    durable journal: the run's config is saved so `resume` can rebuild it), run_id,
+    max_tokens. Unknown names are a TypeError, not silently ignored.
+    """
+    options = dict(options)
+    journal: Journal | None = options.pop("_journal", None)  # set by resume()
+    rerun_unfinished = bool(options.pop("_rerun_unfinished", False))
+    unknown = sorted(set(options) - RUN_OPTIONS)
+    if unknown:
+        raise TypeError(f"unknown run option(s): {', '.join(unknown)}")
+    run_id = options.get("run_id")
+    store = options.get("store")
+    if store is not None and journal is None:
+        run_id, journal = store.start_run(run_id, task, mode, {**config, "tools": options.get("tools")})
+    tools = options.get("tools")
+    return RunContext(
+        task,
+        mode,
+        policy,
+        registry,
+        limits,
+        options.get("prompts") or DEFAULT_PROMPTS,
+        tools=None if tools is None else list(tools),
+        approver=options.get("approver"),
+        on_deny=options.get("on_deny", "observe"),
+        journal=journal,
+        run_id=run_id,
+        rerun_unfinished=rerun_unfinished,
+    )
 
 
 class _PolicyTimeout(Exception):
@@ -192,6 +413,10 @@ class Run(Iterator[Step]):
         except StopIteration:
             self._finish()
             raise
+        except StopRun as stop:
+            self._ctx.stop(stop.reason)
+            self._finish()
+            raise StopIteration from None
         except KeyboardInterrupt as exc:
             if self.trace.stopped_reason is None:
                 self._ctx.stop("interrupted")
@@ -215,6 +440,8 @@ class Run(Iterator[Step]):
             self._finished = True
             self.trace.duration_s = time.perf_counter() - self._ctx.started
             self._steps.close()
+            if self._ctx.journal is not None:
+                self._ctx.journal.record_end(self.trace)
 
     def run(self) -> Trace:
         """Drive the run to its end and return the trace."""

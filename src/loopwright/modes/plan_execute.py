@@ -10,11 +10,11 @@ import time
 from typing import Any
 
 from loopwright.guards import Limits
-from loopwright.modes._core import Run, RunContext, StepGen
+from loopwright.modes._core import Run, RunContext, StepGen, open_context
 from loopwright.modes.rewoo import plan_call
 from loopwright.parsing import PlanStep, substitute
 from loopwright.policy import Policy
-from loopwright.prompts import DEFAULT_PROMPTS, PromptSet, describe_tools, render_evidence
+from loopwright.prompts import describe_tools, render_evidence
 from loopwright.tools import ToolRegistry
 from loopwright.trace import Step
 
@@ -28,19 +28,21 @@ def iter_plan_execute(
     token_budget: int | None = None,
     timeout_s: float | None = None,
     max_replans: int = 2,
-    prompts: PromptSet = DEFAULT_PROMPTS,
-    tools: Any = None,
-    max_tokens: int | None = None,
-    **ignored: Any,
+    on_parse_error: str | None = None,
+    on_repeat: str | None = None,
+    dialect: str | None = None,
+    **options: Any,
 ) -> Run:
-    """Start a plan-execute-replan run; iterate the result to get each Step."""
-    unknown = sorted(set(ignored) - {"on_parse_error", "on_repeat", "dialect"})
-    if unknown:
-        raise TypeError(f"unknown run option(s): {', '.join(unknown)}")
+    """Start a plan-execute-replan run; iterate the result to get each Step.
+
+    on_parse_error, on_repeat and dialect are ReAct limits, accepted and ignored here.
+    """
     limits = Limits(max_steps=max_steps, token_budget=token_budget, timeout_s=timeout_s,
                     max_replans=max_replans)
-    ctx = RunContext(task, "plan_execute", policy, registry, limits, prompts, tools=tools)
-    return Run(ctx, _plan_execute(ctx, max_tokens))
+    config = {"max_steps": max_steps, "token_budget": token_budget, "timeout_s": timeout_s,
+              "max_replans": max_replans, "max_tokens": options.get("max_tokens")}
+    ctx = open_context(task, "plan_execute", policy, registry, limits, config, options)
+    return Run(ctx, _plan_execute(ctx, options.get("max_tokens")))
 
 
 def run_plan_execute(task: str, policy: Policy, registry: ToolRegistry, **limits: Any) -> Any:
@@ -107,16 +109,18 @@ def _execute(ctx: RunContext, plan: list[PlanStep], history: list[tuple[str, str
             return step.id, str(exc), None, False
         if step.tool in ctx.registry:
             args = ctx.registry.bind(step.tool, args)
-        result = ctx.execute(step.tool, args)
+        executed = ctx.execute(step.tool, args, f"{attempt + 1}:{step.id}")
+        result = executed.result
         yield ctx.record(
-            Step(ctx.next_index, "action", tool=step.tool, args=args, observation=result.observation,
+            Step(ctx.next_index, executed.kind, tool=step.tool, args=args,
+                 observation=result.observation,
                  error=None if result.error is None else result.error.message,
                  duration_s=time.perf_counter() - start, step_id=step.id,
-                 meta={"tool_s": result.duration_s, "attempt": attempt + 1})
+                 meta={"tool_s": result.duration_s, "attempt": attempt + 1, **(executed.meta or {})})
         )
         history.append((label, step.tool, result.observation))
         if result.error is not None:
-            return step.id, result.error.as_observation(), None, False
+            return step.id, result.observation if executed.kind == "denied" else result.error.as_observation(), None, False
         evidence[step.id] = result.value
         answer = result.observation
     return "", "", answer, True

@@ -13,10 +13,10 @@ from typing import Any
 
 from loopwright.errors import ParseError
 from loopwright.guards import Limits, RepeatDetector
-from loopwright.modes._core import PolicyFailed, Run, RunContext, StepGen, first_line
+from loopwright.modes._core import PolicyFailed, Run, RunContext, StepGen, first_line, open_context
 from loopwright.parsing import Action, FinalAnswer, parse_react_step, parse_tool_calls
 from loopwright.policy import ModelRequest, Policy
-from loopwright.prompts import DEFAULT_PROMPTS, PromptSet, describe_tools, example_call, fence
+from loopwright.prompts import describe_tools, example_call, fence
 from loopwright.tools import ToolRegistry
 from loopwright.trace import Step
 
@@ -48,8 +48,19 @@ class _Scratchpad:
             block = f" {thought}\nAction {k}: {action}\nObservation {k}: {observation}\nThought {k + 1}:"
         else:
             block = f" {thought}\n{action}\nObservation: {observation}\nThought:"
-        self.text += block
-        self.transcript += f"Thought: {thought}\n{action}\nObservation: {observation}\n"
+        self.text = _extend(self, "text", block)
+        self.transcript = _extend(self, "transcript", f"Thought: {thought}\n{action}\nObservation: {observation}\n")
+
+
+def _extend(pad: _Scratchpad, attr: str, block: str) -> str:
+    """pad.<attr> + block without copying the whole prompt each step: with the attribute
+    cleared, the local is the only reference and CPython grows the string in place.
+    (Steps keep `prompt_chars`, not a copy of the prompt, for the same reason: the
+    scratchpad is append-only, so every step's prompt is a prefix of the final one.)"""
+    text: str = getattr(pad, attr)
+    setattr(pad, attr, "")
+    text += block
+    return text
 
 
 def _render_action(dialect: str, action: Action) -> str:
@@ -72,13 +83,14 @@ def iter_react(
     on_parse_error: str = "observe",
     on_repeat: str = "nudge",
     dialect: str = "json",
-    prompts: PromptSet = DEFAULT_PROMPTS,
-    tools: Any = None,
-    max_tokens: int | None = None,
-    **ignored: Any,
+    max_replans: int | None = None,
+    **options: Any,
 ) -> Run:
-    """Start a ReAct run; iterate the result to get each Step as it happens."""
-    _reject_unknown(ignored, {"max_replans"})
+    """Start a ReAct run; iterate the result to get each Step as it happens.
+
+    max_replans is accepted (and ignored) so one set of limits works in every mode.
+    Other options: see `loopwright.modes._core.open_context`.
+    """
     if dialect not in DIALECTS:
         raise ValueError(f"dialect must be one of {DIALECTS}, got {dialect!r}")
     limits = Limits(
@@ -88,8 +100,11 @@ def iter_react(
         on_parse_error=on_parse_error,  # type: ignore[arg-type]
         on_repeat=on_repeat,  # type: ignore[arg-type]
     )
-    ctx = RunContext(task, "react", policy, registry, limits, prompts, tools=tools)
-    return Run(ctx, _react(ctx, dialect, max_tokens))
+    config = {"max_steps": max_steps, "token_budget": token_budget, "timeout_s": timeout_s,
+              "on_parse_error": on_parse_error, "on_repeat": on_repeat, "dialect": dialect,
+              "max_tokens": options.get("max_tokens")}
+    ctx = open_context(task, "react", policy, registry, limits, config, options)
+    return Run(ctx, _react(ctx, dialect, options.get("max_tokens")))
 
 
 def run_react(task: str, policy: Policy, registry: ToolRegistry, **limits: Any) -> Any:
@@ -106,22 +121,18 @@ def _react(ctx: RunContext, dialect: str, max_tokens: int | None) -> StepGen:
     try:
         for _ in range(limits.max_steps):
             k = ctx.next_index
-            prompt = pad.text
-            request = ModelRequest(
-                prompt,
-                pad.stop,
-                "react",
-                tools,
-                tuple(pad.messages),
-                max_tokens,
-                "json" if dialect == "native" else dialect,
-            )
+            prompt = len(pad.text)  # the prompt is pad.text[:prompt], kept as a length
             t0 = time.perf_counter()
             try:
-                call = ctx.call_model(request)
+                call = ctx.call_model(
+                    ModelRequest(
+                        pad.text, pad.stop, "react", tools, tuple(pad.messages), max_tokens,
+                        "json" if dialect == "native" else dialect,
+                    )
+                )
             except PolicyFailed as failed:
                 yield ctx.record(
-                    Step(k, "error", error=failed.message, prompt=prompt,
+                    Step(k, "error", error=failed.message, prompt_chars=prompt,
                          duration_s=time.perf_counter() - t0)
                 )
                 ctx.stop(failed.reason)
@@ -139,7 +150,7 @@ def _react(ctx: RunContext, dialect: str, max_tokens: int | None) -> StepGen:
                 observation = template.format(error=message)
                 yield ctx.record(
                     Step(k, "parse_error", raw=raw, error=message, observation=observation,
-                         duration_s=time.perf_counter() - t0, usage=call.usage, prompt=prompt)
+                         duration_s=time.perf_counter() - t0, usage=call.usage, prompt_chars=prompt)
                 )
                 stop = ctx.guard_after_call()
                 if stop:
@@ -155,10 +166,9 @@ def _react(ctx: RunContext, dialect: str, max_tokens: int | None) -> StepGen:
             if isinstance(parsed, FinalAnswer):
                 yield ctx.record(
                     Step(k, "final", raw=raw, thought=parsed.thought, observation=None,
-                         duration_s=time.perf_counter() - t0, usage=call.usage, prompt=prompt)
+                         duration_s=time.perf_counter() - t0, usage=call.usage, prompt_chars=prompt)
                 )
                 pad.transcript += f"Thought: {parsed.thought}\nFinal Answer: {parsed.answer}\n"
-                ctx.trace.transcript = pad.transcript
                 ctx.stop("final", parsed.answer)
                 return
 
@@ -170,7 +180,7 @@ def _react(ctx: RunContext, dialect: str, max_tokens: int | None) -> StepGen:
                 yield ctx.record(
                     Step(k, "action", raw=raw, thought=parsed.thought, tool=name, args=args,
                          error=f"not executed: {stop.replace('_', ' ')} reached",
-                         duration_s=time.perf_counter() - t0, usage=call.usage, prompt=prompt)
+                         duration_s=time.perf_counter() - t0, usage=call.usage, prompt_chars=prompt)
                 )
                 ctx.stop(stop)
                 return
@@ -181,7 +191,7 @@ def _react(ctx: RunContext, dialect: str, max_tokens: int | None) -> StepGen:
                     yield ctx.record(
                         Step(k, "nudge", raw=raw, thought=parsed.thought, tool=name, args=args,
                              error=f"repeated call: {name} proposed {count} times in a row",
-                             duration_s=time.perf_counter() - t0, usage=call.usage, prompt=prompt)
+                             duration_s=time.perf_counter() - t0, usage=call.usage, prompt_chars=prompt)
                     )
                     ctx.stop("repeated_call")
                     return
@@ -191,27 +201,32 @@ def _react(ctx: RunContext, dialect: str, max_tokens: int | None) -> StepGen:
                 yield ctx.record(
                     Step(k, "nudge", raw=raw, thought=parsed.thought, tool=name, args=args,
                          observation=observation, duration_s=time.perf_counter() - t0,
-                         usage=call.usage, prompt=prompt, meta={"repeats": count})
+                         usage=call.usage, prompt_chars=prompt, meta={"repeats": count})
                 )
                 pad.append(k, parsed.thought, _render_action(dialect, parsed), observation)
                 _native_call(pad, parsed, name, args, observation)
                 continue
 
-            result = ctx.execute(name, args)
+            executed = ctx.execute(name, args, str(k))
+            result = executed.result
             observation = result.observation
             repeats.executed(observation)
+            meta = {"tool_s": result.duration_s, "model_s": call.seconds}
+            if executed.meta:
+                meta.update(executed.meta)
             yield ctx.record(
-                Step(k, "action", raw=raw, thought=parsed.thought, tool=name, args=args,
+                Step(k, executed.kind, raw=raw, thought=parsed.thought, tool=name, args=args,
                      observation=observation,
                      error=None if result.error is None else result.error.message,
-                     duration_s=time.perf_counter() - t0, usage=call.usage, prompt=prompt,
-                     meta={"tool_s": result.duration_s, "model_s": call.seconds})
+                     duration_s=time.perf_counter() - t0, usage=call.usage, prompt_chars=prompt,
+                     meta=meta)
             )
             pad.append(k, parsed.thought, _render_action(dialect, parsed), fence(observation, f"{name}#{k}"))
             _native_call(pad, parsed, name, args, observation)
         ctx.stop("max_steps")
     finally:
         ctx.trace.transcript = pad.transcript
+        ctx.trace.scratchpad = pad.text
 
 
 def _parse_native(completion: Any) -> Action | FinalAnswer:
@@ -250,9 +265,3 @@ def _native_text(pad: _Scratchpad, raw: str, observation: str) -> None:
     if pad.dialect == "native":
         pad.messages.append({"role": "assistant", "content": raw})
         pad.messages.append({"role": "user", "content": observation})
-
-
-def _reject_unknown(extra: dict[str, Any], allowed: set[str]) -> None:
-    unknown = sorted(set(extra) - allowed)
-    if unknown:
-        raise TypeError(f"unknown run option(s): {', '.join(unknown)}")

@@ -18,11 +18,11 @@ from typing import Any, TypeVar
 
 from loopwright.errors import ParseError
 from loopwright.guards import Limits
-from loopwright.modes._core import PolicyFailed, Run, RunContext, StepGen
+from loopwright.modes._core import PolicyFailed, Run, RunContext, StepGen, open_context
 from loopwright.parsing import PlanStep, parse_plan, substitute
 from loopwright.policy import ModelRequest, Policy
-from loopwright.prompts import DEFAULT_PROMPTS, PromptSet, describe_tools, render_evidence
-from loopwright.tools import ToolRegistry, ToolResult
+from loopwright.prompts import describe_tools, render_evidence
+from loopwright.tools import ToolRegistry
 from loopwright.trace import Step
 
 T = TypeVar("T")
@@ -36,16 +36,22 @@ def iter_rewoo(
     max_steps: int = 10,
     token_budget: int | None = None,
     timeout_s: float | None = None,
-    prompts: PromptSet = DEFAULT_PROMPTS,
-    tools: Any = None,
-    max_tokens: int | None = None,
-    **ignored: Any,
+    max_replans: int | None = None,
+    on_parse_error: str | None = None,
+    on_repeat: str | None = None,
+    dialect: str | None = None,
+    **options: Any,
 ) -> Run:
-    """Start a ReWOO run; iterate the result to get each Step as it happens."""
-    _reject_unknown(ignored)
+    """Start a ReWOO run; iterate the result to get each Step as it happens.
+
+    max_replans, on_parse_error, on_repeat and dialect are ReAct / plan-execute limits,
+    accepted and ignored here so one set of limits works in every mode.
+    """
     limits = Limits(max_steps=max_steps, token_budget=token_budget, timeout_s=timeout_s)
-    ctx = RunContext(task, "rewoo", policy, registry, limits, prompts, tools=tools)
-    return Run(ctx, _rewoo(ctx, max_tokens))
+    config = {"max_steps": max_steps, "token_budget": token_budget, "timeout_s": timeout_s,
+              "max_tokens": options.get("max_tokens")}
+    ctx = open_context(task, "rewoo", policy, registry, limits, config, options)
+    return Run(ctx, _rewoo(ctx, options.get("max_tokens")))
 
 
 def run_rewoo(task: str, policy: Policy, registry: ToolRegistry, **limits: Any) -> Any:
@@ -173,13 +179,13 @@ async def _schedule(ctx: RunContext, plan: list[PlanStep]) -> dict[str, WorkerOu
             )
         if step.tool in ctx.registry:
             args = ctx.registry.bind(step.tool, args)
-        result: ToolResult = await ctx.registry.aexecute(step.tool, args, timeout_s=ctx.deadline.remaining())
-        ctx.trace.tool_calls += 1  # event-loop thread only: no race
+        executed = await ctx.aexecute(step.tool, args, step.id)
+        result = executed.result
+        meta = {"tool_s": result.duration_s, **(executed.meta or {})}
         return WorkerOutcome(
-            Step(0, "action", tool=step.tool, args=args, observation=result.observation,
+            Step(0, executed.kind, tool=step.tool, args=args, observation=result.observation,
                  error=None if result.error is None else result.error.message,
-                 duration_s=time.perf_counter() - start, step_id=step.id,
-                 meta={"tool_s": result.duration_s}),
+                 duration_s=time.perf_counter() - start, step_id=step.id, meta=meta),
             result.value,
             result.error is None,
         )
@@ -230,10 +236,3 @@ def _transcript(task: str, plan: list[PlanStep], evidence: list[tuple[str, str, 
     lines += [f"  {sid} = {obs}" for sid, _tool, obs in evidence]
     lines.append(f"Final Answer: {answer}")
     return "\n".join(lines)
-
-
-def _reject_unknown(extra: dict[str, Any]) -> None:
-    allowed = {"max_replans", "on_parse_error", "on_repeat", "dialect"}
-    unknown = sorted(set(extra) - allowed)
-    if unknown:
-        raise TypeError(f"unknown run option(s): {', '.join(unknown)}")

@@ -1,0 +1,125 @@
+"""Approval gates and exactly-once side effects.
+
+An approver is any callable given an ApprovalRequest (the exact tool and arguments)
+that returns a Decision (or a bool). A decision binds to the exact call: its key is a
+hash of the tool name and the canonical arguments, so approving `delete(id=1)` says
+nothing about `delete(id=2)`. An approver that cannot decide now raises
+ApprovalPending: the run stops with "paused", the request is serialisable, and a later
+`resume` (with a journal) continues once a decision is given.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from loopwright.guards import call_key
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """An approver's answer: approved or not, and why (shown to the model on denial)."""
+
+    approved: bool
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"approved": self.approved, "reason": self.reason}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Decision:
+        return cls(bool(d["approved"]), str(d.get("reason", "")))
+
+
+def approve(reason: str = "approved") -> Decision:
+    return Decision(True, reason)
+
+
+def deny(reason: str = "denied by approver") -> Decision:
+    return Decision(False, reason)
+
+
+def approval_key(tool: str, args: Any) -> str:
+    """The identity a decision binds to: the tool and its exact arguments."""
+    return hashlib.sha256(call_key(tool, args).encode("utf-8")).hexdigest()[:32]
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequest:
+    """A call waiting for a person or a program to allow it."""
+
+    tool: str
+    args: dict[str, Any]
+    key: str
+    step: int | str
+    side_effects: str = "none"
+    description: str = ""
+    run_id: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tool": self.tool,
+            "args": json.loads(json.dumps(self.args, default=str)),
+            "key": self.key,
+            "step": self.step,
+            "side_effects": self.side_effects,
+            "description": self.description,
+            "run_id": self.run_id,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ApprovalRequest:
+        return cls(
+            tool=str(d["tool"]),
+            args=dict(d["args"]),
+            key=str(d["key"]),
+            step=d["step"],
+            side_effects=str(d.get("side_effects", "none")),
+            description=str(d.get("description", "")),
+            run_id=d.get("run_id"),
+        )
+
+
+class ApprovalPending(Exception):  # noqa: N818 - a control signal, not an error
+    """Raised by an approver to pause the run until a decision is available."""
+
+
+Approver = Callable[[ApprovalRequest], "Decision | bool"]
+
+
+def ask(approver: Approver, request: ApprovalRequest) -> Decision:
+    """Call an approver and normalise its answer. ApprovalPending propagates; any other
+    exception is a denial (an approver that breaks must not approve by accident)."""
+    try:
+        out = approver(request)
+    except ApprovalPending:
+        raise
+    except Exception as exc:
+        return Decision(False, f"approver failed: {type(exc).__name__}: {exc}")
+    if isinstance(out, Decision):
+        return out
+    if isinstance(out, bool):
+        return Decision(out, "approved" if out else "denied by approver")
+    return Decision(False, f"approver returned {type(out).__name__}, not a Decision or bool")
+
+
+def decisions_approver(decisions: Mapping[str, Decision | bool], fallback: Approver | None = None) -> Approver:
+    """An approver that answers from decisions given ahead of time, keyed by approval
+    key; calls it has no decision for are passed to `fallback`, else left pending."""
+
+    def approver(request: ApprovalRequest) -> Decision | bool:
+        if request.key in decisions:
+            return decisions[request.key]
+        if fallback is not None:
+            return fallback(request)
+        raise ApprovalPending(request.key)
+
+    return approver
+
+
+def denial_observation(tool: str, reason: str) -> str:
+    return f"DENIED[{tool}]: {reason}"
