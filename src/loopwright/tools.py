@@ -58,7 +58,9 @@ from typing_extensions import TypedDict
 
 from loopwright.errors import LoopwrightError, ToolDefinitionError, describe
 
-ToolErrorKind = Literal["unknown_tool", "invalid_args", "exception", "timeout", "unrenderable"]
+ToolErrorKind = Literal[
+    "unknown_tool", "invalid_args", "exception", "timeout", "unrenderable", "denied"
+]  # "denied": refused by an approval gate (the loops build it; dispatch never does)
 SideEffects = Literal["none", "read", "write", "destructive"]
 
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
@@ -588,9 +590,9 @@ class Tool:
                 if extra is not None
                 else TypedDict(f"{self.name}_args", fields)  # type: ignore[operator]
             )
-            typed.__pydantic_config__ = ConfigDict(
-                strict=True, extra="forbid", arbitrary_types_allowed=True
-            )
+            typed.__pydantic_config__ = ConfigDict(strict=True, arbitrary_types_allowed=True)
+            if extra is None:
+                typed.__pydantic_config__["extra"] = "forbid"
             adapter = TypeAdapter(typed)
             schema = adapter.json_schema(schema_generator=_LenientJsonSchema)
         except Exception as exc:
@@ -1003,9 +1005,7 @@ class ToolRegistry:
         if isinstance(prepared, ToolError):
             return prepared
         found, call_args = prepared
-        timeout = timeout_s
-        if timeout is None:
-            timeout = found.timeout_s if found.timeout_s is not None else self.tool_timeout_s
+        timeout = self._timeout(found, timeout_s)
         if timeout is None and not found.is_async:  # no thread, no event loop
             try:
                 value = found._invoke(call_args)
@@ -1086,10 +1086,12 @@ class ToolRegistry:
         return self._result(name, args, value if ok else _failure(found.name, value), start)
 
     def _timeout(self, tool: Tool, timeout_s: float | None) -> float | None:
-        """Per-call wins, then the tool's own, then the registry's."""
-        if timeout_s is not None:
-            return timeout_s
-        return tool.timeout_s if tool.timeout_s is not None else self.tool_timeout_s
+        """The tool's own timeout, else the registry's; a per-call timeout caps it (the
+        loops pass the run's remaining wall clock, which must not lift a tighter limit)."""
+        own = tool.timeout_s if tool.timeout_s is not None else self.tool_timeout_s
+        if timeout_s is None:
+            return own
+        return timeout_s if own is None else min(timeout_s, own)
 
 
 _PLAIN: Final = frozenset({str, int, float, bool, type(None)})  # always renderable
