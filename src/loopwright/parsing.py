@@ -130,7 +130,6 @@ _ANCHOR = re.compile(
 )
 _MAIN_KINDS = {"thought": "thought", "action": "action", "actioninput": "input",
                "finalanswer": "final"}
-_CUT_WORDS = frozenset({"observation", "question", "example"})
 
 
 def _classify(m: re.Match[str]) -> str | None:
@@ -140,13 +139,12 @@ def _classify(m: re.Match[str]) -> str | None:
     colon = m.group("colon") is not None
     if key in _MAIN_KINDS:
         return _MAIN_KINDS[key] if colon and not m.group("plural") else None
-    if key == "actionoutput":
-        return "cut" if colon or m.group("mid") is None else None
-    # Observation / Question / Example: a new turn. Mid-line, or in lower case, only with
-    # a colon, so prose such as "question whether ..." is not cut.
-    if colon or (m.group("mid") is None and kw[0].isupper()):
-        return "cut"
-    return None
+    # Observation / Question / Example: a new turn. In lower case only with a colon, so
+    # prose such as "question whether ..." is not cut; mid-line only right after an
+    # action's closing `]` or `}`, so "... an example. Example: ..." in a thought is not.
+    if m.group("mid") is not None:
+        return "cut" if colon and m.string[m.start() - 1] in "]}" else None
+    return "cut" if colon or kw[0].isupper() else None
 
 
 def parse_react_step(text: str, *, dialect: Dialect | None = None) -> Action | FinalAnswer:
@@ -371,12 +369,14 @@ def _decode_json_at(text: str, start: int, seg_end: int) -> tuple[Any, int]:
         value, end = _DECODER.raw_decode(text, i)
     except json.JSONDecodeError as first:
         segment = text[i:max(seg_end, i)].rstrip().rstrip("`").rstrip()
-        for attempt in _repairs(segment):
+        for attempt, closed, decoded in _repairs(segment):
             try:
                 value, _ = _DECODER.raw_decode(attempt)
             except ValueError:
                 continue
-            return (_unescape_deep(value) if "&" in attempt else value), seg_end
+            if closed and not (isinstance(value, dict) and value):
+                continue  # "{" cut short is no call with no arguments
+            return (value if decoded else _unescape_deep(value)), seg_end
         raise _Bad(f"Action Input is not valid JSON: {_where(first, text, i)}") from None
     except ValueError as err:  # e.g. an integer past the digit limit
         raise _Bad(f"Action Input is not valid JSON: {describe(str(err), 60)}") from None
@@ -393,14 +393,12 @@ def _where(err: json.JSONDecodeError, text: str, start: int) -> str:
     return f"{err.msg} (line {line} column {pos - line_start + 1})"
 
 
-def _repairs(segment: str) -> list[str]:
-    """Cheap fixes tried only after the raw text failed: entities around the JSON syntax,
-    then one missing closing brace."""
-    out = []
-    if "&" in segment:
-        out.append(_unescape(segment))
+def _repairs(segment: str) -> list[tuple[str, bool, bool]]:
+    """Cheap fixes tried only after the raw text failed, as (text, closed, entities
+    decoded): entities around the JSON syntax, then one missing closing brace."""
+    out = [(_unescape(segment), False, True)] if "&" in segment else []
     if segment.startswith("{") and not segment.endswith("}"):
-        out.extend(s + "}" for s in list(out) + [segment])
+        out += [(t + "}", True, d) for t, _, d in [*out, (segment, False, False)]]
     return out
 
 
