@@ -4,6 +4,8 @@ substitute and find_refs, the seeds' examples, and properties over untrusted tex
 from __future__ import annotations
 
 import json
+import re
+import timeit
 from types import SimpleNamespace
 from typing import Any
 
@@ -11,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+import loopwright.parsing as parsing_module
 from loopwright.errors import ParseError
 from loopwright.parsing import (
     FORMAT_HELP_BRACKETS,
@@ -477,6 +480,38 @@ def test_any_tool_name_and_object_round_trip(name: str, args: dict[str, Any]) ->
     if name.lower() == "finish":
         return
     assert step == Action("t", name, json.loads(json.dumps(args)))
+
+
+# ------------------------------------------------------------ speed
+
+
+@pytest.mark.parametrize("text", [
+    CANONICAL,
+    ' I should look up France.\nAction: search\nAction Input: {"q": "it&#39;s"}\n',
+    "\n  Thought: t\nAction: web.search-2\nAction Input: {}",
+])
+def test_canonical_steps_take_the_fast_path(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    def general_path(*args: Any) -> None:
+        raise AssertionError("took the general path")
+
+    monkeypatch.setattr(parsing_module, "_parse_react_general", general_path)
+    assert isinstance(parse_react_step(text), Action)
+
+
+def test_canonical_step_costs_under_five_bare_regex_json_loops() -> None:
+    pattern = re.compile(r"Action:\s*(\S+)\s*\nAction Input:\s*(.*)", re.S)
+
+    def bare() -> tuple[str, Any]:
+        m = pattern.search(CANONICAL)
+        assert m is not None
+        return m.group(1), json.loads(m.group(2))
+
+    def ours() -> Action | FinalAnswer:
+        return parse_react_step(CANONICAL)
+
+    bare_s = min(timeit.repeat(bare, number=2000, repeat=7))
+    ours_s = min(timeit.repeat(ours, number=2000, repeat=7))
+    assert ours_s < 5 * bare_s, f"{ours_s / bare_s:.1f}x the bare loop"
 
 
 # ------------------------------------------------------------ plans

@@ -61,6 +61,7 @@ REF_PATTERN: Final = re.compile(r"#(E\d+)")
 """An evidence reference inside a plan step's args: `#E1` refers to evidence id `E1`."""
 
 TOOL_NAME_PATTERN: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
+"""A tool name the parsers accept (use fullmatch); digits-only names are not tool names."""
 _STEP_ID = re.compile(r"E\d+")
 _ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
 _FENCE_LINE = re.compile(r"^[ \t]*```[\w+.-]*[ \t]*(?:\n|\Z)", re.MULTILINE)
@@ -154,8 +155,9 @@ def parse_react_step(text: str, *, dialect: Dialect | None = None) -> Action | F
     name[argument]` (`finish[answer]` answers). The step ends where the model starts a new
     turn (a line beginning Observation, Question, Example or Action Output, or a second
     Thought / Action / Action Input after a complete action); within what remains, a Final
-    Answer wins over an Action. `dialect` only picks the format help shown in errors
-    (by default it follows the text).
+    Answer wins over an Action. A tool name must match TOOL_NAME_PATTERN (a letter or
+    `_`, then up to 63 letters, digits, `_`, `-`, `.`): `Action: 1889` is an error.
+    `dialect` only picks the format help shown in errors (by default it follows the text).
 
     Raises ParseError, and nothing else, for any input.
     """
