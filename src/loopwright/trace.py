@@ -23,6 +23,7 @@ STOP_REASONS: Final = frozenset(
         "timeout",
         "denied",
         "interrupted",
+        "paused",  # waiting for an approval decision; resume() continues it
     }
 )
 

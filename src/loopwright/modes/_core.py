@@ -206,7 +206,7 @@ class RunContext:
                 self._ledger[name + "\x00" + _idempotency_key(tool, args)] = (key, recorded[1])
             return Executed(recorded[1], meta={"replayed": True})
 
-        if tool is not None and self.approver is not None and tool.requires_approval:
+        if tool is not None and tool.requires_approval:
             decision = self._approval(name, args, key, tool.side_effects, tool.description)
             if not decision.approved:
                 observation = denial_observation(name, decision.reason)
@@ -270,7 +270,7 @@ class RunContext:
         tool = self.registry.get(name)
         gated = self.journal is not None or (
             tool is not None
-            and (not tool.idempotent or (self.approver is not None and tool.requires_approval))
+            and (not tool.idempotent or tool.requires_approval)
         )
         if gated:
             return await asyncio.to_thread(self.execute, name, args, key)
@@ -286,7 +286,8 @@ class RunContext:
             known = journal.recorded_decision(request.key)
             if known is not None:
                 return known
-        assert self.approver is not None
+        if self.approver is None:  # fail closed: a gated tool never runs unapproved
+            return Decision(False, "this tool needs approval and the run has no approver")
         try:
             decision = ask(self.approver, request)
         except ApprovalPending:
