@@ -244,6 +244,39 @@ def test_unannotated_parameters_accept_any_value() -> None:
     assert reg.dispatch("echo", {"value": [1, {"a": None}]}) == [1, {"a": None}]
 
 
+class Opaque:
+    pass
+
+
+def test_parameters_of_arbitrary_classes_take_live_objects_only() -> None:
+    def use(thing: Opaque) -> str:
+        return type(thing).__name__
+
+    reg = ToolRegistry([use])
+    assert reg["use"].parameters["properties"] == {"thing": {}}
+    assert reg.dispatch("use", {"thing": Opaque()}) == "Opaque"
+    out = reg.dispatch("use", {"thing": {"a": 1}})
+    assert isinstance(out, ToolError)
+    assert out.message == "invalid args: 'thing' must be an instance of Opaque, got {'a': 1} (dict)"
+
+
+def test_unsupported_annotations_are_definition_errors() -> None:
+    import typing
+
+    class Legacy(typing.TypedDict):  # pydantic needs typing_extensions' on Python < 3.12
+        a: int
+
+    def old(v: Legacy) -> None:
+        pass
+
+    def unresolved(v: "NoSuchType") -> None:  # type: ignore[name-defined]  # noqa: F821
+        pass
+
+    for func in (old, unresolved):
+        with pytest.raises(ToolDefinitionError, match="tool '"):
+            tool(func)
+
+
 def test_var_keyword_opens_the_schema_with_its_annotation() -> None:
     @tool
     def tagged(name: str, **labels: int) -> dict[str, int]:
@@ -401,6 +434,19 @@ def test_tool_stays_callable_and_keeps_metadata() -> None:
     assert delete.timeout_s == 3 and delete.description == "Delete a file."
     write = Tool(lambda p: None, name="w", side_effects="write", requires_approval=True)
     assert (write.idempotent, write.requires_approval) == (False, True)
+    assert add.idempotency_key is None
+
+
+def test_idempotency_key_must_name_a_parameter_or_be_a_function() -> None:
+    @tool(side_effects="write", idempotency_key="request_id")
+    def pay(cents: int, request_id: str) -> None:
+        """Pay."""
+
+    assert pay.idempotency_key == "request_id"
+    keyed = Tool.from_schema("w", "", WEATHER, print, idempotency_key=lambda a: a["city"])
+    assert callable(keyed.idempotency_key)
+    with pytest.raises(ToolDefinitionError, match="idempotency_key"):
+        tool(name="pay2", idempotency_key="nope")(lambda cents: None)
 
 
 @pytest.mark.parametrize("name", ["", "has space", "x" * 65, "<lambda>", "naïve", "a/b"])

@@ -16,10 +16,11 @@ Signatures: an unannotated parameter accepts any value; `**kwargs` makes the sch
 `additionalProperties` its annotation (or `true`); `*args` cannot be filled from named
 arguments and is a ToolDefinitionError; positional-only parameters are passed by position.
 
-Timeouts: when one applies, a sync tool runs in a daemon worker thread that is abandoned,
-not killed, at the deadline (Python cannot kill a thread; the tool keeps running in the
-background until it returns). Async tools are cancelled with `asyncio.wait_for`. With no
-timeout a sync tool runs inline, with no thread.
+Timeouts: a tool's own `timeout_s`, else the registry's `tool_timeout_s`; a per-call
+`timeout_s` caps either (the loops pass the run's remaining wall clock). When one applies,
+a sync tool runs in a daemon worker thread that is abandoned, not killed, at the deadline:
+Python cannot kill a thread, so the tool runs on in the background until it returns. Async
+tools are cancelled with `asyncio.wait_for`. With no timeout a sync tool runs inline.
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ ToolErrorKind = Literal[
     "unknown_tool", "invalid_args", "exception", "timeout", "unrenderable", "denied"
 ]  # "denied": refused by an approval gate (the loops build it; dispatch never does)
 SideEffects = Literal["none", "read", "write", "destructive"]
+# The argument that carries a side effect's idempotency key, or a function of the arguments.
+IdempotencyKey = str | Callable[[Mapping[str, Any]], object] | None
 
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _SIDE_EFFECTS: Final = ("none", "read", "write", "destructive")
@@ -454,6 +457,7 @@ class Tool:
     side_effects: SideEffects
     idempotent: bool
     requires_approval: bool
+    idempotency_key: IdempotencyKey
 
     def __init__(
         self,
@@ -465,6 +469,7 @@ class Tool:
         side_effects: SideEffects = "none",
         idempotent: bool | None = None,
         requires_approval: bool | None = None,
+        idempotency_key: IdempotencyKey = None,
     ) -> None:
         if not callable(func):
             raise ToolDefinitionError(f"a tool needs a callable, got {describe(func)}")
@@ -472,9 +477,10 @@ class Tool:
         summary, param_docs = parse_docstring(inspect.getdoc(func))
         self._setup(
             tool_name, description if description is not None else summary, func,
-            timeout_s, side_effects, idempotent, requires_approval,
+            timeout_s, side_effects, idempotent, requires_approval, idempotency_key,
         )  # fmt: skip
         self._build_typed(param_docs)
+        self._check_key()
         try:
             update_wrapper(self, func, updated=())
         except (AttributeError, TypeError):  # e.g. a callable object without __name__
@@ -492,6 +498,7 @@ class Tool:
         side_effects: SideEffects = "none",
         idempotent: bool | None = None,
         requires_approval: bool | None = None,
+        idempotency_key: IdempotencyKey = None,
     ) -> Tool:
         """A tool declared by a JSON Schema object (MCP, OpenAPI, BFCL function docs).
 
@@ -503,8 +510,12 @@ class Tool:
         if not callable(func):
             raise ToolDefinitionError(f"tool {name!r} needs a callable, got {describe(func)}")
         self = cls.__new__(cls)
-        self._setup(name, description, func, timeout_s, side_effects, idempotent, requires_approval)
+        self._setup(
+            name, description, func, timeout_s, side_effects, idempotent, requires_approval,
+            idempotency_key,
+        )  # fmt: skip
         self._build_schema(parameters)
+        self._check_key()
         return self
 
     def _setup(
@@ -516,6 +527,7 @@ class Tool:
         side_effects: SideEffects,
         idempotent: bool | None,
         requires_approval: bool | None,
+        idempotency_key: IdempotencyKey,
     ) -> None:
         if not isinstance(name, str) or not _NAME.fullmatch(name):
             raise ToolDefinitionError(
@@ -545,8 +557,19 @@ class Tool:
         self.requires_approval = (
             side_effects == "destructive" if requires_approval is None else requires_approval
         )
+        self.idempotency_key = idempotency_key
         self._positional: tuple[str, ...] = ()
         self._defaults: dict[str, Any] = {}
+
+    def _check_key(self) -> None:
+        key = self.idempotency_key
+        if key is None or callable(key) or (isinstance(key, str) and key in self._names):
+            return
+        raise ToolDefinitionError(
+            f"tool {self.name!r}: idempotency_key must name one of its parameters "
+            f"({', '.join(self._names) or 'none'}) or be a function of the arguments, "
+            f"got {describe(key)}"
+        )
 
     def _build_typed(self, param_docs: Mapping[str, str]) -> None:
         try:
@@ -596,9 +619,10 @@ class Tool:
             adapter = TypeAdapter(typed)
             schema = adapter.json_schema(schema_generator=_LenientJsonSchema)
         except Exception as exc:
+            first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             raise ToolDefinitionError(
                 f"tool {self.name!r}: cannot build a validator for its parameters "
-                f"({type(exc).__name__}: {exc})"
+                f"({type(exc).__name__}: {first_line})"
             ) from exc
         schema = _clean_schema(schema)
         for key, default in self._defaults.items():
@@ -669,6 +693,9 @@ class Tool:
         try:
             return self._typed_validator.validate_json(payload, strict=True)  # type: ignore[no-any-return]
         except ValidationError as json_error:
+            if any(e["type"] == "needs_python_object" for e in json_error.errors()):
+                # a parameter that only takes a live object: the Python error says which
+                raise ToolArgumentError(_pydantic_message(failure, args, self._names)) from None
             root = pydantic_core.from_json(payload)
             raise ToolArgumentError(_pydantic_message(json_error, root, self._names)) from None
 
@@ -732,6 +759,7 @@ def tool(
     side_effects: SideEffects = "none",
     idempotent: bool | None = None,
     requires_approval: bool | None = None,
+    idempotency_key: IdempotencyKey = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 def tool(
     func: Callable[..., Any] | None = None,
@@ -742,6 +770,7 @@ def tool(
     side_effects: SideEffects = "none",
     idempotent: bool | None = None,
     requires_approval: bool | None = None,
+    idempotency_key: IdempotencyKey = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a Tool from a typed function; usable as `@tool` and `@tool(...)`."""
 
@@ -749,7 +778,7 @@ def tool(
         return Tool(
             f, name=name, description=description, timeout_s=timeout_s,
             side_effects=side_effects, idempotent=idempotent,
-            requires_approval=requires_approval,
+            requires_approval=requires_approval, idempotency_key=idempotency_key,
         )  # fmt: skip
 
     return make if func is None else make(func)
@@ -799,6 +828,13 @@ def _exception_text(exc: BaseException) -> str:
     except Exception:
         text = f"<exception text unavailable: {type(exc).__name__}.__str__ failed>"
     return f"{type(exc).__name__}: {text}"
+
+
+def _invalid(name: str, exc: Exception) -> ToolError:
+    if isinstance(exc, ToolArgumentError):
+        return ToolError(name, f"invalid args: {exc}", "invalid_args")
+    # e.g. a user's validator inside a pydantic model raising something else
+    return ToolError(name, f"invalid args: {_exception_text(exc)}", "invalid_args")
 
 
 def _failure(name: str, exc: Exception) -> ToolError:
@@ -994,21 +1030,25 @@ class ToolRegistry:
             return self._unknown(name)
         try:
             return found, found._check(args) if type(args) is dict else found.validate(args)
-        except ToolArgumentError as exc:
-            return ToolError(found.name, f"invalid args: {exc}", "invalid_args")
-        except Exception as exc:  # e.g. a user validator inside a pydantic model
-            return ToolError(found.name, f"invalid args: {_exception_text(exc)}", "invalid_args")
+        except Exception as exc:
+            return _invalid(found.name, exc)
 
     def _call(self, name: str, args: Mapping[str, Any], timeout_s: float | None) -> Any:
-        """The tool's value, or a ToolError. Kept lean: this is every step's cost."""
-        prepared = self._prepare(name, args)
-        if isinstance(prepared, ToolError):
-            return prepared
-        found, call_args = prepared
-        timeout = self._timeout(found, timeout_s)
-        if timeout is None and not found.is_async:  # no thread, no event loop
+        """The tool's value, or a ToolError. `_prepare` and `_timeout` are inlined here:
+        this is every step's cost, and a sync tool with no timeout runs with no thread."""
+        found = self._tools.get(name) if isinstance(name, str) else None
+        if found is None:
+            return self._unknown(name)
+        try:
+            call_args = found._check(args) if type(args) is dict else found.validate(args)
+        except Exception as exc:
+            return _invalid(found.name, exc)
+        timeout = found.timeout_s if found.timeout_s is not None else self.tool_timeout_s
+        if timeout_s is not None:
+            timeout = timeout_s if timeout is None else min(timeout_s, timeout)
+        if timeout is None and not found.is_async:
             try:
-                value = found._invoke(call_args)
+                value = found._invoke(call_args) if found._positional else found.func(**call_args)
             except Exception as exc:
                 return _failure(found.name, exc)
             if not isinstance(value, CoroutineType):
@@ -1020,16 +1060,18 @@ class ToolRegistry:
         return value if ok else _failure(found.name, value)
 
     def _render(self, name: str, outcome: Any) -> tuple[str, ToolError | None]:
+        """The observation for an outcome, and the ToolError if it is (or became) one."""
+        limit = self.max_observation_chars
         if type(outcome) is ToolError:
-            return render_observation(outcome.as_observation(), self.max_observation_chars), outcome
+            return render_observation(outcome.as_observation(), limit), outcome
         try:
-            return render_observation(outcome, self.max_observation_chars), None
+            return render_observation(outcome, limit), None
         except Exception as exc:
             kind = type(outcome).__name__
             error = ToolError(
                 name, f"unrenderable result of type {kind} ({_exception_text(exc)})", "unrenderable"
             )
-            return render_observation(error.as_observation(), self.max_observation_chars), error
+            return render_observation(error.as_observation(), limit), error
 
     def _result(self, name: str, args: Any, outcome: Any, start: float) -> ToolResult:
         observation, error = self._render(name, outcome)
@@ -1096,20 +1138,24 @@ class ToolRegistry:
 
 _PLAIN: Final = frozenset({str, int, float, bool, type(None)})  # always renderable
 
-_SLOTS = [ToolResult.__dict__[f].__set__ for f in ToolResult.__slots__]
+_SET_NAME, _SET_ARGS, _SET_VALUE, _SET_OBSERVATION, _SET_ERROR, _SET_DURATION = (
+    ToolResult.__dict__[field].__set__ for field in ToolResult.__slots__
+)
 
 
 def _new_result(
     name: str, args: dict[str, Any], value: Any, observation: str, error: ToolError | None,
     duration_s: float,
 ) -> ToolResult:  # fmt: skip
-    """Build a ToolResult without the frozen dataclass __init__ (which routes every field
-    through object.__setattr__); half the cost on the per-step hot path, same object."""
+    """Build a ToolResult without the frozen dataclass __init__, which routes each field
+    through object.__setattr__: half the cost on the per-step hot path, same object."""
     result = object.__new__(ToolResult)
-    for setter, item in zip(
-        _SLOTS, (name, args, value, observation, error, duration_s), strict=True
-    ):
-        setter(result, item)
+    _SET_NAME(result, name)
+    _SET_ARGS(result, args)
+    _SET_VALUE(result, value)
+    _SET_OBSERVATION(result, observation)
+    _SET_ERROR(result, error)
+    _SET_DURATION(result, duration_s)
     return result
 
 
