@@ -1003,7 +1003,9 @@ class ToolRegistry:
 
         Unchanged when the tool is unknown, has its own `input` parameter, or has no single
         input parameter; a parameterless tool called as `name[]` gets no arguments."""
-        if not isinstance(args, Mapping) or len(args) != 1 or "input" not in args:
+        if type(args) is not dict and not isinstance(args, Mapping):
+            return args
+        if len(args) != 1 or "input" not in args:
             return args
         found = self.get(name)
         if found is None or "input" in found._names:
