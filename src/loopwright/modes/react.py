@@ -18,15 +18,20 @@ from loopwright.parsing import Action, FinalAnswer, parse_react_step, parse_tool
 from loopwright.policy import ModelRequest, Policy
 from loopwright.prompts import describe_tools, example_call, fence
 from loopwright.tools import ToolRegistry
-from loopwright.trace import Step
+from loopwright.trace import Step, estimate_tokens
 
 DIALECTS = ("json", "brackets", "native")
 
 
 class _Scratchpad:
-    """The growing prompt, in one of the text dialects, plus its chat-message twin."""
+    """The growing prompt, in one of the text dialects, plus its chat-message twin.
 
-    def __init__(self, ctx: RunContext, dialect: str) -> None:
+    Without memory it is append-only. With `memory` and `context_tokens`, `fit()` folds
+    the oldest step blocks into memory whenever the prompt would pass the budget, and
+    the prompt becomes header + what memory recalls for the task + the recent blocks.
+    """
+
+    def __init__(self, ctx: RunContext, dialect: str, memory: Any = None, context_tokens: int | None = None) -> None:
         self.dialect = dialect
         prompts = ctx.prompts
         template = prompts.react_brackets if dialect == "brackets" else prompts.react_json
@@ -34,6 +39,7 @@ class _Scratchpad:
         self.text = template.format(tools=describe_tools(ctx.schemas), task=ctx.task, **fields)
         self.stop = prompts.stop_brackets if dialect == "brackets" else prompts.stop_json
         self.transcript = f"Question: {ctx.task}\n"
+        self.task = ctx.task
         self.messages: list[dict[str, Any]] = []
         if dialect == "native":
             header = self.text.rsplit("Question:", 1)[0].rstrip()
@@ -41,15 +47,61 @@ class _Scratchpad:
                 {"role": "system", "content": header},
                 {"role": "user", "content": ctx.task},
             ]
+        self.memory = memory
+        self.budget = context_tokens
+        self.blocks: list[tuple[int, str, str, int, str]] = []  # (step, block, readable, tokens, thought)
+        if memory is not None or context_tokens is not None:
+            if memory is None or context_tokens is None:
+                raise ValueError("memory and context_tokens go together: pass both or neither")
+            if dialect == "native":
+                raise ValueError("a context budget with memory needs a text dialect ('json' or 'brackets')")
+            at = self.text.rfind(f"Question: {ctx.task}")
+            self.head, self.question = self.text[:at], self.text[at:]
+            fixed = estimate_tokens(self.head) + estimate_tokens(self.question) + _MEMORY_OVERHEAD
+            if fixed >= context_tokens:
+                raise ValueError(
+                    f"context_tokens={context_tokens} leaves no room: the instructions, tools "
+                    f"and question alone take about {fixed} tokens"
+                )
 
-    def append(self, k: int, thought: str, action: str, observation: str) -> None:
-        """Add step k (1-based): the model's part, then the observation."""
+    def append(self, k: int, thought: str, action: str, observation: str, plain: str | None = None) -> None:
+        """Add step k (1-based): the model's part, then the observation (as placed in the
+        prompt; `plain` is the same without its fence, for the transcript and memory)."""
         if self.dialect == "brackets":
             block = f" {thought}\nAction {k}: {action}\nObservation {k}: {observation}\nThought {k + 1}:"
         else:
             block = f" {thought}\n{action}\nObservation: {observation}\nThought:"
+        readable = f"Thought: {thought}\n{action}\nObservation: {observation if plain is None else plain}\n"
         self.text = _extend(self, "text", block)
-        self.transcript = _extend(self, "transcript", f"Thought: {thought}\n{action}\nObservation: {observation}\n")
+        self.transcript = _extend(self, "transcript", readable)
+        if self.memory is not None:
+            self.blocks.append((k, block, f"Step {k}. {readable}", estimate_tokens(block), thought))
+
+    def fit(self) -> dict[str, Any] | None:
+        """Fold the oldest blocks into memory until the prompt fits the budget. Returns
+        a record of the fold, or None when the prompt already fits."""
+        budget = self.budget
+        if budget is None or estimate_tokens(self.text) <= budget:
+            return None
+        before = estimate_tokens(self.text)
+        room = budget - estimate_tokens(self.head) - estimate_tokens(self.question) - _MEMORY_OVERHEAD
+        keep = room // 3  # recent steps keep a third; memory gets the rest, room to grow
+        folded = []
+        while self.blocks and sum(b[3] for b in self.blocks) > keep:
+            k, _block, readable, _tokens, _thought = self.blocks.pop(0)
+            self.memory.add(readable, {"step": k})
+            folded.append(k)
+        recent = "".join(b[1] for b in self.blocks)
+        last = self.blocks[-1][4] if self.blocks else ""  # the latest thought, with the task
+        memory_budget = room - sum(b[3] for b in self.blocks) - len(self.blocks)
+        recalled = self.memory.context(f"{self.task}\n{last}", max(0, memory_budget))
+        section = f"Memory of earlier steps:\n{fence(recalled, 'memory')}\n\n" if recalled else ""
+        self.text = self.head + section + self.question + recent
+        return {"folded_steps": folded, "prompt_tokens_before": before,
+                "prompt_tokens_after": estimate_tokens(self.text), "memory_tokens": estimate_tokens(section)}
+
+
+_MEMORY_OVERHEAD = 64  # the "Memory of earlier steps" label, the fence, and rounding
 
 
 def _extend(pad: _Scratchpad, attr: str, block: str) -> str:
@@ -104,7 +156,8 @@ def iter_react(
               "on_parse_error": on_parse_error, "on_repeat": on_repeat, "dialect": dialect,
               "max_tokens": options.get("max_tokens")}
     ctx = open_context(task, "react", policy, registry, limits, config, options)
-    return Run(ctx, _react(ctx, dialect, options.get("max_tokens")))
+    pad = _Scratchpad(ctx, dialect, options.get("memory"), options.get("context_tokens"))
+    return Run(ctx, _react(ctx, pad, options.get("max_tokens")))
 
 
 def run_react(task: str, policy: Policy, registry: ToolRegistry, **limits: Any) -> Any:
@@ -112,16 +165,23 @@ def run_react(task: str, policy: Policy, registry: ToolRegistry, **limits: Any) 
     return iter_react(task, policy, registry, **limits).run()
 
 
-def _react(ctx: RunContext, dialect: str, max_tokens: int | None) -> StepGen:
+def _react(ctx: RunContext, pad: _Scratchpad, max_tokens: int | None) -> StepGen:
     limits = ctx.limits
-    pad = _Scratchpad(ctx, dialect)
+    dialect = pad.dialect
     repeats = RepeatDetector()
     parse_errors = 0
     tools = tuple(ctx.schemas)
     try:
         for _ in range(limits.max_steps):
             k = ctx.next_index
-            prompt = len(pad.text)  # the prompt is pad.text[:prompt], kept as a length
+            fold = pad.fit() if pad.budget is not None else None
+            if fold is not None:
+                fold["before_step"] = k
+                ctx.trace.meta.setdefault("folds", []).append(fold)
+            # Append-only: the prompt is trace.scratchpad[:prompt], kept as a length. With
+            # a context budget the prompt is rewritten at folds, so the step keeps a copy.
+            prompt = len(pad.text) if pad.budget is None else None
+            copy = None if pad.budget is None else pad.text
             t0 = time.perf_counter()
             try:
                 call = ctx.call_model(
@@ -132,7 +192,7 @@ def _react(ctx: RunContext, dialect: str, max_tokens: int | None) -> StepGen:
                 )
             except PolicyFailed as failed:
                 yield ctx.record(
-                    Step(k, "error", error=failed.message, prompt_chars=prompt,
+                    Step(k, "error", error=failed.message, prompt_chars=prompt, prompt=copy,
                          duration_s=time.perf_counter() - t0)
                 )
                 ctx.stop(failed.reason)
@@ -142,7 +202,7 @@ def _react(ctx: RunContext, dialect: str, max_tokens: int | None) -> StepGen:
                 if dialect == "native":
                     parsed: Action | FinalAnswer = _parse_native(call.completion)
                 else:
-                    parsed = parse_react_step(raw)
+                    parsed = parse_react_step(raw, dialect=dialect)
             except ParseError as exc:
                 parse_errors += 1
                 message = str(exc)
@@ -150,7 +210,7 @@ def _react(ctx: RunContext, dialect: str, max_tokens: int | None) -> StepGen:
                 observation = template.format(error=message)
                 yield ctx.record(
                     Step(k, "parse_error", raw=raw, error=message, observation=observation,
-                         duration_s=time.perf_counter() - t0, usage=call.usage, prompt_chars=prompt)
+                         duration_s=time.perf_counter() - t0, usage=call.usage, prompt_chars=prompt, prompt=copy)
                 )
                 stop = ctx.guard_after_call()
                 if stop:
@@ -166,7 +226,7 @@ def _react(ctx: RunContext, dialect: str, max_tokens: int | None) -> StepGen:
             if isinstance(parsed, FinalAnswer):
                 yield ctx.record(
                     Step(k, "final", raw=raw, thought=parsed.thought, observation=None,
-                         duration_s=time.perf_counter() - t0, usage=call.usage, prompt_chars=prompt)
+                         duration_s=time.perf_counter() - t0, usage=call.usage, prompt_chars=prompt, prompt=copy)
                 )
                 pad.transcript += f"Thought: {parsed.thought}\nFinal Answer: {parsed.answer}\n"
                 ctx.stop("final", parsed.answer)
@@ -180,7 +240,7 @@ def _react(ctx: RunContext, dialect: str, max_tokens: int | None) -> StepGen:
                 yield ctx.record(
                     Step(k, "action", raw=raw, thought=parsed.thought, tool=name, args=args,
                          error=f"not executed: {stop.replace('_', ' ')} reached",
-                         duration_s=time.perf_counter() - t0, usage=call.usage, prompt_chars=prompt)
+                         duration_s=time.perf_counter() - t0, usage=call.usage, prompt_chars=prompt, prompt=copy)
                 )
                 ctx.stop(stop)
                 return
@@ -191,7 +251,7 @@ def _react(ctx: RunContext, dialect: str, max_tokens: int | None) -> StepGen:
                     yield ctx.record(
                         Step(k, "nudge", raw=raw, thought=parsed.thought, tool=name, args=args,
                              error=f"repeated call: {name} proposed {count} times in a row",
-                             duration_s=time.perf_counter() - t0, usage=call.usage, prompt_chars=prompt)
+                             duration_s=time.perf_counter() - t0, usage=call.usage, prompt_chars=prompt, prompt=copy)
                     )
                     ctx.stop("repeated_call")
                     return
@@ -201,7 +261,7 @@ def _react(ctx: RunContext, dialect: str, max_tokens: int | None) -> StepGen:
                 yield ctx.record(
                     Step(k, "nudge", raw=raw, thought=parsed.thought, tool=name, args=args,
                          observation=observation, duration_s=time.perf_counter() - t0,
-                         usage=call.usage, prompt_chars=prompt, meta={"repeats": count})
+                         usage=call.usage, prompt_chars=prompt, prompt=copy, meta={"repeats": count})
                 )
                 pad.append(k, parsed.thought, _render_action(dialect, parsed), observation)
                 _native_call(pad, parsed, name, args, observation)
@@ -218,10 +278,10 @@ def _react(ctx: RunContext, dialect: str, max_tokens: int | None) -> StepGen:
                 Step(k, executed.kind, raw=raw, thought=parsed.thought, tool=name, args=args,
                      observation=observation,
                      error=None if result.error is None else result.error.message,
-                     duration_s=time.perf_counter() - t0, usage=call.usage, prompt_chars=prompt,
+                     duration_s=time.perf_counter() - t0, usage=call.usage, prompt_chars=prompt, prompt=copy,
                      meta=meta)
             )
-            pad.append(k, parsed.thought, _render_action(dialect, parsed), fence(observation, f"{name}#{k}"))
+            pad.append(k, parsed.thought, _render_action(dialect, parsed), fence(observation, f"{name}#{k}"), observation)
             _native_call(pad, parsed, name, args, observation)
         ctx.stop("max_steps")
     finally:

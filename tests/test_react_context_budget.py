@@ -1,0 +1,63 @@
+"""ReAct under a context budget: older steps fold into memory and the run goes on."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import loopwright as lw
+from loopwright.memory import BufferMemory, HashingEmbedder, SemanticMemory, SummaryMemory, TieredMemory
+from loopwright.trace import estimate_tokens
+
+
+def note_registry() -> lw.ToolRegistry:
+    @lw.tool
+    def note(text: str) -> str:
+        """Write a note and get it back."""
+        return f"noted: {text}"
+
+    return lw.ToolRegistry([note])
+
+
+def memory() -> TieredMemory:
+    return TieredMemory(
+        BufferMemory(4),
+        SummaryMemory(lambda prompt: "Earlier steps wrote notes."),
+        SemanticMemory(HashingEmbedder()),
+        recall_k=2,
+    )
+
+
+def test_long_run_stays_inside_the_budget_and_recalls_an_early_fact():
+    budget = 900
+    seen: list[str] = []
+
+    def policy(prompt: str) -> str:
+        seen.append(prompt)
+        n = len(seen)
+        if n == 3:
+            return 'Thought: save it\nAction: note\nAction Input: {"text": "account ID is 80-4471-23"}'
+        if n == 60:
+            return "Thought: done\nFinal Answer: ok"
+        return f'Thought: filler\nAction: note\nAction Input: {json.dumps({"text": f"weather report {n}"})}'
+
+    trace = lw.run("Keep notes; at the end say the account ID.", policy, note_registry(),
+                   max_steps=60, memory=memory(), context_tokens=budget)
+    assert trace.stopped_reason == "final" and trace.llm_calls == 60 == len(trace.steps)
+    assert max(estimate_tokens(p) for p in seen) <= budget
+    assert "account ID is 80-4471-23" in seen[-1]  # folded long ago, recalled now
+    folds = trace.meta["folds"]
+    assert folds and all(f["prompt_tokens_after"] <= budget for f in folds)
+    assert 3 in [k for f in folds for k in f["folded_steps"]]
+    assert all(trace.prompt_for(s) == p for s, p in zip(trace.steps, seen))
+
+
+def test_without_folding_room_the_budget_is_rejected_up_front():
+    with pytest.raises(ValueError, match="context_tokens"):
+        lw.run("t", lambda p: "Final Answer: x", note_registry(), memory=memory(), context_tokens=50)
+
+
+def test_memory_and_budget_go_together():
+    with pytest.raises(ValueError, match="together"):
+        lw.run("t", lambda p: "Final Answer: x", note_registry(), context_tokens=5000)
