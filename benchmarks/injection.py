@@ -11,7 +11,7 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
 
-from injection_suite import PAYLOADS, run_payload, run_suite, table  # noqa: E402
+from injection_suite import PAYLOADS, run_payload, run_suite, table
 
 
 def main() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from injection_suite import PAYLOADS, run_payload, run_suite, table
 
 

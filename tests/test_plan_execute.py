@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 
-from conftest import FACT
-
 import loopwright as lw
+from conftest import FACT
 
 BAD = json.dumps(
     {

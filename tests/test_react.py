@@ -6,9 +6,9 @@ import json
 import time
 
 import pytest
-from conftest import act, final
 
 import loopwright as lw
+from conftest import act, final
 
 
 def test_soul_test_add_then_multiply_answers_50_in_three_calls(registry, calls):
@@ -37,7 +37,7 @@ def test_prompt_is_append_only_so_each_prompt_extends_the_last(registry):
     )
     trace = lw.run("t", policy, registry)
     prompts = policy.prompts
-    assert all(later.startswith(earlier) for earlier, later in zip(prompts, prompts[1:]))
+    assert all(later.startswith(earlier) for earlier, later in zip(prompts, prompts[1:], strict=False))
     assert [trace.prompt_for(s) for s in trace.steps] == prompts
 
 

@@ -7,7 +7,13 @@ import json
 import pytest
 
 import loopwright as lw
-from loopwright.memory import BufferMemory, HashingEmbedder, SemanticMemory, SummaryMemory, TieredMemory
+from loopwright.memory import (
+    BufferMemory,
+    HashingEmbedder,
+    SemanticMemory,
+    SummaryMemory,
+    TieredMemory,
+)
 from loopwright.trace import estimate_tokens
 
 
@@ -50,7 +56,7 @@ def test_long_run_stays_inside_the_budget_and_recalls_an_early_fact():
     folds = trace.meta["folds"]
     assert folds and all(f["prompt_tokens_after"] <= budget for f in folds)
     assert 3 in [k for f in folds for k in f["folded_steps"]]
-    assert all(trace.prompt_for(s) == p for s, p in zip(trace.steps, seen))
+    assert all(trace.prompt_for(s) == p for s, p in zip(trace.steps, seen, strict=True))
 
 
 def test_without_folding_room_the_budget_is_rejected_up_front():

@@ -7,9 +7,8 @@ import json
 import threading
 import time
 
-from conftest import FACT
-
 import loopwright as lw
+from conftest import FACT
 
 PLAN = json.dumps(
     {

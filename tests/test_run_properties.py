@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 
-from conftest import act, final, make_registry
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import loopwright as lw
+from conftest import act, final, make_registry
 
 VALID = [
     act("add", '{"x": 1, "y": 2}'),

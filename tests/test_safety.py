@@ -7,9 +7,9 @@ import pathlib
 import re
 
 import pytest
-from conftest import act, final
 
 import loopwright as lw
+from conftest import act, final
 from loopwright.safety import (
     ApprovalPending,
     ApprovalRequest,

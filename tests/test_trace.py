@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 
-from conftest import act, final
-
 import loopwright as lw
+from conftest import act, final
 from loopwright.trace import Step, Usage, estimate_tokens
 
 

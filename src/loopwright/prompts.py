@@ -12,7 +12,7 @@ cannot close.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -196,7 +196,7 @@ _SAMPLES: dict[str, Any] = {
 }
 
 
-def example_call(schemas: list[Mapping[str, Any]]) -> dict[str, str]:
+def example_call(schemas: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     """Fields for the worked example, built from the first tool so the example never
     names a tool the model cannot call."""
     if not schemas:

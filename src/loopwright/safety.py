@@ -84,7 +84,7 @@ class ApprovalRequest:
         )
 
 
-class ApprovalPending(Exception):  # noqa: N818 - a control signal, not an error
+class ApprovalPending(Exception):
     """Raised by an approver to pause the run until a decision is available."""
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from loopwright.modes._core import Run
@@ -12,7 +13,11 @@ from loopwright.policy import Policy
 from loopwright.tools import ToolRegistry
 from loopwright.trace import Trace
 
-MODES = {"react": iter_react, "rewoo": iter_rewoo, "plan_execute": iter_plan_execute}
+MODES: dict[str, Callable[..., Run]] = {
+    "react": iter_react,
+    "rewoo": iter_rewoo,
+    "plan_execute": iter_plan_execute,
+}
 
 
 def iter_run(task: str, policy: Policy, registry: ToolRegistry, mode: str = "react", **limits: Any) -> Run:

@@ -31,7 +31,7 @@ from loopwright.trace import Step, Trace, Usage
 StepGen = Generator[Step, None, None]
 
 
-class StopRun(Exception):  # noqa: N818 - a control signal
+class StopRun(Exception):
     """Internal: the run must end now (denied, paused, unknown side-effect outcome).
     The step explaining why is already recorded."""
 

@@ -202,7 +202,7 @@ def _react(ctx: RunContext, pad: _Scratchpad, max_tokens: int | None) -> StepGen
                 if dialect == "native":
                     parsed: Action | FinalAnswer = _parse_native(call.completion)
                 else:
-                    parsed = parse_react_step(raw, dialect=dialect)
+                    parsed = parse_react_step(raw, dialect="brackets" if dialect == "brackets" else "json")
             except ParseError as exc:
                 parse_errors += 1
                 message = str(exc)

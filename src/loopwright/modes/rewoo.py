@@ -20,7 +20,7 @@ from loopwright.errors import ParseError
 from loopwright.guards import Limits
 from loopwright.modes._core import PolicyFailed, Run, RunContext, StepGen, open_context
 from loopwright.parsing import PlanStep, parse_plan, substitute
-from loopwright.policy import ModelRequest, Policy
+from loopwright.policy import ModelRequest, Policy, Purpose
 from loopwright.prompts import describe_tools, render_evidence
 from loopwright.tools import ToolRegistry
 from loopwright.trace import Step
@@ -106,7 +106,7 @@ def plan_call(ctx: RunContext, prompt: str, kind: str, max_tokens: int | None) -
     (None, message) when the reply is not a usable plan, and (None, None) after the run
     was stopped (the policy failed, or the budget or clock ran out)."""
     t0 = time.perf_counter()
-    purpose = "plan" if kind == "plan" else "replan"
+    purpose: Purpose = "plan" if kind == "plan" else "replan"
     try:
         call = ctx.call_model(ModelRequest(prompt, (), purpose, tuple(ctx.schemas), (), max_tokens))
     except PolicyFailed as failed:
