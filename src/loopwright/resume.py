@@ -1,0 +1,90 @@
+"""Resume a journaled run: replay what it recorded, then continue live.
+
+`resume` rebuilds the run from its journal (task, mode, limits, tool scope) and runs it
+again with the journal attached. Every model call the journal holds is answered from it
+(the policy is not called), every tool result it holds is returned from it (the tool is
+not run), and the run continues live from the first step that was not recorded.
+
+A tool call that was started but whose result was not recorded (the process died while
+it ran) is run again only if the tool is idempotent; otherwise the run stops with
+"error" and says so, and a person decides (then `rerun_unfinished=True`).
+
+A run that already ended replays to the same trace: deterministic ends (final,
+max_steps, token_budget, denied, ...) come back without a model call or a tool call;
+an end caused by something outside the journal (the policy raised, the wall clock ran
+out, Ctrl-C, a pause for approval) is where the replay picks up live.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from loopwright.modes import Run, iter_run
+from loopwright.policy import Policy
+from loopwright.safety import Approver, Decision, decisions_approver
+from loopwright.store import SQLiteStore
+from loopwright.tools import ToolRegistry
+from loopwright.trace import Trace
+
+_NOT_LIMITS: Final = frozenset({"tools", "approver", "on_deny"})
+
+
+def iter_resume(
+    run_id: str,
+    policy: Policy,
+    registry: ToolRegistry,
+    *,
+    store: SQLiteStore,
+    approver: Approver | None = None,
+    decisions: Mapping[str, Decision | bool] | None = None,
+    rerun_unfinished: bool = False,
+    **options: Any,
+) -> Run:
+    """`resume`, as a Run to iterate for each Step as it is replayed or made."""
+    record, journal = store.reopen(run_id)
+    config = dict(record.config)
+    limits = {k: v for k, v in config.items() if k not in _NOT_LIMITS}
+    if "on_deny" in config:
+        limits["on_deny"] = config["on_deny"]
+    # The approver is code and cannot be journaled. Unless the journal says the run had
+    # none, a call that needs approval and has no decision pauses the run again rather
+    # than running ungated.
+    gated = config.get("approver", True) is not False
+    if decisions or approver is not None or gated:
+        approver = decisions_approver(dict(decisions or {}), fallback=approver)
+    limits.update(options)
+    return iter_run(
+        record.task, policy, registry, record.mode, **limits,
+        tools=config.get("tools"), approver=approver, run_id=run_id,
+        _journal=journal, _rerun_unfinished=rerun_unfinished,
+    )  # fmt: skip
+
+
+def resume(
+    run_id: str,
+    policy: Policy,
+    registry: ToolRegistry,
+    *,
+    store: SQLiteStore,
+    approver: Approver | None = None,
+    decisions: Mapping[str, Decision | bool] | None = None,
+    rerun_unfinished: bool = False,
+    **options: Any,
+) -> Trace:
+    """Continue run `run_id` from its journal in `store` and return its trace.
+
+    policy and registry: what the rest of the run uses (recorded calls do not reach
+    them). approver: asked for calls that need approval and have no recorded decision;
+    decisions: {approval_key: Decision | bool} given ahead (see `store.pending_approvals`
+    and `store.decide`, which records one in the journal). rerun_unfinished: run again a
+    non-idempotent call whose outcome is unknown, once a person has checked it did not
+    take effect. options: run options the journal cannot hold (prompts, memory,
+    context_tokens); a limit given here replaces the recorded one.
+
+    Raises StoreError for an unknown run id.
+    """
+    return iter_resume(
+        run_id, policy, registry, store=store, approver=approver, decisions=decisions,
+        rerun_unfinished=rerun_unfinished, **options,
+    ).run()  # fmt: skip

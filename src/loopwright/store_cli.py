@@ -1,0 +1,217 @@
+"""`loopwright runs ...`: list, show, resume and export journaled runs.
+
+    loopwright runs list [--status S] [--limit N]
+    loopwright runs show ID
+    loopwright runs resume ID [--model M] [--base-url URL] [--tools MOD:ATTR] [--approve KEY] [--deny KEY]
+    loopwright runs export ID [--out FILE]
+
+Every command takes `--db PATH` (default: $LOOPWRIGHT_DB, else ./loopwright.db).
+Exit status: 0 done (resume: the run answered), 1 resume ended without an answer
+(paused, blocked, a limit), 2 a usage or journal error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from loopwright.errors import LoopwrightError, StoreError
+from loopwright.policy import Policy
+from loopwright.resume import resume
+from loopwright.safety import Decision
+from loopwright.store import RunRecord, SQLiteStore
+from loopwright.tools import Tool, ToolRegistry
+
+PolicyFactory = Callable[[argparse.Namespace], Policy]
+RegistryFactory = Callable[[argparse.Namespace], ToolRegistry]
+
+
+def default_db() -> str:
+    return os.environ.get("LOOPWRIGHT_DB") or "loopwright.db"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="loopwright runs", description="Journaled runs: list, show, resume, export.")
+    db = argparse.ArgumentParser(add_help=False)
+    db.add_argument("--db", default=None, help="the run journal (default: $LOOPWRIGHT_DB or ./loopwright.db)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    listing = sub.add_parser("list", parents=[db], help="runs, newest first")
+    listing.add_argument("--status", help="only runs with this status (running, paused, interrupted, blocked, finished)")
+    listing.add_argument("--limit", type=int, default=50)
+    show = sub.add_parser("show", parents=[db], help="a run's record, steps and pending approvals")
+    show.add_argument("run_id")
+    export = sub.add_parser("export", parents=[db], help="a run's trace as JSON")
+    export.add_argument("run_id")
+    export.add_argument("--out", help="write here instead of stdout")
+    again = sub.add_parser("resume", parents=[db], help="continue a run from its journal")
+    again.add_argument("run_id")
+    add_model_args(again)
+    again.add_argument("--approve", action="append", default=[], metavar="KEY", help="approve a pending call")
+    again.add_argument("--deny", action="append", default=[], metavar="KEY", help="deny a pending call")
+    again.add_argument("--reason", default="", help="the reason recorded with --approve/--deny")
+    again.add_argument("--rerun-unfinished", action="store_true",
+                       help="run again a non-idempotent call whose outcome is unknown (check it first)")
+    return parser
+
+
+def add_model_args(parser: argparse.ArgumentParser) -> None:
+    """The flags `loopwright run` takes to pick a model and tools."""
+    parser.add_argument("--model", help="a GGUF file (embedded model), or the model name with --base-url")
+    parser.add_argument("--base-url", help="an OpenAI-compatible server, e.g. http://localhost:8000/v1")
+    parser.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"), help="for --base-url")
+    parser.add_argument("--tools", action="append", default=[], metavar="MODULE:ATTR",
+                        help="a ToolRegistry, Tool, list of Tools, or function returning one (default: demo tools)")
+
+
+def make_policy(args: argparse.Namespace) -> Policy:
+    """The model the flags name: a server with --base-url, else the embedded model."""
+    from loopwright import models  # heavy backends load only when resuming
+
+    if args.base_url:
+        if not args.model:
+            raise StoreError("--base-url needs --model NAME")
+        return models.OpenAICompatible(args.base_url, args.model, args.api_key)
+    return models.LlamaCpp(args.model)
+
+
+def make_registry(args: argparse.Namespace) -> ToolRegistry:
+    """The tools the flags name (`module:attr`, repeatable), else the demo tools."""
+    if not args.tools:
+        from loopwright.demo_tools import demo_registry
+
+        return demo_registry()
+    tools: list[Tool] = []
+    for spec in args.tools:
+        module_name, _, attr = spec.partition(":")
+        if not module_name or not attr:
+            raise StoreError(f"--tools wants MODULE:ATTR, got {spec!r}")
+        try:
+            value: Any = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise StoreError(f"--tools {spec}: {exc}") from exc
+        if callable(value) and not isinstance(value, (Tool, ToolRegistry)):
+            value = value()
+        if isinstance(value, ToolRegistry):
+            tools.extend(value)
+        elif isinstance(value, Tool):
+            tools.append(value)
+        elif isinstance(value, (list, tuple)) and all(isinstance(t, Tool) for t in value):
+            tools.extend(value)
+        else:
+            raise StoreError(f"--tools {spec}: not a ToolRegistry, Tool or list of Tools ({type(value).__name__})")
+    return ToolRegistry(tools)
+
+
+def runs_main(
+    argv: Sequence[str] | None = None,
+    *,
+    policy_factory: PolicyFactory = make_policy,
+    registry_factory: RegistryFactory = make_registry,
+    out: TextIO | None = None,
+) -> int:
+    """`loopwright runs ...`; returns the exit status. The factories let `loopwright`
+    build the policy and tools for `resume` exactly as `loopwright run` does."""
+    out = out or sys.stdout
+    args = build_parser().parse_args(argv)
+    path = Path(args.db or default_db())
+    try:
+        if not path.is_file():
+            raise StoreError(f"no run journal at {path} (set --db or $LOOPWRIGHT_DB)")
+        with SQLiteStore(path) as store:
+            if args.command == "list":
+                return _list(store, args, out)
+            if args.command == "show":
+                return _show(store, args.run_id, out)
+            if args.command == "export":
+                return _export(store, args, out)
+            return _resume(store, args, policy_factory, registry_factory, out)
+    except LoopwrightError as exc:
+        print(f"loopwright runs: {exc}", file=sys.stderr)
+        return 2
+
+
+def _list(store: SQLiteStore, args: argparse.Namespace, out: TextIO) -> int:
+    runs = store.list_runs(status=args.status, limit=args.limit)
+    if not runs:
+        print("no runs", file=out)
+        return 0
+    print(f"{'ID':<24} {'MODE':<12} {'STATUS':<11} {'STOPPED':<13} {'STEPS':>5} {'CALLS':>5}  "
+          f"{'CREATED':<19}  TASK", file=out)
+    for r in runs:
+        print(f"{r.id:<24} {r.mode:<12} {r.status:<11} {r.stopped_reason or '-':<13} {r.step_count:>5} "
+              f"{r.llm_calls:>5}  {_when(r.created_at):<19}  {_clip(r.task, 50)}", file=out)
+    return 0
+
+
+def _show(store: SQLiteStore, run_id: str, out: TextIO) -> int:
+    record = store.load_run(run_id)
+    print(_describe(record), file=out)
+    print(store.trace(run_id), file=out)
+    pending = store.pending_approvals(run_id)
+    if pending:
+        print("Pending approvals (resume with --approve KEY or --deny KEY):", file=out)
+        for p in pending:
+            print(f"  {p.key}  step {p.step}: {p.tool}({_clip(str(p.args), 80)})  [{p.side_effects}]", file=out)
+    return 0
+
+
+def _export(store: SQLiteStore, args: argparse.Namespace, out: TextIO) -> int:
+    text = store.trace(args.run_id).to_json()
+    if args.out:
+        Path(args.out).write_text(text + "\n", encoding="utf-8")
+        print(args.out, file=out)
+    else:
+        print(text, file=out)
+    return 0
+
+
+def _resume(
+    store: SQLiteStore,
+    args: argparse.Namespace,
+    policy_factory: PolicyFactory,
+    registry_factory: RegistryFactory,
+    out: TextIO,
+) -> int:
+    store.load_run(args.run_id)  # an unknown id fails before a model loads
+    for key in args.approve:
+        store.decide(args.run_id, key, Decision(True, args.reason or "approved"))
+    for key in args.deny:
+        store.decide(args.run_id, key, Decision(False, args.reason or "denied by approver"))
+    trace = resume(args.run_id, policy_factory(args), registry_factory(args), store=store,
+                   rerun_unfinished=args.rerun_unfinished)
+    print(trace, file=out)
+    record = store.load_run(args.run_id)
+    if record.status == "paused":
+        for p in store.pending_approvals(args.run_id):
+            print(f"waiting for approval: {p.key}  {p.tool}({_clip(str(p.args), 80)})", file=out)
+    elif record.status == "blocked" and trace.steps and trace.steps[-1].error:
+        print(trace.steps[-1].error, file=out)
+    return 0 if trace.answered else 1
+
+
+def _describe(r: RunRecord) -> str:
+    u = r.usage
+    return (f"Run {r.id}  [{r.mode}]  status: {r.status}  stopped: {r.stopped_reason or '-'}\n"
+            f"  created {_when(r.created_at)}  updated {_when(r.updated_at)}  resumes: {r.resumes}\n"
+            f"  model calls: {r.llm_calls}  tool calls: {r.tool_calls}  steps: {r.step_count}  "
+            f"tokens sent/evaluated/completion: {u.prompt_tokens}/{u.evaluated_tokens}/{u.completion_tokens}\n"
+            f"  config: {r.config}")
+
+
+def _when(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+def _clip(text: str, limit: int) -> str:
+    text = text.replace("\n", " ")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+if __name__ == "__main__":
+    raise SystemExit(runs_main())
