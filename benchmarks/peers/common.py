@@ -87,13 +87,16 @@ def _check(name: str, script: Script, answer: str) -> None:
         raise AssertionError(f"{name}: answer {answer!r}, want {want}")
 
 
-def _timed_run(h: Harness, run: Callable[[Script], str], n: int) -> tuple[float, Script]:
+def _timed_run(h: Harness, run: Callable[[Script], str], n: int) -> tuple[float, float, Script]:
+    """One checked run: (wall seconds, CPU seconds of this process, the script)."""
     script = Script(n)
+    c0 = time.process_time_ns()
     t0 = time.perf_counter_ns()
     answer = run(script)
     elapsed = (time.perf_counter_ns() - t0) / 1e9
+    cpu = (time.process_time_ns() - c0) / 1e9
     _check(h.name, script, answer)
-    return elapsed, script
+    return elapsed, cpu, script
 
 
 def _growth(script: Script) -> dict[str, float]:
@@ -122,31 +125,32 @@ def _versions(packages: tuple[str, ...]) -> dict[str, str]:
 
 def measure(h: Harness, ns: list[int], budget_s: float, max_repeats: int) -> dict[str, object]:
     """Build once, then for each N: repeat runs until budget_s is spent (at least 3);
-    report the median. The first run of all is reported apart as the cold run."""
+    report the median run (its wall clock and its per-step growth) and the median CPU
+    time. The first run of all is reported apart as the cold run."""
     run = h.build()
-    cold_s, _ = _timed_run(h, run, ns[0])
+    cold_s, _, _ = _timed_run(h, run, ns[0])
     per_n = []
     for n in ns:
         _timed_run(h, run, n)  # warm-up at this size
-        times: list[float] = []
-        growths: list[dict[str, float]] = []
+        runs: list[tuple[float, float, Script]] = []
         spent = 0.0
-        while len(times) < 3 or (spent < budget_s and len(times) < max_repeats):
+        while len(runs) < 3 or (spent < budget_s and len(runs) < max_repeats):
             gc.collect()
-            elapsed, script = _timed_run(h, run, n)
-            times.append(elapsed)
-            growths.append(_growth(script))
-            spent += elapsed
-        median = statistics.median(times)
+            runs.append(_timed_run(h, run, n))
+            spent += runs[-1][0]
+        runs.sort(key=lambda r: r[0])
+        wall, _, script = runs[len(runs) // 2]
+        cpu = statistics.median(r[1] for r in runs)
         per_n.append(
             {
                 "n": n,
                 "model_calls": n + 1,
-                "repeats": len(times),
-                "median_s": median,
-                "min_s": min(times),
-                "us_per_step": median / (n + 1) * 1e6,
-                "growth": {key: statistics.median(g[key] for g in growths) for key in growths[0]},
+                "repeats": len(runs),
+                "median_s": wall,
+                "min_s": runs[0][0],
+                "us_per_step": wall / (n + 1) * 1e6,
+                "cpu_us_per_step": cpu / (n + 1) * 1e6,
+                "growth": _growth(script),
             }
         )
     return {"cold_first_run_s": cold_s, "runs": per_n}

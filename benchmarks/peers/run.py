@@ -3,8 +3,10 @@ session, and collect their JSON into one file.
 
     python benchmarks/peers/run.py [--out benchmarks/peers/results/peers.json] [--only NAME ...]
 
-Import time and import RSS are the medians of several fresh processes; the run figures
-come from one process per framework (see common.py). A harness that fails is recorded
+Each round measures every framework once (a few fresh import-only processes, then one
+measuring process, see common.py); rounds interleave the frameworks so that a burst of
+load from elsewhere does not fall on one of them only. For each N the fastest round's
+median run is kept; import time and import RSS are medians over all import processes. A harness that fails is recorded
 with its error, never with made-up numbers.
 """
 
@@ -20,6 +22,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 VENVS = HERE / ".venvs"
@@ -56,7 +59,9 @@ def _run(python: Path, args: list[str], timeout_s: float) -> dict[str, object]:
     return json.loads(lines[-1])  # type: ignore[no-any-return]
 
 
-def measure_peer(env: str, harness: str, ns: str, import_runs: int, budget_s: float) -> dict[str, object]:
+def measure_peer(env: str, harness: str, ns: str, import_runs: int, budget_s: float) -> dict[str, Any]:
+    """One round for one framework: import_runs fresh import-only processes, then one
+    measuring process."""
     python = VENVS / env / "bin" / "python"
     if not python.exists():
         return {"env": env, "error": f"no environment at {python}: run benchmarks/peers/setup.sh"}
@@ -66,33 +71,57 @@ def measure_peer(env: str, harness: str, ns: str, import_runs: int, budget_s: fl
     except (RuntimeError, subprocess.TimeoutExpired) as exc:
         return {"env": env, "error": str(exc)}
     result["env"] = env
-    result["import_s"] = statistics.median(float(r["import_s"]) for r in imports)  # type: ignore[arg-type]
-    result["import_runs"] = import_runs
-    result["rss_import_mb"] = statistics.median(float(r["rss_import_mb"]) for r in imports)  # type: ignore[arg-type]
+    result["imports"] = [(float(r["import_s"]), float(r["rss_import_mb"])) for r in imports]
     return result
+
+
+def merge_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Rounds of one framework as one result: for each N the round whose median run was
+    fastest (load from other processes only ever adds time); imports pooled."""
+    failed = [r for r in rounds if "error" in r]
+    if failed:
+        return failed[0]
+    best = {k: v for k, v in rounds[0].items() if k != "imports"}
+    best["runs"] = [
+        min((r["runs"][i] for r in rounds), key=lambda x: x["median_s"])
+        for i in range(len(rounds[0]["runs"]))
+    ]
+    best["cold_first_run_s"] = statistics.median(r["cold_first_run_s"] for r in rounds)
+    best["rss_peak_mb"] = max(r["rss_peak_mb"] for r in rounds)
+    imports = [i for r in rounds for i in r["imports"]]
+    best["import_s"] = statistics.median(i[0] for i in imports)
+    best["rss_import_mb"] = statistics.median(i[1] for i in imports)
+    best["import_runs"] = len(imports)
+    best["rounds"] = len(rounds)
+    return best
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=str(HERE / "results" / "peers.json"))
     parser.add_argument("--ns", default="10,50,200")
-    parser.add_argument("--import-runs", type=int, default=5)
+    parser.add_argument("--import-runs", type=int, default=3, help="per round")
+    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds over all peers")
     parser.add_argument("--budget-s", type=float, default=1.5)
     parser.add_argument("--only", nargs="*", help="environment names to run")
     args = parser.parse_args()
     peers = [p for p in PEERS if not args.only or p[0] in args.only]
-    results = []
     load_before = os.getloadavg()
     started = time.perf_counter()
-    for env, harness in peers:
-        print(f"measuring {env} ...", file=sys.stderr, flush=True)
-        r = measure_peer(env, harness, args.ns, args.import_runs, args.budget_s)
-        if "error" in r:
-            print(f"  FAILED: {r['error']}", file=sys.stderr)
-        else:
-            line = ", ".join(f"N={x['n']}: {x['us_per_step']:.0f} us/step" for x in r["runs"])  # type: ignore[attr-defined]
-            print(f"  {line}; import {r['import_s']:.3f} s", file=sys.stderr)
-        results.append(r)
+    rounds: dict[str, list[dict[str, Any]]] = {env: [] for env, _ in peers}
+    for k in range(args.rounds):
+        for env, harness in peers:
+            if rounds[env] and "error" in rounds[env][-1]:
+                continue  # a failure is recorded once, not retried
+            print(f"round {k + 1}: {env} ...", file=sys.stderr, flush=True)
+            r = measure_peer(env, harness, args.ns, args.import_runs, args.budget_s)
+            if "error" in r:
+                print(f"  FAILED: {r['error']}", file=sys.stderr)
+            else:
+                line = ", ".join(f"N={x['n']}: {x['us_per_step']:.0f} us/step" for x in r["runs"])
+                print(f"  {line}", file=sys.stderr)
+            rounds[env].append(r)
+    results = [merge_rounds(rounds[env]) for env, _ in peers]
     out = {
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()} {platform.release()}",

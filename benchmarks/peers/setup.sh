@@ -24,7 +24,7 @@ declare -A pins=(
   [smolagents]="smolagents==1.26.0"
   [openai_agents]="openai-agents==0.24.0"
   [pydantic_ai]="pydantic-ai-slim==2.62.0"
-  [report]="matplotlib==3.11.2"
+  [report]="matplotlib==3.11.2 -e $repo"
 )
 order=(bare loopwright langgraph smolagents openai_agents pydantic_ai report)
 [ $# -gt 0 ] && order=("$@")
