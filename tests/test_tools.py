@@ -131,6 +131,45 @@ def test_number_parameter_takes_int_and_float_but_not_bool() -> None:
     assert out.message == "invalid args: 'value' must be a number, got False (bool)"
 
 
+def test_number_parameters_keep_ints_as_sent() -> None:
+    """1 / 0 must stay `ZeroDivisionError: division by zero` (the seed's observation),
+    and an exact ReWOO reference keeps its type."""
+
+    @tool
+    def fdivide(x: float, y: float) -> float:
+        return x / y
+
+    @tool
+    def kinds(
+        a: float,
+        b: list[float],
+        c: float | None = None,
+        d: Annotated[float, Field(description="dee")] = 0.5,
+    ) -> list[str]:
+        return [type(v).__name__ for v in (a, *b, c, d)]
+
+    reg = ToolRegistry([fdivide, kinds])
+    out = reg.dispatch("fdivide", {"x": 1, "y": 0})
+    assert isinstance(out, ToolError)
+    assert out.as_observation() == "ERROR[fdivide]: ZeroDivisionError: division by zero"
+    assert reg.dispatch("kinds", {"a": 1, "b": [2, 2.5], "c": 3}) == [
+        "int",
+        "int",
+        "float",
+        "int",
+        "float",
+    ]
+    props = kinds.parameters["properties"]
+    assert props["a"] == {"type": "number"} and props["b"] == {
+        "type": "array",
+        "items": {"type": "number"},
+    }
+    assert props["d"] == {"type": "number", "description": "dee", "default": 0.5}
+    bad = reg.dispatch("kinds", {"a": 1, "b": [True]})
+    assert isinstance(bad, ToolError)
+    assert bad.message == "invalid args: 'b[0]' must be a number, got True (bool)"
+
+
 def test_missing_and_unknown_arguments_are_rejected_before_the_call() -> None:
     calls: list[int] = []
 

@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial, update_wrapper
-from types import CoroutineType
+from types import CoroutineType, UnionType
 from typing import (
     Annotated,
     Any,
@@ -44,6 +44,7 @@ from typing import (
     Literal,
     NotRequired,
     Required,
+    Union,
     get_args,
     get_origin,
     overload,
@@ -51,7 +52,7 @@ from typing import (
 
 import jsonschema
 import pydantic_core
-from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError, WithJsonSchema
 from pydantic.fields import FieldInfo
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
@@ -380,6 +381,8 @@ def _pydantic_message(exc: ValidationError, root: Any, accepted: tuple[str, ...]
         else:
             problems.append(f"{where}: {err['msg']}, {_got(value)}")
     for where, (kinds, value) in wanted.items():
+        if "a number" in kinds:  # int | float is how a number parameter is checked
+            kinds = [k for k in kinds if k != "an integer"]
         text = f"{where} must be {' or '.join(dict.fromkeys(kinds))}, {_got(value)}"
         problems[problems.index(where)] = text
     return _join(problems)
@@ -429,6 +432,32 @@ def _jsonschema_message(
 # --- Tool -------------------------------------------------------------------------------
 
 
+# A float parameter takes an int as it was sent (1 / 0 stays ZeroDivisionError: division by
+# zero, and a ReWOO reference keeps its type), shown to the model as a JSON number.
+_NUMBER: Final[Any] = Annotated[int | float, WithJsonSchema({"type": "number"})]
+
+
+def _keep_ints(annotation: Any) -> Any:
+    """`float` -> `int | float` throughout an annotation (unions, containers, Annotated);
+    types it cannot rebuild (user classes, models) keep their own rules."""
+    if annotation is float:
+        return _NUMBER
+    origin, args = get_origin(annotation), get_args(annotation)
+    if not args or origin is Literal:
+        return annotation
+    try:
+        if origin is Annotated:
+            return Annotated[(_keep_ints(args[0]), *annotation.__metadata__)]
+        rebuilt = tuple(_keep_ints(a) for a in args)
+        if rebuilt == args:
+            return annotation
+        if origin in (Union, UnionType):
+            return Union[rebuilt]  # noqa: UP007 - built from a tuple
+        return origin[rebuilt]
+    except TypeError:
+        return annotation
+
+
 def _has_description(annotation: Any) -> bool:
     if get_origin(annotation) is not Annotated:
         return False
@@ -446,7 +475,8 @@ def _jsonable(value: Any) -> tuple[bool, Any]:
 
 class Tool:
     """A callable with a name, a description, a JSON Schema for its arguments and a strict
-    validator. Still callable like the function it wraps."""
+    validator. Still callable like the function it wraps. For a method, wrap the bound
+    method (`tool(obj.method)`), so `self` is not a parameter."""
 
     name: str
     description: str
@@ -583,7 +613,7 @@ class Tool:
         positional: list[str] = []
         required: list[str] = []
         for param in signature.parameters.values():
-            annotation = Any if param.annotation is param.empty else param.annotation
+            annotation = Any if param.annotation is param.empty else _keep_ints(param.annotation)
             if param.kind is param.VAR_POSITIONAL:
                 raise ToolDefinitionError(
                     f"tool {self.name!r}: *{param.name} cannot be filled from named arguments; "
