@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
+from html import escape as html_escape
+from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -37,29 +40,44 @@ ALLOWED_TAGS = {
 
 
 class Page(HTMLParser):
-    """The parts of a page the tests look at: tags, attributes, step elements, texts by id."""
+    """The parts of a page the tests look at: tags with their attributes and depth, step
+    elements, and the text of every element that has an id."""
+
+    VOID = frozenset({"meta", "br", "img", "input", "link", "hr"})
 
     def __init__(self, text: str) -> None:
         super().__init__(convert_charrefs=True)
         self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.depths: list[int] = []
         self.texts: dict[str, str] = {}
         self._open_ids: list[tuple[str, int]] = []
         self._depth = 0
         self.feed(text)
         self.close()
 
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+    def _record(self, tag: str, attrs: list[tuple[str, str | None]]) -> dict[str, str | None]:
         a = dict(attrs)
         self.tags.append((tag, a))
+        self.depths.append(self._depth)
         for ident, _ in self._open_ids:  # keep the words of adjacent cells apart
             self.texts[ident] += " "
-        if tag not in {"meta", "line", "rect", "br", "img", "input"}:
-            self._depth += 1
-            if a.get("id"):
-                self._open_ids.append((str(a["id"]), self._depth))
-                self.texts[str(a["id"])] = ""
+        return a
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = self._record(tag, attrs)
+        if tag in self.VOID:
+            return
+        self._depth += 1
+        if a.get("id"):
+            self._open_ids.append((str(a["id"]), self._depth))
+            self.texts[str(a["id"])] = ""
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self._record(tag, attrs)
 
     def handle_endtag(self, tag: str) -> None:
+        if tag in self.VOID:
+            return
         if self._open_ids and self._open_ids[-1][1] == self._depth:
             self._open_ids.pop()
         self._depth -= 1
@@ -72,9 +90,12 @@ class Page(HTMLParser):
         return [a for t, a in self.tags if t == "li" and "data-step-kind" in a]
 
     def inside(self, ident: str) -> list[tuple[str, dict[str, str | None]]]:
-        """Tags after the element with this id (to the end of the page)."""
+        """The element with this id and every tag inside it."""
         start = next(i for i, (_, a) in enumerate(self.tags) if a.get("id") == ident)
-        return self.tags[start:]
+        end = start + 1
+        while end < len(self.tags) and self.depths[end] > self.depths[start]:
+            end += 1
+        return self.tags[start:end]
 
 
 def cached_usage() -> Any:
@@ -225,8 +246,6 @@ def test_token_chart_has_one_bar_per_model_call_sized_by_sent_and_evaluated() ->
     trace = sample_trace()
     page = Page(render_html(trace))
     chart = page.inside("token-chart")
-    end = next(i for i, (t, a) in enumerate(chart) if a.get("id") == "latency-chart")
-    chart = chart[:end]
     links = [a["href"] for t, a in chart if t == "a"]
     assert links == [f"#step-{s.index}" for s in trace.steps]
     sent = [float(str(a["height"])) for t, a in chart if t == "rect" and a["class"] == "sent"]
@@ -247,14 +266,56 @@ def test_tool_latency_chart_and_table_count_executed_calls_only() -> None:
     assert rows[rows.index("add") + 2] == "1"  # errors
 
 
+def rebuilt_prompts(html: str) -> dict[int, str]:
+    """Every prompt in the page, rebuilt the way the page's script does: the new part of
+    each prompt block after the shared prefix of the prompt it extends."""
+    blocks = re.finditer(
+        r'<details class="part prompt" id="prompt-(\d+)"(?: data-extends="(\d+)" data-shared="(\d+)")?>'
+        r'.*?<span class="new prompt-new">|<details class="part prompt" id="prompt-(\d+)">.*?'
+        r'<pre class="prompt-new">', html)
+    prompts: dict[int, str] = {}
+    for m in blocks:
+        index = int(m.group(1) or m.group(4))
+        end = html.index("</", m.end())
+        new = unescape(html[m.end():end])
+        prefix = prompts[int(m.group(2))][: int(m.group(3))] if m.group(2) else ""
+        prompts[index] = prefix + new
+    return prompts
+
+
 def test_prompt_shows_what_is_new_since_the_previous_call() -> None:
     trace = sample_trace()
     html = render_html(trace)
-    second = trace.steps[1].prompt
-    first = trace.steps[0].prompt
+    first, second = trace.steps[0].prompt, trace.steps[1].prompt
     assert second is not None and first is not None and second.startswith(first)
-    new_part = second[len(first):]
-    assert f'<span class="new">{new_part.replace(chr(34), "&quot;")}</span>' in html
+    new_part = html_escape(second[len(first):])
+    assert f'data-extends="1" data-shared="{len(first)}"' in html
+    assert f'<span class="new prompt-new">{new_part}</span>' in html
+
+
+def test_every_prompt_can_be_rebuilt_exactly_from_the_page() -> None:
+    trace = sample_trace()
+    prompts = rebuilt_prompts(render_html(trace))
+    assert prompts == {s.index: s.prompt for s in trace.steps}
+
+
+def test_real_react_prompts_are_written_once_so_the_page_grows_linearly() -> None:
+    sizes = {}
+    for n in (40, 160):
+        trace = _long_react_run(n)
+        html = render_html(trace)
+        prompts = rebuilt_prompts(html)
+        assert prompts == {s.index: trace.prompt_for(s) for s in trace.steps}
+        sizes[n] = len(html)
+    assert sizes[160] / sizes[40] < 6  # quadratic would be about 16
+
+
+def _long_react_run(n: int) -> Trace:
+    outputs = [f'Thought: step {k}\nAction: add\nAction Input: {{"x": {k}, "y": 1}}' for k in range(n)]
+    policy = lw.ScriptedPolicy([*outputs, "Thought: done\nFinal Answer: ok"])
+    trace = lw.run("count", policy, lw.ToolRegistry([_add]), mode="react", max_steps=n + 1)
+    assert trace.stopped_reason == "final"
+    return trace
 
 
 def test_page_loads_nothing_from_the_network() -> None:
@@ -293,6 +354,22 @@ def test_real_react_run_renders_every_step(tmp_path: Path) -> None:
     page = assert_only_our_markup(path.read_text(encoding="utf-8"))
     assert [s["data-step-kind"] for s in page.steps()] == [s.kind for s in trace.steps]
     assert "parse_error" in [s.kind for s in trace.steps]
+
+
+def test_plan_execute_run_shows_its_plans_and_the_replan() -> None:
+    plan = json.dumps({"plan": [{"id": "E1", "tool": "_add", "args": {"x": 1, "y": 2}},
+                                {"id": "E2", "tool": "_add", "args": {"x": "#E1", "y": "oops"}}]})
+    fixed = json.dumps({"plan": [{"id": "E1", "tool": "_add", "args": {"x": 1, "y": 2}},
+                                 {"id": "E2", "tool": "_add", "args": {"x": "#E1", "y": 3}}]})
+    trace = lw.run("1 + 2 + 3?", lw.ScriptedPolicy([plan, fixed]), lw.ToolRegistry([_add]),
+                   mode="plan_execute", max_steps=4, max_replans=1)
+    assert trace.final_answer == "6" and trace.replans == 1
+    page = assert_only_our_markup(render_html(trace))
+    kinds = [s["data-step-kind"] for s in page.steps()]
+    assert kinds == ["plan", "action", "action", "replan", "action", "action"]
+    assert "2-step plan: E1 = _add" in page.texts["step-1"]
+    assert "flagged" in str(page.steps()[2]["class"])  # the failed step that caused the replan
+    assert page.texts["stop-reason"] == "final"
 
 
 @lw.tool
@@ -376,6 +453,18 @@ def test_browser_builds_the_page_and_its_script_runs(tmp_path: Path) -> None:
     step4 = dom.inside("step-4")
     assert step4[1][0] == "details" and "open" in step4[1][1], "the script did not run"
     assert "img" not in {t for t, _ in dom.tags}
+
+
+def test_browser_script_rebuilds_a_prompts_shared_prefix(tmp_path: Path) -> None:
+    trace = _long_react_run(6)
+    page_path = write_html(trace, tmp_path / "trace.html")
+    proc = _browser(["--dump-dom", page_path.as_uri() + "#prompt-5"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    prompt4, prompt5 = trace.prompt_for(trace.steps[3]), trace.prompt_for(trace.steps[4])
+    assert prompt4 is not None and prompt5 is not None and prompt5.startswith(prompt4)
+    m = re.search(r'<pre class="prompt-prefix" data-filled="true">(.*?)</pre>', proc.stdout, re.S)
+    assert m is not None, "the script did not fill the prefix of prompt 5"
+    assert unescape(m.group(1)) == prompt4
 
 
 def test_browser_screenshot_is_saved_as_an_artifact(tmp_path: Path) -> None:

@@ -83,7 +83,30 @@ class _ModelCall:
 
 
 def _is_model_call(step: Step) -> bool:
-    return step.prompt is not None or step.usage.prompt_tokens > 0
+    return step.prompt is not None or step.prompt_chars is not None or step.usage.prompt_tokens > 0
+
+
+def _common_prefix_len(a: str, b: str) -> int:
+    """Length of the longest common prefix, at C speed: the usual case (an append-only
+    scratchpad) is one startswith; otherwise a binary search over slices."""
+    if b.startswith(a):
+        return len(a)
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+@dataclass(frozen=True, slots=True)
+class _PromptRef:
+    """The previous model call's prompt, which this one may extend."""
+
+    index: int
+    text: str
 
 
 def _tool_latency(step: Step) -> float | None:
@@ -109,15 +132,17 @@ def _step_class(step: Step) -> str:
     return " ".join(classes)
 
 
-def _nice_max(value: float) -> float:
-    """The smallest 1/2/2.5/5 x 10^k at or above value, for a readable axis."""
-    if value <= 0:
-        return 1.0
-    exp = 10.0 ** math.floor(math.log10(value))
-    for m in (1.0, 2.0, 2.5, 5.0, 10.0):
-        if m * exp >= value:
-            return m * exp
-    return 10.0 * exp
+def _axis(value: float) -> tuple[float, int]:
+    """A readable y axis reaching value: (tick step, tick count), the step a 1/2/2.5/5 x
+    10^k and at most 5 steps."""
+    if value <= 0 or not math.isfinite(value):
+        return 1.0, 1
+    exp = 10.0 ** math.floor(math.log10(value / 5))
+    for m in (1.0, 2.0, 2.5, 5.0, 10.0, 20.0):
+        step = m * exp
+        if math.ceil(value / step) <= 5:
+            return step, max(1, math.ceil(value / step))
+    return 20.0 * exp, 5
 
 
 def _bar_chart(
@@ -133,14 +158,15 @@ def _bar_chart(
     height, left, right, top, bottom = 230, 58, 10, 12, 28
     plot_w, plot_h = width - left - right, height - top - bottom
     peak = max((v for *_, parts in bars for v, _ in parts), default=0.0)
-    y_max = _nice_max(peak)
+    step, ticks = _axis(peak)
+    y_max = step * ticks
     out = [
         f'<svg class="chart" id="{chart_id}" viewBox="0 0 {width} {height}" role="img" '
         f'aria-label="{_esc(title)}" xmlns="http://www.w3.org/2000/svg">'
     ]
-    for i in range(5):
-        value = y_max * i / 4
-        y = top + plot_h - plot_h * i / 4
+    for i in range(ticks + 1):
+        value = step * i
+        y = top + plot_h - plot_h * i / ticks
         out.append(f'<line class="axis" x1="{left}" x2="{width - right}" y1="{y:.1f}" y2="{y:.1f}"/>')
         out.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{_esc(fmt(value))}</text>')
     out.append(
@@ -235,8 +261,26 @@ def _latency_section(steps: Sequence[Step]) -> str:
     )
 
 
+def _plan_lines(step: Step) -> list[str] | None:
+    """A plan step's plan, one `E1 = tool(args)` line per step, from `meta["plan"]`
+    ([[id, tool, args], ...]); None when there is none of that shape."""
+    plan = step.meta.get("plan")
+    if not isinstance(plan, list) or not plan:
+        return None
+    lines = []
+    for item in plan:
+        if not (isinstance(item, list | tuple) and len(item) == 3):
+            return None
+        sid, tool, args = item
+        lines.append(f"{sid} = {tool}({json.dumps(args, ensure_ascii=False, default=str)})")
+    return lines
+
+
 def _summary_line(step: Step, final_answer: str | None) -> str:
     parts: list[str] = []
+    plan = _plan_lines(step)
+    if plan is not None:
+        parts.append(_esc(_clip(f"{len(plan)}-step plan: " + "; ".join(plan), 200)))
     if step.tool is not None:
         args = json.dumps(step.args, ensure_ascii=False, default=str) if step.args is not None else ""
         label = f"{step.step_id} = " if step.step_id else ""
@@ -253,22 +297,29 @@ def _summary_line(step: Step, final_answer: str | None) -> str:
     return '<span class="arrow">→</span>'.join(parts)
 
 
-def _prompt_block(prompt: str, previous: str | None) -> str:
-    shared = len(os.path.commonprefix([prompt, previous])) if previous else 0
+def _prompt_block(index: int, prompt: str, previous: _PromptRef | None) -> str:
+    """The prompt of step `index`. Where it extends the previous call's prompt only the
+    new part is written, so a long run's page grows linearly, not quadratically; the
+    page's script rebuilds the shared prefix from the earlier steps when it is opened."""
+    shared = _common_prefix_len(previous.text, prompt) if previous else 0
     head = f"Prompt · {_fmt_n(len(prompt))} chars"
-    if shared:
-        head += f" · {_fmt_n(len(prompt) - shared)} new since the previous call"
-        body = (
-            f'<details class="prefix"><summary>{_fmt_n(shared)} chars shared with the previous '
-            f"call</summary><pre>{_esc(prompt[:shared])}</pre></details>"
-            f'<pre><span class="new">{_esc(prompt[shared:])}</span></pre>'
-        )
-    else:
-        body = f"<pre>{_esc(prompt)}</pre>"
-    return f'<details class="part"><summary>{head}</summary>{body}</details>'
+    if previous is None or not shared:
+        return (f'<details class="part prompt" id="prompt-{index}"><summary>{head}</summary>'
+                f'<pre class="prompt-new">{_esc(prompt)}</pre></details>')
+    head += f" · {_fmt_n(len(prompt) - shared)} new since the previous call"
+    return (
+        f'<details class="part prompt" id="prompt-{index}" data-extends="{previous.index}" '
+        f'data-shared="{shared}"><summary>{head}</summary>'
+        f'<details class="prefix"><summary>the first {_fmt_n(shared)} chars: the prompt of '
+        f'<a href="#prompt-{previous.index}">step #{previous.index}</a>'
+        f'{"" if shared == len(previous.text) else " (its start)"}</summary>'
+        '<pre class="prompt-prefix"></pre></details>'
+        f'<pre class="new-part"><span class="new prompt-new">{_esc(prompt[shared:])}</span></pre>'
+        "</details>"
+    )
 
 
-def _step_item(step: Step, previous_prompt: str | None, start: float, total: float,
+def _step_item(step: Step, previous_prompt: _PromptRef | None, start: float, total: float,
                trace: Trace) -> str:
     final = trace.final_answer if step.kind == "final" else None
     attrs = f'class="{_step_class(step)}" id="step-{step.index}" data-step-kind="{_esc(step.kind)}"'
@@ -289,6 +340,9 @@ def _step_item(step: Step, previous_prompt: str | None, start: float, total: flo
     rows: list[str] = []
     if step.thought:
         rows.append(f"<b>thought</b><div><pre>{_esc(step.thought)}</pre></div>")
+    plan = _plan_lines(step)
+    if plan is not None:
+        rows.append(f"<b>parsed plan</b><div><pre>{_esc(chr(10).join(plan))}</pre></div>")
     if step.tool is not None:
         args = json.dumps(step.args, ensure_ascii=False, default=str)
         if len(args) > 100:
@@ -317,8 +371,9 @@ def _step_item(step: Step, previous_prompt: str | None, start: float, total: flo
             f"{' (estimated)' if u.estimated else ''}</div>"
         )
     parts = [f'<div class="kv">{"".join(rows)}</div>']
-    if step.prompt is not None:
-        parts.append(_prompt_block(step.prompt, previous_prompt))
+    prompt = trace.prompt_for(step)
+    if prompt is not None:
+        parts.append(_prompt_block(step.index, prompt, previous_prompt))
     if step.raw or _is_model_call(step) or step.kind in MODEL_KINDS_WITHOUT_PROMPT:
         parts.append(
             f'<details class="part" open><summary>Raw model output · {_fmt_n(len(step.raw))} chars'
@@ -346,12 +401,13 @@ def _timeline(trace: Trace) -> str:
     buttons += [f'<button data-filter="{k}" aria-pressed="false">{k}</button>' for k in kinds]
     items: list[str] = []
     elapsed = 0.0
-    previous_prompt: str | None = None
+    previous_prompt: _PromptRef | None = None
     for step in steps:
         items.append(_step_item(step, previous_prompt, elapsed, total, trace))
         elapsed += max(step.duration_s, 0.0)
-        if step.prompt is not None:
-            previous_prompt = step.prompt
+        prompt = trace.prompt_for(step)
+        if prompt is not None:
+            previous_prompt = _PromptRef(step.index, prompt)
     body = "".join(items) or '<li class="empty">No steps recorded.</li>'
     return (
         f'<section class="card"><h2>Timeline · {_fmt_n(len(steps))} steps</h2>'
@@ -415,8 +471,12 @@ def render_html(trace: Trace | Mapping[str, Any]) -> str:
         trace = Trace.from_dict(trace)
     calls = [_ModelCall(n, s) for n, s in enumerate((s for s in trace.steps if _is_model_call(s)), 1)]
     extras = ""
+    if trace.scratchpad:
+        extras += (f'<details class="part card"><summary>Scratchpad (the last prompt, '
+                   f"{_fmt_n(len(trace.scratchpad))} chars)</summary>"
+                   f'<pre id="scratchpad">{_esc(trace.scratchpad)}</pre></details>')
     if trace.transcript:
-        extras += (f'<details class="part card"><summary>Transcript (the final scratchpad)</summary>'
+        extras += (f'<details class="part card"><summary>Transcript</summary>'
                    f"<pre>{_esc(trace.transcript)}</pre></details>")
     if trace.meta:
         extras += (f'<details class="part card"><summary>Run meta</summary>'
