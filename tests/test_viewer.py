@@ -403,8 +403,30 @@ def test_view_main_rejects_what_is_not_a_trace(tmp_path: Path, capsys: Any, cont
 
 
 def test_view_main_reports_a_missing_file(tmp_path: Path, capsys: Any) -> None:
-    assert view_main([str(tmp_path / "nope.json")]) == 2
-    assert "no such trace file" in capsys.readouterr().err
+    assert view_main([str(tmp_path / "nope.json"), "--db", str(tmp_path / "none.db")]) == 2
+    err = capsys.readouterr().err
+    assert "no such trace file" in err and "no run journal" in err
+    assert not (tmp_path / "none.db").exists()  # looking did not create a journal
+
+
+def test_view_main_renders_a_journaled_run_by_its_id(tmp_path: Path, capsys: Any,
+                                                     monkeypatch: Any) -> None:
+    from loopwright.store import SQLiteStore
+
+    db = tmp_path / "runs.db"
+    policy = lw.ScriptedPolicy(['Thought: add\nAction: _add\nAction Input: {"x": 2, "y": 3}',
+                                "Thought: done\nFinal Answer: 5"])
+    with SQLiteStore(db) as store:
+        trace = lw.run("2 + 3?", policy, lw.ToolRegistry([_add]), store=store, run_id="run-7")
+    monkeypatch.chdir(tmp_path)
+    assert view_main(["run-7", "--db", str(db)]) == 0
+    out = tmp_path / "run-7.html"
+    assert capsys.readouterr().out.strip() == "run-7.html"
+    page = Page(out.read_text(encoding="utf-8"))
+    assert [s["data-step-kind"] for s in page.steps()] == [s.kind for s in trace.steps]
+    assert page.texts["stop-reason"] == "final"
+    assert view_main(["run-8", "--db", str(db)]) == 2
+    assert "run-8" in capsys.readouterr().err
 
 
 # -- the page in a real browser ---------------------------------------------------------

@@ -20,9 +20,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Final
 
+from loopwright.errors import LoopwrightError
 from loopwright.trace import STEP_KINDS, Step, Trace
 
-__all__ = ["load_trace", "render_html", "view_main", "write_html"]
+__all__ = ["load_trace", "render_html", "run_view", "setup_view_parser", "view_main", "write_html"]
 
 ISSUE_KINDS: Final = frozenset({"parse_error", "error"})
 """Steps drawn red: the model or the policy failed."""
@@ -522,27 +523,59 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
         raise ValueError(f"{p}: not a loopwright trace ({type(exc).__name__}: {exc})") from exc
 
 
-def view_main(argv: Sequence[str] | None = None) -> int:
-    """`loopwright view TRACE.json [--out PATH] [--open]`: write the HTML page and print
-    its path. Returns the exit status (0 written, 2 unreadable input)."""
-    parser = argparse.ArgumentParser(
-        prog="loopwright view", description="Write a trace as one self-contained HTML page."
-    )
-    parser.add_argument("trace", help="a trace JSON file (Trace.to_json)")
-    parser.add_argument("--out", help="where to write the page (default: TRACE with .html)")
-    parser.add_argument("--open", action="store_true", help="open the page in a browser")
-    args = parser.parse_args(argv)
+VIEW_HELP: Final = "write a trace as one self-contained HTML page (timeline, prompts, token chart)"
+
+
+def setup_view_parser(parser: argparse.ArgumentParser) -> None:
+    """The arguments of `loopwright view` (for `loopwright.cli.add_subcommand`)."""
+    parser.add_argument("trace", metavar="TRACE", help="a trace JSON file (Trace.to_json), or a run id in the journal")
+    parser.add_argument("--out", help="where to write the page (default: TRACE with .html, or RUN_ID.html)")
+    parser.add_argument("--open", action="store_true", help="open the page in a web browser")
+    parser.add_argument("--db", help="the run journal, for a run id (default: $LOOPWRIGHT_DB or ./loopwright.db)")
+
+
+def run_view(args: argparse.Namespace) -> int:
+    """`loopwright view`: write the page and print its path. 0 written, 2 unreadable input."""
     source = Path(args.trace)
-    if not source.is_file():
-        print(f"loopwright view: no such trace file: {source}", file=sys.stderr)
-        return 2
     try:
-        trace = load_trace(source)
-    except (OSError, ValueError) as exc:
+        if source.is_file():
+            trace = load_trace(source)
+            default_out = source.with_suffix(".html")
+        else:
+            trace = _journal_trace(args.trace, args.db)
+            default_out = Path(f"{_safe_name(args.trace)}.html")
+        out = write_html(trace, Path(args.out) if args.out else default_out)
+    except (OSError, ValueError, LoopwrightError) as exc:
         print(f"loopwright view: {exc}", file=sys.stderr)
         return 2
-    out = write_html(trace, Path(args.out) if args.out else source.with_suffix(".html"))
     print(out)
     if args.open:
         webbrowser.open(out.resolve().as_uri())
     return 0
+
+
+def view_main(argv: Sequence[str] | None = None) -> int:
+    """`loopwright view TRACE.json|RUN_ID [--out PATH] [--open] [--db PATH]` as a function."""
+    parser = argparse.ArgumentParser(prog="loopwright view", description=VIEW_HELP)
+    setup_view_parser(parser)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, or a usage error argparse already printed
+        return exc.code if isinstance(exc.code, int) else 2
+    return run_view(args)
+
+
+def _journal_trace(run_id: str, db: str | None) -> Trace:
+    """A journaled run's trace; a missing journal is an error naming both readings of
+    the argument (it is read as a run id only when no such file exists)."""
+    path = Path(db or os.environ.get("LOOPWRIGHT_DB") or "loopwright.db")
+    if not path.is_file():
+        raise ValueError(f"no such trace file: {run_id} (and no run journal at {path} to look it up as a run id)")
+    from loopwright.store import SQLiteStore  # the journal only when a run id is asked for
+
+    with SQLiteStore(path) as store:
+        return store.trace(run_id)
+
+
+def _safe_name(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[:100] or "trace"
