@@ -40,9 +40,6 @@ def test_char_ngrams_connect_word_forms() -> None:
 
 _SNIPPET = (
     "import sys; sys.path.insert(0, sys.argv[1]);"
-    "import importlib.util, types;"
-    "m = types.ModuleType('loopwright'); m.__path__ = [sys.argv[1] + '/loopwright'];"
-    "sys.modules['loopwright'] = m;"
     "from loopwright.memory.embedders import HashingEmbedder;"
     "print(HashingEmbedder(dim=64).embed(['same text in any process']).tobytes().hex())"
 )
@@ -91,9 +88,7 @@ def test_embedders_refuse_a_single_string() -> None:
 def test_importing_memory_does_not_import_torch_or_faiss() -> None:
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]);"
-        "import types; m = types.ModuleType('loopwright');"
-        "m.__path__ = [sys.argv[1] + '/loopwright']; sys.modules['loopwright'] = m;"
-        "import loopwright.memory as mem; mem.SemanticMemory().add('x');"
+        "import loopwright as lw; mem = lw.memory; mem.SemanticMemory().add('x');"
         "mem.MiniLMEmbedder();"
         "print(sorted(k for k in ('torch', 'sentence_transformers', 'faiss') if k in sys.modules))"
     )

@@ -53,7 +53,7 @@ class HNSWIndex:
     """A faiss HNSW graph (inner product). Incremental, no training; build cost grows
     with `ef_construction`, recall with `ef_search`."""
 
-    def __init__(self, m: int = 32, *, ef_construction: int = 80, ef_search: int = 64) -> None:
+    def __init__(self, m: int = 32, *, ef_construction: int = 80, ef_search: int = 128) -> None:
         self.m = m
         self.ef_construction = ef_construction
         self.ef_search = ef_search
@@ -72,6 +72,15 @@ class HNSWIndex:
 
     def __len__(self) -> int:
         return 0 if self._index is None else int(self._index.ntotal)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held: the vectors plus the graph's neighbour lists, offsets and levels."""
+        if self._index is None:
+            return 0
+        hnsw = self._index.hnsw
+        graph = hnsw.neighbors.size() * 4 + hnsw.offsets.size() * 8 + hnsw.levels.size() * 4
+        return int(self._index.ntotal * self._index.d * 4 + graph)
 
     def __repr__(self) -> str:
         return f"HNSWIndex(m={self.m}, rows={len(self)})"
@@ -144,6 +153,16 @@ class IVFIndex:
 
     def __len__(self) -> int:
         return 0 if self._index is None else int(self._index.ntotal)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held: each row's vector and id in its list, the centroids, and rows
+        still waiting for training."""
+        pending = sum(int(p.nbytes) for p in self._pending)
+        if self._index is None:
+            return pending
+        d = int(self._index.d)
+        return int(self._index.ntotal * (d * 4 + 8) + self.nlist * d * 4) + pending
 
     def __repr__(self) -> str:
         return f"IVFIndex(nlist={self.nlist}, nprobe={self.nprobe}, rows={len(self)})"
