@@ -391,7 +391,16 @@ def test_view_main_writes_the_page_next_to_the_trace(tmp_path: Path, capsys: Any
 
 @pytest.mark.parametrize(
     ("content", "message"),
-    [("{not json", "not JSON"), ("[1, 2]", "expected a JSON object"), ('{"steps": []}', "not a loopwright trace")],
+    [
+        ("{not json", "not JSON"),
+        ("[1, 2]", "expected a JSON object"),
+        ('{"steps": []}', "not a loopwright trace"),
+        ('{"task": "t", "mode": "react", "steps": [{"index": 1, "kind": "action", "duration_s": "1s"}]}',
+         "duration_s must be a number"),
+        ('{"task": "t", "mode": "react", "steps": [{"index": 1, "kind": "final", "raw": ["x"]}]}',
+         "raw must be a string"),
+        ('{"task": ["t"], "mode": "react"}', "task must be a string"),
+    ],
 )
 def test_view_main_rejects_what_is_not_a_trace(tmp_path: Path, capsys: Any, content: str, message: str) -> None:
     src = tmp_path / "bad.json"

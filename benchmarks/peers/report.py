@@ -50,7 +50,7 @@ def table(data: dict[str, Any]) -> str:
     head = (["framework", "version"] + [f"µs/step N={n}" for n in ns]
             + [f"CPU µs/step N={ns[-1]}", "growth µs/step²", f"steps 1-20 → last 20 (N={ns[-1]}), µs",
                "import s",
-               "RSS after import MB", "peak RSS MB", "first run ms"])
+               "RSS after import MiB", "peak RSS MiB", "first run ms"])
     rows = ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * (len(head) - 2)]
     for p in data["peers"]:
         if "error" in p:
@@ -90,7 +90,7 @@ def chart(data: dict[str, Any], path: Path) -> None:
            ylabel="µs per step (median run / (N+1) model calls)",
            title="Runtime overhead per step (scripted model, no model latency)")
     ax.set_xticks(ns, [str(n) for n in ns])
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=3)
     ax = grid[0][1]
     width = 0.38
     xs = range(len(peers))
@@ -103,15 +103,17 @@ def chart(data: dict[str, Any], path: Path) -> None:
     ax.set_xticks(list(xs), [p["name"].split(" (")[0] for p in peers], rotation=20, ha="right")
     ax.legend(fontsize=8)
     ax = grid[1][0]
-    ax.bar(list(xs), [p["import_s"] for p in peers], color=[COLORS.get(p["env"]) for p in peers])
+    bars = ax.bar(list(xs), [p["import_s"] for p in peers], color=[COLORS.get(p["env"]) for p in peers])
+    ax.bar_label(bars, fmt="%.2f s", fontsize=8)
     ax.set(ylabel="seconds", title="Import time (median of fresh processes)")
     ax.set_xticks(list(xs), [p["name"].split(" (")[0] for p in peers], rotation=20, ha="right")
     ax = grid[1][1]
     ax.bar([x - width / 2 for x in xs], [p["rss_import_mb"] for p in peers], width,
            label="after import", color="#c9c9c9")
-    ax.bar([x + width / 2 for x in xs], [p["rss_peak_mb"] for p in peers], width,
-           label=f"peak, after all runs up to N={ns[-1]}", color="#555555")
-    ax.set(ylabel="MB (max RSS)", title="Memory")
+    bars = ax.bar([x + width / 2 for x in xs], [p["rss_peak_mb"] for p in peers], width,
+                  label=f"peak, after all runs up to N={ns[-1]}", color="#555555")
+    ax.bar_label(bars, fmt="%.0f", fontsize=8)
+    ax.set(ylabel="MiB (peak resident set)", title="Memory")
     ax.set_xticks(list(xs), [p["name"].split(" (")[0] for p in peers], rotation=20, ha="right")
     ax.legend(fontsize=8)
     for a in grid.flatten():

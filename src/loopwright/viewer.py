@@ -2,7 +2,8 @@
 
 The page has no network dependency (CSS, JS and SVG are inline) and embeds no trace data
 in script: every piece of trace text is model or tool output, so it is untrusted and goes
-into the page only through `html.escape`. `loopwright view TRACE.json` is `view_main`.
+into the page only through `html.escape`. `loopwright view TRACE.json|RUN_ID` is
+`run_view` (registered with the CLI) or, as a plain function, `view_main(argv)`.
 """
 
 from __future__ import annotations
@@ -518,9 +519,39 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
     if not isinstance(data, dict):
         raise ValueError(f"{p}: expected a JSON object (a trace), got {type(data).__name__}")
     try:
-        return Trace.from_dict(data)
+        trace = Trace.from_dict(data)
+        _check_shape(trace)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ValueError(f"{p}: not a loopwright trace ({type(exc).__name__}: {exc})") from exc
+    return trace
+
+
+_TEXT_FIELDS: Final = ("kind", "raw", "thought")
+_OPTIONAL_TEXT_FIELDS: Final = ("tool", "observation", "error", "prompt", "step_id")
+
+
+def _check_shape(trace: Trace) -> None:
+    """Raise TypeError naming the first field whose JSON type a trace cannot have (a file
+    may have been written by hand or by another tool)."""
+    for name in ("task", "mode", "transcript", "scratchpad"):
+        if not isinstance(getattr(trace, name), str):
+            raise TypeError(f"{name} must be a string")
+    for step in trace.steps:
+        where = f"step {step.index!r}"
+        if not isinstance(step.index, int) or isinstance(step.index, bool):
+            raise TypeError(f"{where}: index must be an integer")
+        if _number(step.duration_s) is None:
+            raise TypeError(f"{where}: duration_s must be a number")
+        for name in _TEXT_FIELDS:
+            if not isinstance(getattr(step, name), str):
+                raise TypeError(f"{where}: {name} must be a string")
+        for name in _OPTIONAL_TEXT_FIELDS:
+            if getattr(step, name) is not None and not isinstance(getattr(step, name), str):
+                raise TypeError(f"{where}: {name} must be a string or null")
+        if step.args is not None and not isinstance(step.args, dict):
+            raise TypeError(f"{where}: args must be an object or null")
+        if step.prompt_chars is not None and not isinstance(step.prompt_chars, int):
+            raise TypeError(f"{where}: prompt_chars must be an integer or null")
 
 
 VIEW_HELP: Final = "write a trace as one self-contained HTML page (timeline, prompts, token chart)"
