@@ -41,7 +41,6 @@ SCHEMA_NAME: Final = "loopwright-journal"
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 RunStatus = Literal["running", "paused", "interrupted", "blocked", "finished"]
 RESUMABLE: Final = frozenset({"running", "paused", "interrupted", "blocked"})
-_SQLITE_HEADER: Final = b"SQLite format 3\x00"
 
 _SCHEMA_V1: Final = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -217,7 +216,9 @@ class SQLiteStore:
             conn.execute("PRAGMA foreign_keys=ON")
         except sqlite3.DatabaseError as exc:
             conn.close()
-            raise StoreError(f"{self.path} is not a usable SQLite database ({exc}); nothing was changed") from exc
+            what = ("is not a SQLite database (corrupt, or another kind of file)" if "not a database" in str(exc)
+                    else f"is not a usable SQLite database ({exc})")
+            raise StoreError(f"{self.path} {what}; nothing was changed") from exc
         except BaseException:
             conn.close()
             raise
@@ -629,22 +630,13 @@ def _transaction(conn: sqlite3.Connection, begin: str = "BEGIN IMMEDIATE") -> It
 
 
 def _check_file(path: Path) -> None:
-    """Refuse, before SQLite touches it, a path that is not a SQLite file."""
+    """Refuse a path that cannot be a journal file. The file itself is not opened here:
+    opening and closing another descriptor on a SQLite file drops every POSIX lock this
+    process holds on it (other connections' included), so only SQLite reads it."""
     if path.is_dir():
         raise StoreError(f"{path} is a directory, not a run journal")
-    if not path.exists():
-        if not path.parent.exists():
-            raise StoreError(f"cannot create run journal {path}: {path.parent} does not exist")
-        return
-    try:
-        with path.open("rb") as f:
-            header = f.read(len(_SQLITE_HEADER))
-    except OSError as exc:
-        raise StoreError(f"cannot read run journal {path}: {exc}") from exc
-    if header and header != _SQLITE_HEADER:
-        raise StoreError(
-            f"{path} is not a SQLite database (corrupt, or another kind of file); nothing was changed"
-        )
+    if not path.exists() and not path.parent.is_dir():
+        raise StoreError(f"cannot create run journal {path}: {path.parent} does not exist")
 
 
 def _check_schema(conn: sqlite3.Connection, path: str) -> int:

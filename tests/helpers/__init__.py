@@ -1,0 +1,1 @@
+"""Helpers shared by the durable-run tests (subprocess scripts and trace comparison)."""

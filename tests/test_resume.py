@@ -1,0 +1,293 @@
+"""resume: replay what the journal holds, continue live, never repeat a recorded call."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import loopwright as lw
+from conftest import act, final, make_registry
+from helpers.durable import comparable
+from loopwright.resume import iter_resume, resume
+from loopwright.safety import ApprovalPending, ApprovalRequest, Decision, approval_key
+from loopwright.store import SQLiteStore
+
+HELPERS = Path(__file__).parent / "helpers"
+
+REACT = [
+    act("add", '{"x": 2, "y": 3}'),
+    act("multiply", '{"x": 5, "y": 10}'),
+    act("search", '{"q": "france"}'),
+    final("50"),
+]
+REWOO_PLAN = json.dumps({"plan": [
+    {"id": "E1", "tool": "search", "args": {"q": "france"}},
+    {"id": "E2", "tool": "word_count", "args": {"text": "#E1"}},
+    {"id": "E3", "tool": "multiply", "args": {"x": "#E2", "y": 2}},
+    {"id": "E4", "tool": "add", "args": {"x": 1, "y": 1}},
+]})
+REWOO = [REWOO_PLAN, "Final Answer: 16"]
+BAD_PLAN = json.dumps({"plan": [
+    {"id": "E1", "tool": "search", "args": {"q": "france"}},
+    {"id": "E2", "tool": "no_such_tool", "args": {"x": "#E1"}},
+]})
+GOOD_PLAN = json.dumps({"plan": [
+    {"id": "E1", "tool": "search", "args": {"q": "france"}},
+    {"id": "E2", "tool": "word_count", "args": {"text": "#E1"}},
+]})
+PLAN_EXECUTE = [BAD_PLAN, GOOD_PLAN]
+SCRIPTS = {"react": REACT, "rewoo": REWOO, "plan_execute": PLAN_EXECUTE}
+CASES = [(mode, k) for mode, script in SCRIPTS.items() for k in range(1, len(script) + 1)]
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    with SQLiteStore(tmp_path / "runs.db") as s:
+        yield s
+
+
+def reference(mode: str) -> tuple[lw.Trace, list, list[str]]:
+    calls: list = []
+    policy = lw.ScriptedPolicy(SCRIPTS[mode])
+    trace = lw.run("task", policy, make_registry(calls), mode=mode)
+    return trace, calls, policy.prompts
+
+
+@pytest.mark.parametrize(("mode", "k"), CASES)
+def test_run_interrupted_at_any_model_call_resumes_to_the_uninterrupted_trace(store, mode, k):
+    expected, expected_calls, expected_prompts = reference(mode)
+    script = SCRIPTS[mode]
+    calls: list = []
+    first = lw.ScriptedPolicy([*script[: k - 1], KeyboardInterrupt()])
+    with pytest.raises(lw.RunInterrupted):
+        lw.run("task", first, make_registry(calls), mode=mode, store=store, run_id="r")
+    assert store.load_run("r").status == "interrupted"
+
+    rest = lw.ScriptedPolicy(script[k - 1:])
+    trace = resume("r", rest, make_registry(calls), store=store)
+
+    rest.assert_consumed()  # recorded calls were not asked again, the rest was
+    assert rest.prompts == expected_prompts[k - 1:]
+    assert calls == expected_calls  # every tool ran exactly once across both processes' worth
+    assert comparable(trace) == comparable(expected)
+    assert store.load_run("r").status == "finished"
+    assert comparable(store.trace("r")) == comparable(expected)
+
+
+@pytest.mark.parametrize("mode", list(SCRIPTS))
+def test_resuming_a_finished_run_replays_it_without_calling_the_model_or_a_tool(store, mode):
+    calls: list = []
+    original = lw.run("task", lw.ScriptedPolicy(SCRIPTS[mode]), make_registry(calls), mode=mode,
+                      store=store, run_id="done")
+    ran = len(calls)
+    nothing = lw.ScriptedPolicy([])
+    again = resume("done", nothing, make_registry(calls), store=store)
+    assert nothing.calls == 0 and len(calls) == ran
+    assert comparable(again) == comparable(original)
+    assert all(s.meta.get("replayed") for s in again.steps if s.kind == "action")
+    assert store.load_run("done").resumes == 1
+
+
+def test_tool_crash_mid_call_reruns_an_idempotent_tool_once(store):
+    calls: list = []
+    crashed = {"once": False}
+
+    @lw.tool(side_effects="read")
+    def lookup(q: str) -> str:
+        """Look something up."""
+        calls.append(q)
+        if not crashed["once"]:
+            crashed["once"] = True
+            raise SystemExit("the process dies mid-call")
+        return f"found {q}"
+
+    script = [act("lookup", '{"q": "a"}'), act("lookup", '{"q": "b"}'), final("ab")]
+    with pytest.raises(SystemExit):
+        lw.run("t", lw.ScriptedPolicy(script), lw.ToolRegistry([lookup]), store=store, run_id="r")
+    assert store.load_run("r").status == "running"  # no end was recorded: a crash
+    rest = lw.ScriptedPolicy(script[1:])
+    trace = resume("r", rest, lw.ToolRegistry([lookup]), store=store)
+    assert trace.final_answer == "ab" and [s.observation for s in trace.steps[:2]] == ["found a", "found b"]
+    assert calls == ["a", "a", "b"]
+    attempts = store.conn.execute("SELECT key, attempts, state FROM tool_calls WHERE run_id = 'r' ORDER BY key")
+    assert attempts.fetchall() == [("1", 2, "done"), ("2", 1, "done")]
+
+
+def test_unfinished_non_idempotent_call_is_not_rerun_and_the_run_stops_saying_why(store):
+    sent: list[str] = []
+    state = {"crash": True}
+
+    @lw.tool(side_effects="write")
+    def send_email(to: str) -> str:
+        """Send an email."""
+        sent.append(to)
+        if state["crash"]:
+            raise SystemExit("killed after the email left, before its result was recorded")
+        return f"sent to {to}"
+
+    script = [act("send_email", '{"to": "ann"}'), final("sent")]
+    with pytest.raises(SystemExit):
+        lw.run("t", lw.ScriptedPolicy(script), lw.ToolRegistry([send_email]), store=store, run_id="r")
+    state["crash"] = False
+
+    blocked = resume("r", lw.ScriptedPolicy([]), lw.ToolRegistry([send_email]), store=store)
+    assert sent == ["ann"]  # not sent twice
+    assert blocked.stopped_reason == "error"
+    assert "send_email was started before the run stopped but its result was not recorded" in blocked.steps[-1].error
+    assert "not idempotent" in blocked.steps[-1].error
+    assert store.load_run("r").status == "blocked"
+
+    # a person checked that it did not take effect: run it again on purpose
+    done = resume("r", lw.ScriptedPolicy(script[1:]), lw.ToolRegistry([send_email]), store=store,
+                  rerun_unfinished=True)
+    assert done.final_answer == "sent" and sent == ["ann", "ann"]
+    assert [s.kind for s in done.steps] == ["action", "final"]
+    assert store.load_run("r").status == "finished"
+    assert [s.kind for s in store.trace("r").steps] == ["action", "final"]
+
+
+def test_run_that_failed_on_a_policy_error_resumes_from_the_failed_call(store):
+    calls: list = []
+    failing = lw.ScriptedPolicy([REACT[0], RuntimeError("server down")])
+    trace = lw.run("task", failing, make_registry(calls), store=store, run_id="r")
+    assert trace.stopped_reason == "error" and store.load_run("r").status == "finished"
+    rest = lw.ScriptedPolicy(REACT[1:])
+    resumed = resume("r", rest, make_registry(calls), store=store)
+    rest.assert_consumed()
+    assert resumed.final_answer == "50" and len(calls) == 3
+    assert [s.kind for s in store.trace("r").steps] == ["action", "action", "action", "final"]
+
+
+def test_rewoo_crash_in_a_worker_resumes_without_rerunning_finished_workers(store):
+    calls: list = []
+    state = {"crash": True}
+    base = make_registry(calls)
+
+    @lw.tool(side_effects="read")
+    def slow_add(x: int, y: int) -> int:
+        """Add, but the process dies the first time."""
+        calls.append(("slow_add", {"x": x, "y": y}))
+        if state["crash"]:
+            state["crash"] = False
+            raise SystemExit("worker dies")
+        return x + y
+
+    plan = json.dumps({"plan": [
+        {"id": "E1", "tool": "search", "args": {"q": "france"}},
+        {"id": "E2", "tool": "word_count", "args": {"text": "#E1"}},
+        {"id": "E3", "tool": "slow_add", "args": {"x": "#E2", "y": 2}},
+    ]})
+    registry = lw.ToolRegistry([base["search"], base["word_count"], slow_add])
+    with pytest.raises(SystemExit):
+        lw.run("t", lw.ScriptedPolicy([plan, "unused"]), registry, mode="rewoo", store=store, run_id="r")
+    rest = lw.ScriptedPolicy(["Final Answer: 10"])
+    trace = resume("r", rest, registry, store=store)
+    assert trace.final_answer == "10" and [s.observation for s in trace.steps[1:4]][-1] == "10"
+    names = [c[0] for c in calls]
+    assert names.count("search") == 1 and names.count("word_count") == 1 and names.count("slow_add") == 2
+
+
+# -- approvals ---------------------------------------------------------------------------
+
+
+def gated_tools(log: list[str]) -> lw.ToolRegistry:
+    @lw.tool(side_effects="destructive")
+    def delete_file(path: str) -> str:
+        """Delete a file."""
+        log.append(path)
+        return f"deleted {path}"
+
+    return lw.ToolRegistry([delete_file])
+
+
+def later(request: ApprovalRequest) -> bool:
+    raise ApprovalPending(request.key)
+
+
+DELETE = [act("delete_file", '{"path": "/tmp/x"}'), final("gone")]
+KEY = approval_key("delete_file", {"path": "/tmp/x"})
+
+
+def test_paused_run_records_the_pending_call_and_a_stored_decision_resumes_it(store):
+    log: list[str] = []
+    paused = lw.run("t", lw.ScriptedPolicy(DELETE[:1]), gated_tools(log), approver=later,
+                    store=store, run_id="r")
+    assert paused.stopped_reason == "paused" and log == []
+    assert store.load_run("r").status == "paused"
+    [pending] = store.pending_approvals("r")
+    assert (pending.key, pending.tool, pending.args, pending.step) == (KEY, "delete_file", {"path": "/tmp/x"}, 1)
+
+    store.decide("r", KEY, Decision(True, "checked by Ann"))
+    assert store.pending_approvals("r") == []
+    rest = lw.ScriptedPolicy(DELETE[1:])
+    trace = resume("r", rest, gated_tools(log), store=store)  # no approver: the journal decides
+    assert trace.final_answer == "gone" and log == ["/tmp/x"]
+    row = store.conn.execute("SELECT state, approved, reason FROM approvals WHERE run_id = 'r'").fetchone()
+    assert row == ("decided", 1, "checked by Ann")
+
+
+def test_decisions_passed_to_resume_reach_the_approver(store):
+    log: list[str] = []
+    lw.run("t", lw.ScriptedPolicy(DELETE[:1]), gated_tools(log), approver=later, store=store, run_id="r")
+    denied = resume("r", lw.ScriptedPolicy(["Thought: ok\nFinal Answer: kept"]), gated_tools(log),
+                    store=store, decisions={KEY: Decision(False, "not today")})
+    assert log == [] and denied.steps[0].kind == "denied"
+    assert denied.steps[0].observation == "DENIED[delete_file]: not today"
+    assert denied.final_answer == "kept"
+
+
+def test_resume_without_a_decision_pauses_again_instead_of_running_ungated(store):
+    log: list[str] = []
+    lw.run("t", lw.ScriptedPolicy(DELETE[:1]), gated_tools(log), approver=later, store=store, run_id="r")
+    again = resume("r", lw.ScriptedPolicy([]), gated_tools(log), store=store)
+    assert again.stopped_reason == "paused" and log == []
+    assert [p.key for p in store.pending_approvals("r")] == [KEY]
+
+
+def test_deciding_twice_or_an_unknown_key_is_a_store_error(store):
+    lw.run("t", lw.ScriptedPolicy(DELETE[:1]), gated_tools([]), approver=later, store=store, run_id="r")
+    with pytest.raises(lw.StoreError, match="is not a pending approval"):
+        store.decide("r", "nope", True)
+    store.decide("r", KEY, True)
+    with pytest.raises(lw.StoreError, match="already decided"):
+        store.decide("r", KEY, False)
+
+
+def test_paused_run_resumes_in_another_process_with_a_decision(tmp_path: Path):
+    db, effects = tmp_path / "runs.db", tmp_path / "effects.txt"
+
+    def child(phase: str) -> dict:
+        out = subprocess.run(
+            [sys.executable, str(HELPERS / "approval_run.py"), phase, str(db), str(effects)],
+            capture_output=True, text=True, timeout=120, check=False,
+        )
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    first = child("start")
+    assert first["stopped_reason"] == "paused" and not effects.exists()
+    with SQLiteStore(db) as store:
+        [pending] = store.pending_approvals(first["run_id"])
+        store.decide(first["run_id"], pending.key, Decision(True, "approved from another process"))
+    second = child("resume")
+    assert second["stopped_reason"] == "final" and second["final_answer"] == "deleted"
+    assert effects.read_text().splitlines() == ["/tmp/report.txt"]
+
+
+def test_unknown_run_id_is_a_store_error_naming_it(store):
+    with pytest.raises(lw.StoreError, match="no run 'ghost'"):
+        resume("ghost", lw.ScriptedPolicy([]), make_registry(), store=store)
+
+
+def test_iter_resume_yields_replayed_then_live_steps(store):
+    with pytest.raises(lw.RunInterrupted):
+        lw.run("task", lw.ScriptedPolicy([*REACT[:2], KeyboardInterrupt()]), make_registry(),
+               store=store, run_id="r")
+    run = iter_resume("r", lw.ScriptedPolicy(REACT[2:]), make_registry(), store=store)
+    kinds = [(s.kind, bool(s.meta.get("replayed"))) for s in run]
+    assert kinds == [("action", True), ("action", True), ("action", False), ("final", False)]
+    assert run.trace.final_answer == "50"
