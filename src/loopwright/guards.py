@@ -92,23 +92,28 @@ class RepeatDetector:
     """Counts consecutive identical calls (same tool, same args).
 
     Parse errors do not reset the streak (a model stuck in a loop often alternates
-    garbage with the same call); any different call does.
+    garbage with the same call); any different call does. Only consecutive calls are
+    compared, so plain equality does: no serialisation on the hot path.
     """
 
-    __slots__ = ("_key", "count", "last_observation")
+    __slots__ = ("_tool", "_args", "count", "last_observation")
 
     def __init__(self) -> None:
-        self._key: str | None = None
+        self._tool: str | None = None
+        self._args: Any = None
         self.count = 0
         self.last_observation: str | None = None
 
     def see(self, tool: str, args: Any) -> int:
         """Record a proposed call; return how many times in a row it has now been proposed."""
-        key = call_key(tool, args)
-        if key == self._key:
+        try:
+            same = tool == self._tool and args == self._args
+        except Exception:  # an exotic value whose __eq__ raises: treat as different
+            same = False
+        if same:
             self.count += 1
         else:
-            self._key = key
+            self._tool, self._args = tool, args
             self.count = 1
             self.last_observation = None
         return self.count
