@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 import loopwright.parsing as parsing_module
@@ -476,6 +476,9 @@ def test_fast_path_agrees_with_general_parser(
 @settings(max_examples=200)
 @given(name=st.from_regex(TOOL_NAME_PATTERN, fullmatch=True), args=json_objects)
 def test_any_tool_name_and_object_round_trip(name: str, args: dict[str, Any]) -> None:
+    # HTML entities in argument values are decoded on purpose (a measured model habit),
+    # so values that contain one do not round-trip; everything else must.
+    assume(re.search(r"&#?\w+;", json.dumps(args)) is None)
     step = parse_react_step(f"Thought: t\nAction: {name}\nAction Input: {json.dumps(args)}")
     if name.lower() == "finish":
         return
