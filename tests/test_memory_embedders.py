@@ -126,6 +126,12 @@ def test_minilm_loads_offline_without_leaving_the_environment_changed() -> None:
     assert bundled_minilm_path().is_dir()
     assert vectors.shape == (3, 384) and vectors.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, rtol=1e-4)
+    import torch
+
+    threads = torch.get_num_threads()
+    one = MiniLMEmbedder(num_threads=1).embed(["one", "two", "three"])
+    assert torch.get_num_threads() == threads  # set for the call only
+    np.testing.assert_allclose(one, vectors, atol=1e-5)
     # batching does not change the vectors
     np.testing.assert_allclose(
         vectors, MiniLMEmbedder(batch_size=64).embed(["one", "two", "three"]), atol=1e-5
@@ -159,7 +165,7 @@ PARAPHRASED_QUERIES = {
 @pytest.mark.slow
 def test_minilm_recalls_the_right_memory_for_paraphrased_queries() -> None:
     pytest.importorskip("sentence_transformers")
-    memory = SemanticMemory(MiniLMEmbedder())
+    memory = SemanticMemory(MiniLMEmbedder(num_threads=1))
     memory.add_many(PARAPHRASE_MEMORIES)
     for query, expected in PARAPHRASED_QUERIES.items():
         hits = memory.recall(query, k=1)
