@@ -64,7 +64,14 @@ def gbnf_literal(text: str) -> str:
 
 
 def _json_literal(value: Any) -> str:
-    return gbnf_literal(json.dumps(value, ensure_ascii=False))
+    """A JSON value as a GBNF literal, written as json.dumps writes it; text that UTF-8
+    cannot carry (lone surrogates) is written as JSON escapes, which decode back to it."""
+    text = json.dumps(value, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(value, ensure_ascii=True)
+    return gbnf_literal(text)
 
 
 class _Rules:

@@ -24,13 +24,16 @@ CASSETTE_VERSION: Final = 1
 
 
 def request_key(request: ModelRequest) -> str:
-    """The identity of a request for replay: everything that can change the answer."""
+    """The identity of a request for replay: everything that can change the answer
+    (tools by name: their schemas are in the prompt)."""
     return json.dumps(
         {
             "prompt": request.prompt,
             "purpose": request.purpose,
             "dialect": request.dialect,
             "stop": list(request.stop),
+            "max_tokens": request.max_tokens,
+            "tools": [t.get("name") for t in request.tools],
             "messages": json_safe(list(request.messages)),
         },
         sort_keys=True,
@@ -70,6 +73,7 @@ class Entry:
             prompt=str(d["prompt"]),
             stop=tuple(d.get("stop") or ()),
             purpose=d.get("purpose", "react"),
+            tools=tuple({"name": name} for name in d.get("tools") or ()),
             messages=tuple(d.get("messages") or ()),
             max_tokens=d.get("max_tokens"),
             dialect=str(d.get("dialect", "json")),
@@ -129,7 +133,8 @@ class Recorder:
 class Replay:
     """A policy that serves a cassette's completions back.
 
-    A request is matched on its prompt, purpose, dialect, stop strings and messages.
+    A request is matched on its prompt, purpose, dialect, stop strings, max_tokens, tool
+    names and messages.
     Identical requests recorded more than once are served in recorded order, the last
     one repeating. An unrecorded request raises ReplayMissError showing where its prompt
     departs from the nearest recorded one.
@@ -173,7 +178,7 @@ class Replay:
         if at == len(other.prompt) == len(request.prompt):
             diffs = [
                 f"{name}: recorded {getattr(other, name)!r}, asked {getattr(request, name)!r}"
-                for name in ("purpose", "dialect", "stop", "messages")
+                for name in ("purpose", "dialect", "stop", "max_tokens", "messages")
                 if getattr(other, name) != getattr(request, name)
             ]
             return f"{head}; the prompt matches a recorded one but {'; '.join(diffs)}"
