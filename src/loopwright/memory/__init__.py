@@ -12,7 +12,7 @@ from loopwright.memory.buffer import BufferMemory
 from loopwright.memory.embedders import Embedder, HashingEmbedder, MiniLMEmbedder
 from loopwright.memory.semantic import Recalled, SemanticMemory
 from loopwright.memory.summary import SUMMARIZE_PROMPT, SummaryMemory, summarize_memory
-from loopwright.memory.tiered import TieredMemory
+from loopwright.memory.tiered import Memory, TieredMemory
 
 __all__ = [
     "SUMMARIZE_PROMPT",
@@ -21,6 +21,7 @@ __all__ = [
     "HNSWIndex",
     "HashingEmbedder",
     "IVFIndex",
+    "Memory",
     "MiniLMEmbedder",
     "Recalled",
     "SemanticMemory",

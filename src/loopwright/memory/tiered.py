@@ -4,7 +4,7 @@ filed for semantic recall, assembled into one context slice that fits a token bu
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from loopwright.memory.buffer import BufferMemory
 from loopwright.memory.semantic import SemanticMemory
@@ -47,6 +47,16 @@ def trim_to_fit(text: str, fits: Callable[[str], bool], marker: str = TRIM_MARKE
         else:
             hi = mid
     return text[:lo] + marker
+
+
+@runtime_checkable
+class Memory(Protocol):
+    """What a run or a Session needs of a memory: file a turn, and give back a context
+    slice for a query within a token budget. TieredMemory is the standard one."""
+
+    def add(self, turn: str, metadata: Mapping[str, Any] | None = None) -> None: ...
+
+    def context(self, query: str, budget_tokens: int) -> str: ...
 
 
 class TieredMemory:
