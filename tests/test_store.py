@@ -97,6 +97,36 @@ def test_every_event_is_one_row_written_before_the_run_moves_on(store):
         (1, "action", "add"), (2, "action", "multiply"), (3, "final", None)]
 
 
+def test_each_event_is_durable_before_anything_acts_on_it(store, db):
+    """Seen from another connection (another process would see the same): the completion
+    and the tool start are committed before the tool runs; the tool's result and the step
+    before the next model call."""
+    seen: dict[str, object] = {}
+
+    def committed(sql: str) -> list[tuple]:
+        with closing(sqlite3.connect(db)) as other:
+            return other.execute(sql).fetchall()
+
+    @lw.tool(side_effects="write", idempotent=True)
+    def write(x: int) -> int:
+        """Write x."""
+        seen[f"tool {x}"] = (committed(f"SELECT completion FROM model_calls WHERE n = {x}"),
+                             committed(f"SELECT state FROM tool_calls WHERE key = '{x}'"))
+        return x
+
+    def policy(prompt: str) -> str:
+        k = prompt.count("Observation:") - 1  # the template shows the format once
+        seen[f"model {k + 1}"] = committed("SELECT key, state, value FROM tool_calls ORDER BY key"), \
+            committed("SELECT count(*) FROM steps")[0][0]
+        return act("write", json.dumps({"x": k + 1})) if k < 2 else final("done")
+
+    lw.run("t", policy, lw.ToolRegistry([write]), store=store, run_id="r")
+    assert seen["tool 1"] == ([(act("write", '{"x": 1}'),)], [("started",)])
+    assert seen["tool 2"] == ([(act("write", '{"x": 2}'),)], [("started",)])
+    assert seen["model 2"] == ([("1", "done", "1")], 1)
+    assert seen["model 3"] == ([("1", "done", "1"), ("2", "done", "2")], 2)
+
+
 def react_script(n: int) -> list[str]:
     return [act("add", json.dumps({"x": i, "y": 1})) for i in range(n)] + [final(str(n))]
 
@@ -288,6 +318,7 @@ def reload_tool(store: SQLiteStore, value: object) -> ToolResult:
     _, journal = store.start_run(None, "t", "react", {})
     journal.record_tool_start("E1", "f", {"a": 1})
     journal.record_tool_result("E1", ToolResult("f", {"a": 1}, value, str(value), None, 0.5))
+    journal.flush()
     _, again = store.reopen(journal.run_id)
     state, result = again.recorded_tool("E1")
     assert state == "done" and result is not None
@@ -309,6 +340,7 @@ def test_tool_errors_come_back_as_tool_errors(store):
     _, journal = store.start_run(None, "t", "react", {})
     journal.record_tool_start("3", "f", {})
     journal.record_tool_result("3", ToolResult("f", {}, None, "ERROR[f]: boom", ToolError("f", "boom", "exception"), 0.1))
+    journal.flush()
     _, again = store.reopen(journal.run_id)
     assert again.recorded_tool("3") == ("done", ToolResult("f", {}, None, "ERROR[f]: boom",
                                                              ToolError("f", "boom", "exception"), 0.1))
@@ -319,6 +351,7 @@ def test_completions_come_back_with_usage_native_calls_and_meta(store):
     usage = lw.Usage(10, 4, 3)
     completion = Completion("hi", usage, (ToolCall("add", '{"x": 1}', "c1"),), {"model": "m"})
     journal.record_completion(1, ModelRequest("p", ("\nObs",)), completion, usage)
+    journal.flush()
     _, again = store.reopen(journal.run_id)
     assert again.recorded_completion(1) == (completion, usage)
     assert again.recorded_completion(2) is None
@@ -338,6 +371,7 @@ def test_any_text_and_json_value_round_trips_through_the_journal(tmp_path, task,
         run_id, journal = s.start_run(None, task, "react", {"tools": None})
         journal.record_tool_start("k", "f", args)
         journal.record_tool_result("k", ToolResult("f", args, value, "obs", None, 0.0))
+        journal.flush()
         assert s.load_run(run_id).task == task
         _, again = s.reopen(run_id)
         state, result = again.recorded_tool("k")
@@ -364,6 +398,7 @@ def test_journal_can_be_written_from_many_threads_at_once(store):
                 key = f"{t}:{i}"
                 journal.record_tool_start(key, "f", {"i": i})
                 journal.record_tool_result(key, ToolResult("f", {"i": i}, i, str(i), None, 0.0))
+                journal.flush()
         except BaseException as exc:  # surfaced below
             errors.append(exc)
 
@@ -405,3 +440,12 @@ def test_opening_a_store_keeps_the_locks_of_other_connections_in_the_process(db)
         with SQLiteStore(db) as s:
             s.list_runs()
         assert shared_lock_held(db)
+
+
+def test_steps_holding_values_json_cannot_hold_are_stored_as_to_dict_renders_them(store):
+    run_id, journal = store.start_run(None, "t", "react", {})
+    odd = [lw.Step(1, "action", tool="f", args={"s": {1}}, meta={"p": Point()}),
+           lw.Step(2, "action", tool="f", args={(1, 2): "tuple key"})]
+    for step in odd:
+        journal.record_step(step)
+    assert [s.to_dict() for s in store.trace(run_id).steps] == [s.to_dict() for s in odd]
