@@ -132,3 +132,36 @@ def test_a_200_step_run_recalls_a_paraphrased_step_3_with_the_real_minilm_embedd
     # the control: word hashing finds no link between "billing reference" and "account ID"
     trace, _ = run_long(HashingEmbedder(), PARAPHRASED)
     assert trace.final_answer == "not in my context"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="react's fit() budgets memory.context() before fencing it, and the fence's "
+    "escaping can make &- and <-heavy text several times longer; loopwright.memory."
+    "context_within(memory, query, budget, render) fixes it",
+)
+def test_the_budget_holds_when_observations_are_full_of_markup() -> None:
+    @lw.tool
+    def fetch(url: str) -> str:
+        """Fetch a page."""
+        return "<div>&lt;&amp;</div>" * 20
+
+    prompts: list[str] = []
+
+    def policy(prompt: str) -> str:
+        prompts.append(prompt)
+        if len(prompts) == 40:
+            return "Thought: done\nFinal Answer: ok"
+        url = f"<a>&{len(prompts)}"
+        return f"Thought: fetch\nAction: fetch\nAction Input: {json.dumps({'url': url})}"
+
+    memory = TieredMemory(BufferMemory(6), None, SemanticMemory(HashingEmbedder()), recall_k=4)
+    lw.run(
+        "Fetch pages",
+        policy,
+        lw.ToolRegistry([fetch]),
+        max_steps=40,
+        memory=memory,
+        context_tokens=900,
+    )
+    assert max(estimate_tokens(p) for p in prompts) <= 900

@@ -159,13 +159,38 @@ def test_context_never_exceeds_the_budget(
     memory.add_many(turns)
     context = memory.context(query, budget)
     assert estimate_tokens(context) <= budget
-    parts = sections(context) if context else {}
+    if any("\n" in t for t in turns) or not context:
+        return  # the structure below is read line by line: single-line turns only
+    parts = sections(context)
     recent = parts.get("Recent", [])
     if recent and not recent[-1].endswith(TRIM_MARKER):
-        # the shown recent turns are the newest ones, in order (one line each when single-line)
-        if all("\n" not in t for t in turns):
-            assert recent == memory.buffer.turns[-len(recent) :]
-    shown = set(recent)
+        assert recent == memory.buffer.turns[-len(recent) :]  # the newest turns, in order
     for item in parts.get("Recalled", []):
-        if item.startswith("- ") and "\n" not in item:
-            assert item[2:] not in shown
+        assert item[2:] not in recent  # never repeats a recent turn
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    turns=st.lists(st.text(alphabet="ab \n", max_size=40), min_size=1, max_size=8),
+    budget=st.integers(0, 200),
+)
+def test_context_never_exceeds_the_budget_with_multiline_turns(
+    turns: list[str], budget: int
+) -> None:
+    memory = tiered(max_turns=2, recall_k=3)
+    memory.add_many(turns)
+    assert estimate_tokens(memory.context("a b", budget)) <= budget
+
+
+def test_context_within_keeps_a_wrapped_context_inside_the_budget() -> None:
+    from loopwright.memory import context_within
+    from loopwright.prompts import fence
+
+    memory = tiered(max_turns=3)
+    for i in range(6):
+        memory.add(f"<b>&amp; {i}</b> " * 10)
+    wrap = lambda text: f"Memory:\n{fence(text, 'memory')}"  # noqa: E731
+    assert estimate_tokens(wrap(memory.context("b", 200))) > 200  # escaping expands it
+    shown = context_within(memory, "b", 200, wrap)
+    assert shown.startswith("Memory:\n<untrusted") and estimate_tokens(shown) <= 200
+    assert context_within(memory, "b", 5, wrap) == ""

@@ -179,3 +179,10 @@ def test_bad_arguments_are_refused_up_front() -> None:
         Session(recall_policy([]), registry(), mode="chat")
     with pytest.raises(ValueError, match="memory_tokens"):
         Session(recall_policy([]), registry(), memory_tokens=-1)
+
+
+def test_escaping_in_the_fence_does_not_push_the_section_past_memory_tokens() -> None:
+    session = Session(lambda prompt: answer("<i>&amp;</i> " * 40), registry(), memory_tokens=120)
+    for _ in range(4):
+        session.ask("again")
+    assert all(0 < t.meta["session"]["memory_tokens"] <= 120 for t in session.traces[1:])

@@ -11,7 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from loopwright.memory import BufferMemory, HashingEmbedder, Memory, SemanticMemory, TieredMemory
+from loopwright.memory import (
+    BufferMemory,
+    HashingEmbedder,
+    Memory,
+    SemanticMemory,
+    TieredMemory,
+    context_within,
+)
 from loopwright.modes import MODES, run
 from loopwright.policy import Policy
 from loopwright.prompts import fence
@@ -42,8 +49,8 @@ def render_turn(task: str, trace: Trace) -> str:
 class Session:
     """Ask several tasks in turn; each sees what memory recalls of the earlier ones.
 
-    `memory_tokens` bounds the recalled text placed in each task's prompt (its fence adds
-    a few tokens more); 0 turns recall off while still remembering. `limits` are passed to every run (max_steps, token_budget, timeout_s, ...). With
+    `memory_tokens` bounds the recalled section placed in each task's prompt, fence
+    included; 0 turns recall off while still remembering. `limits` are passed to every run (max_steps, token_budget, timeout_s, ...). With
     `context_tokens`, ReAct runs also fold their older steps into this memory.
     `traces` holds every run's Trace, in order.
     """
@@ -72,10 +79,10 @@ class Session:
 
     def ask(self, task: str) -> Trace:
         """Run one task with what memory recalls for it; remember its question and answer."""
-        recalled = self.memory.context(task, self.memory_tokens) if self.memory_tokens else ""
-        prompt_task = (
-            SESSION_TASK.format(task=task, memory=fence(recalled, "memory")) if recalled else task
+        section = context_within(
+            self.memory, task, self.memory_tokens, lambda text: fence(text, "memory")
         )
+        prompt_task = SESSION_TASK.format(task=task, memory=section) if section else task
         options = dict(self.limits)
         if options.get("context_tokens") is not None:
             options["memory"] = self.memory
@@ -84,7 +91,7 @@ class Session:
         trace.meta["session"] = {
             "turn": turn,
             "question": task,
-            "memory_tokens": estimate_tokens(recalled),
+            "memory_tokens": estimate_tokens(section),
         }
         self.memory.add(render_turn(task, trace), {"turn": turn, "stopped": trace.stopped_reason})
         self.traces.append(trace)

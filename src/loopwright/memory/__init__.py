@@ -12,7 +12,7 @@ from loopwright.memory.buffer import BufferMemory
 from loopwright.memory.embedders import Embedder, HashingEmbedder, MiniLMEmbedder
 from loopwright.memory.semantic import Recalled, SemanticMemory
 from loopwright.memory.summary import SUMMARIZE_PROMPT, SummaryMemory, summarize_memory
-from loopwright.memory.tiered import Memory, TieredMemory
+from loopwright.memory.tiered import Memory, TieredMemory, context_within
 
 __all__ = [
     "SUMMARIZE_PROMPT",
@@ -28,5 +28,6 @@ __all__ = [
     "SummaryMemory",
     "TieredMemory",
     "VectorIndex",
+    "context_within",
     "summarize_memory",
 ]

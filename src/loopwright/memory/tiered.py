@@ -59,6 +59,33 @@ class Memory(Protocol):
     def context(self, query: str, budget_tokens: int) -> str: ...
 
 
+def context_within(
+    memory: Memory,
+    query: str,
+    budget_tokens: int,
+    render: Callable[[str], str],
+    count_tokens: TokenCounter = estimate_tokens,
+) -> str:
+    """`render(memory.context(query, b))` for the largest b that keeps the rendered text
+    within `budget_tokens` ("" if nothing fits).
+
+    The memory counts the text it returns; the caller then wraps it (a label, an
+    untrusted fence whose escaping can make `&`-heavy text several times longer). This
+    asks again with a proportionally smaller budget until the wrapped text fits.
+    """
+    asked = budget_tokens
+    while asked > 0:
+        recalled = memory.context(query, asked)
+        if not recalled:
+            return ""
+        shown = render(recalled)
+        used = count_tokens(shown)
+        if used <= budget_tokens:
+            return shown
+        asked = min(asked - 1, asked * budget_tokens // used)
+    return ""
+
+
 class TieredMemory:
     """Buffer, rolling summary and semantic archive behind one `add` / `context` pair.
 
