@@ -9,7 +9,8 @@ Vectors are synthetic 384-d float32 (the size of all-MiniLM-L6-v2): by default p
 around 1,024 centres, so an approximate index meets the structure real embeddings have
 (on uniform random data every ANN index degrades towards a guess). Latency is per query,
 k nearest, query vector given (embedding time excluded), measured one query at a time
-as an agent recalls. Footprint: the bytes each structure holds for its vectors.
+as an agent recalls; the two exact scans take turns on each query, so on a shared
+machine both see the same load. Footprint: the bytes each structure holds for its vectors.
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ def make_data(n: int, kind: str, rng: np.random.Generator) -> np.ndarray:
 
 def make_queries(data: np.ndarray, q: int, rng: np.random.Generator) -> np.ndarray:
     """Queries near stored points (as a recall query is near what it should find)."""
-    picks = data[rng.integers(0, len(data), q)]
-    queries = picks + 0.5 * rng.standard_normal(picks.shape, dtype=np.float32)
+    picks: np.ndarray = data[rng.integers(0, len(data), q)]
+    queries: np.ndarray = picks + 0.5 * rng.standard_normal(picks.shape, dtype=np.float32)
     queries /= np.linalg.norm(queries, axis=1, keepdims=True)
     return queries.astype(np.float32)
 
@@ -59,19 +60,28 @@ class Row:
 
 
 def timed(
-    search: Callable[[np.ndarray], Sequence[int]], queries: np.ndarray
-) -> tuple[float, float, list[set[int]]]:
-    """p50 and p99 milliseconds of one query at a time, and each query's result ids."""
+    searches: Sequence[Callable[[np.ndarray], Sequence[int]]], queries: np.ndarray
+) -> list[tuple[float, float, list[set[int]]]]:
+    """For each search: p50 and p99 milliseconds, one query at a time, and each query's
+    result ids. The searches take turns on every query (order alternating), so on a
+    shared machine they see the same load."""
     for q in queries[:3]:
-        search(q)  # warm-up: page the data in, start thread pools
-    times, found = [], []
-    for q in queries:
-        t = time.perf_counter()
-        ids = search(q)
-        times.append(time.perf_counter() - t)
-        found.append({int(i) for i in ids})
-    p50, p99 = np.percentile(np.array(times) * 1e3, [50, 99])
-    return float(p50), float(p99), found
+        for search in searches:
+            search(q)  # warm-up: page the data in, start thread pools
+    times: list[list[float]] = [[] for _ in searches]
+    found: list[list[set[int]]] = [[] for _ in searches]
+    for i, q in enumerate(queries):
+        order = range(len(searches)) if i % 2 == 0 else reversed(range(len(searches)))
+        for j in order:
+            t = time.perf_counter()
+            ids = searches[j](q)
+            times[j].append(time.perf_counter() - t)
+            found[j].append({int(x) for x in ids})
+    out = []
+    for j in range(len(searches)):
+        p50, p99 = np.percentile(np.array(times[j]) * 1e3, [50, 99])
+        out.append((float(p50), float(p99), found[j]))
+    return out
 
 
 def overlap(a: list[set[int]], b: list[set[int]], k: int) -> float:
@@ -90,26 +100,37 @@ def ann_index(kind: str, n: int) -> tuple[VectorIndex, str]:
 
 
 def bench_exact(
-    n: int, data: np.ndarray, queries: np.ndarray, k: int
-) -> tuple[Row, SemanticMemory, list[set[int]]]:
+    faiss: Any, n: int, data: np.ndarray, queries: np.ndarray, k: int
+) -> tuple[list[Row], SemanticMemory, list[set[int]]]:
+    """loopwright's exact scan and faiss's IndexFlatIP over the same normalised rows."""
     t = time.perf_counter()
     memory = SemanticMemory(HashingEmbedder(dim=DIM), capacity=n)
     memory.add_embeddings([f"memory {i}" for i in range(n)], data)
-    build = time.perf_counter() - t
-    p50, p99, found = timed(lambda q: [h.id for h in memory.recall(q, k)], queries)
-    return Row(n, "loopwright exact", build, p50, p99, memory.nbytes / 2**20), memory, found
-
-
-def bench_flat(
-    faiss: Any, memory: SemanticMemory, queries: np.ndarray, k: int, exact: list[set[int]]
-) -> Row:
+    ours_build = time.perf_counter() - t
     t = time.perf_counter()
     flat = faiss.IndexFlatIP(DIM)
     flat.add(memory.vectors)
-    build = time.perf_counter() - t
-    p50, p99, found = timed(lambda q: flat.search(q[None, :], k)[1][0], queries)
-    held = flat.ntotal * DIM * 4 / 2**20
-    return Row(len(memory), "faiss IndexFlatIP", build, p50, p99, held, overlap(exact, found, k))
+    flat_build = time.perf_counter() - t
+    (p50, p99, exact), (f50, f99, flat_found) = timed(
+        [
+            lambda q: [h.id for h in memory.recall(q, k)],
+            lambda q: flat.search(q[None, :], k)[1][0],
+        ],
+        queries,
+    )
+    rows = [
+        Row(n, "loopwright exact", ours_build, p50, p99, memory.nbytes / 2**20),
+        Row(
+            n,
+            "faiss IndexFlatIP",
+            flat_build,
+            f50,
+            f99,
+            flat.ntotal * DIM * 4 / 2**20,
+            overlap(exact, flat_found, k),
+        ),
+    ]
+    return rows, memory, exact
 
 
 def bench_ann(
@@ -120,7 +141,7 @@ def bench_ann(
     memory.attach_index(index)
     build = time.perf_counter() - t
     assert len(index) == len(memory), "the approximate index must cover every row"
-    p50, p99, found = timed(lambda q: [h.id for h in memory.recall(q, k)], queries)
+    ((p50, p99, found),) = timed([lambda q: [h.id for h in memory.recall(q, k)]], queries)
     held = index.nbytes / 2**20 if hasattr(index, "nbytes") else float("nan")
     row = Row(len(memory), f"loopwright {label}", build, p50, p99, held, overlap(exact, found, k))
     memory.index = None
@@ -131,9 +152,8 @@ def bench_size(n: int, args: argparse.Namespace, faiss: Any) -> list[Row]:
     rng = np.random.default_rng(n)
     data = make_data(n, args.data, rng)
     queries = make_queries(data, args.queries, rng)
-    exact_row, memory, exact = bench_exact(n, data, queries, args.k)
+    rows, memory, exact = bench_exact(faiss, n, data, queries, args.k)
     del data
-    rows = [exact_row, bench_flat(faiss, memory, queries, args.k, exact)]
     gc.collect()
     rows.append(bench_ann(args.index, memory, queries, args.k, exact))
     return rows
@@ -169,8 +189,11 @@ def main() -> None:
     print(header)
     print("-" * len(header))
     started = time.perf_counter()
+    ratios = []
     for n in (int(s) for s in args.sizes.split(",")):
-        for row in bench_size(n, args, faiss):
+        rows = bench_size(n, args, faiss)
+        ratios.append((n, rows[0].p50_ms / rows[1].p50_ms))
+        for row in rows:
             recall = "" if row.recall is None else f"{row.recall:8.3f}"
             print(
                 f"{row.n:>9}  {row.method:<36} {row.build_s:8.2f} {row.p50_ms:8.3f} "
@@ -179,6 +202,7 @@ def main() -> None:
             )
         gc.collect()
     print(f"total {time.perf_counter() - started:.0f} s, peak RSS {peak_rss_mb():.0f} MB")
+    print("exact p50 vs faiss flat: " + ", ".join(f"{n}: {r:.2f}x" for n, r in ratios))
     print(
         "recall@k: overlap with loopwright's exact top k (for faiss flat: agreement of the two "
         "exact scans). held MB: vector matrix (loopwright), codes (faiss flat), lists + ids + "
