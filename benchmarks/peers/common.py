@@ -49,10 +49,10 @@ class Script:
     n: int
     calls: int = 0
     tool_calls: int = 0
-    stamps: list[int] = field(default_factory=list)
+    stamps: list[tuple[int, int]] = field(default_factory=list)  # (wall ns, CPU ns) per call
 
     def next_call(self, previous: int) -> tuple[str, dict[str, int] | str]:
-        self.stamps.append(time.perf_counter_ns())
+        self.stamps.append((time.perf_counter_ns(), time.process_time_ns()))
         self.calls += 1
         if self.calls <= self.n:
             return "add", {"x": previous, "y": self.calls}
@@ -100,16 +100,21 @@ def _timed_run(h: Harness, run: Callable[[Script], str], n: int) -> tuple[float,
 
 
 def _growth(script: Script) -> dict[str, float]:
-    """Per-step time against step number: the least-squares slope (how much each step of
-    history adds to the next step), and the mean of the first and last 20 steps."""
-    gaps = [(b - a) / 1e3 for a, b in zip(script.stamps, script.stamps[1:], strict=False)]
-    xs = list(range(len(gaps)))
-    slope = statistics.linear_regression(xs, gaps).slope if len(gaps) > 2 else 0.0
-    k = min(20, len(gaps))
+    """Per-step time against step number, in CPU time (a shared machine preempts a
+    process now and then, which puts spikes into wall-clock gaps but not into CPU time):
+    the median of the first and of the last 20 steps, and the slope between them (how
+    much each step of history adds to the next step)."""
+    cpu = [(b[1] - a[1]) / 1e3 for a, b in zip(script.stamps, script.stamps[1:], strict=False)]
+    wall = [(b[0] - a[0]) / 1e3 for a, b in zip(script.stamps, script.stamps[1:], strict=False)]
+    k = min(20, len(cpu))
+    first, last = statistics.median(cpu[:k]), statistics.median(cpu[-k:])
+    span = len(cpu) - k
     return {
-        "slope_us_per_step": slope,
-        "first_us": statistics.fmean(gaps[:k]),
-        "last_us": statistics.fmean(gaps[-k:]),
+        "slope_us_per_step": (last - first) / span if span > 0 else 0.0,
+        "first_us": first,
+        "last_us": last,
+        "wall_first_us": statistics.median(wall[:k]),
+        "wall_last_us": statistics.median(wall[-k:]),
     }
 
 
@@ -125,8 +130,8 @@ def _versions(packages: tuple[str, ...]) -> dict[str, str]:
 
 def measure(h: Harness, ns: list[int], budget_s: float, max_repeats: int) -> dict[str, object]:
     """Build once, then for each N: repeat runs until budget_s is spent (at least 3);
-    report the median run (its wall clock and its per-step growth) and the median CPU
-    time. The first run of all is reported apart as the cold run."""
+    report the median wall clock, and the median run by CPU time (its CPU time and its
+    per-step growth). The first run of all is reported apart as the cold run."""
     run = h.build()
     cold_s, _, _ = _timed_run(h, run, ns[0])
     per_n = []
@@ -138,9 +143,9 @@ def measure(h: Harness, ns: list[int], budget_s: float, max_repeats: int) -> dic
             gc.collect()
             runs.append(_timed_run(h, run, n))
             spent += runs[-1][0]
-        runs.sort(key=lambda r: r[0])
-        wall, _, script = runs[len(runs) // 2]
-        cpu = statistics.median(r[1] for r in runs)
+        runs.sort(key=lambda r: r[1])
+        _, cpu, script = runs[len(runs) // 2]
+        wall = statistics.median(r[0] for r in runs)
         per_n.append(
             {
                 "n": n,
@@ -165,10 +170,12 @@ def main(h: Harness) -> None:
     parser.add_argument("--budget-s", type=float, default=1.5)
     parser.add_argument("--max-repeats", type=int, default=30)
     args = parser.parse_args()
+    c0 = time.process_time()
     t0 = time.perf_counter()
     h.imports()
     import_s = time.perf_counter() - t0
-    out: dict[str, object] = {"name": h.name, "import_s": import_s}
+    out: dict[str, object] = {"name": h.name, "import_s": import_s,
+                              "import_cpu_s": time.process_time() - c0}
     if args.import_only:
         out["rss_import_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     else:

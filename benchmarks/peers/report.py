@@ -46,31 +46,32 @@ def _version(p: dict[str, Any]) -> str:
 
 
 def table(data: dict[str, Any]) -> str:
+    """Two Markdown tables: per-step cost, then start-up and memory."""
     ns = data["ns"]
-    head = (["framework", "version"] + [f"µs/step N={n}" for n in ns]
-            + [f"CPU µs/step N={ns[-1]}", "growth µs/step²", f"steps 1-20 → last 20 (N={ns[-1]}), µs",
-               "import s",
-               "RSS after import MiB", "peak RSS MiB", "first run ms"])
+    head = (["framework", "version"] + [f"wall µs/step N={n}" for n in ns]
+            + [f"CPU µs/step N={n}" for n in ns]
+            + ["growth µs/step²", f"CPU µs/step, steps 1-20 → last 20 of {ns[-1]}"])
     rows = ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * (len(head) - 2)]
+    head2 = ["framework", "import s (wall)", "import s (CPU)", "RSS after import MiB", "peak RSS MiB", f"first run (N={ns[0]}) ms"]
+    rows2 = ["| " + " | ".join(head2) + " |", "|---|" + "---:|" * (len(head2) - 1)]
     for p in data["peers"]:
         if "error" in p:
             rows.append(f"| {p['env']} | failed: see below |" + " |" * (len(head) - 2))
+            rows2.append(f"| {p['env']} | failed |" + " |" * (len(head2) - 2))
             continue
         runs = {r["n"]: r for r in p["runs"]}
         last = runs[ns[-1]]["growth"]
         cells = [p["name"], _version(p)]
         cells += [f"{runs[n]['us_per_step']:,.0f}" for n in ns]
-        cells += [
-            f"{runs[ns[-1]]['cpu_us_per_step']:,.0f}",
-            f"{last['slope_us_per_step']:+.2f}",
-            f"{last['first_us']:,.0f} → {last['last_us']:,.0f}",
-            f"{p['import_s']:.3f}",
-            f"{p['rss_import_mb']:.0f}",
-            f"{p['rss_peak_mb']:.0f}",
-            f"{p['cold_first_run_s'] * 1e3:.1f}",
-        ]
+        cells += [f"{runs[n]['cpu_us_per_step']:,.0f}" for n in ns]
+        cells += [f"{last['slope_us_per_step']:+.2f}", f"{last['first_us']:,.0f} → {last['last_us']:,.0f}"]
         rows.append("| " + " | ".join(cells) + " |")
-    return "\n".join(rows)
+        rows2.append(
+            f"| {p['name']} | {p['import_s']:.3f} | {p.get('import_cpu_s', float('nan')):.3f} | "
+            f"{p['rss_import_mb']:.0f} | {p['rss_peak_mb']:.0f} | "
+            f"{p['cold_first_run_s'] * 1e3:.1f} |"
+        )
+    return "\n".join(rows) + "\n\n" + "\n".join(rows2)
 
 
 def chart(data: dict[str, Any], path: Path) -> None:
@@ -84,10 +85,11 @@ def chart(data: dict[str, Any], path: Path) -> None:
     fig, grid = plt.subplots(2, 2, figsize=(13, 9))
     ax = grid[0][0]
     for p in peers:
-        ax.plot(ns, [r["us_per_step"] for r in p["runs"]], "-o", label=p["name"],
-                color=COLORS.get(p["env"]))
+        color = COLORS.get(p["env"])
+        ax.plot(ns, [r["cpu_us_per_step"] for r in p["runs"]], "-o", label=p["name"], color=color)
+        ax.plot(ns, [r["us_per_step"] for r in p["runs"]], ":", color=color, alpha=0.6)
     ax.set(xscale="log", yscale="log", xlabel="N (tool calls per run)",
-           ylabel="µs per step (median run / (N+1) model calls)",
+           ylabel="µs per step (CPU solid, wall clock dotted)",
            title="Runtime overhead per step (scripted model, no model latency)")
     ax.set_xticks(ns, [str(n) for n in ns])
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=3)
@@ -99,7 +101,7 @@ def chart(data: dict[str, Any], path: Path) -> None:
            label="steps 1-20", color="#9ab8d8")
     ax.bar([x + width / 2 for x in xs], [g["last_us"] for g in growth], width,
            label=f"last 20 steps (of {ns[-1]})", color="#2e5e8e")
-    ax.set(yscale="log", ylabel="µs per step", title=f"Growth with history (N={ns[-1]})")
+    ax.set(yscale="log", ylabel="CPU µs per step (median)", title=f"Growth with history (N={ns[-1]})")
     ax.set_xticks(list(xs), [p["name"].split(" (")[0] for p in peers], rotation=20, ha="right")
     ax.legend(fontsize=8)
     ax = grid[1][0]
@@ -138,16 +140,18 @@ def document(data: dict[str, Any], modes_md: str, command: str) -> str:
     bare = by_env.get("bare")
     summary = ""
     if lw and bare:
-        lw_us = lw["runs"][-1]["us_per_step"]
-        others = sorted((p["runs"][-1]["us_per_step"], p["name"]) for e, p in by_env.items()
-                        if e not in ("bare", "loopwright"))
+        def cpu(p: dict[str, Any]) -> float:
+            return float(p["runs"][-1]["cpu_us_per_step"])
+
+        others = sorted((cpu(p), p["name"]) for e, p in by_env.items() if e not in ("bare", "loopwright"))
         summary = (
-            f"At N = {ns[-1]}, loopwright costs {lw_us:,.0f} µs a step against the bare loop's "
-            f"{bare['runs'][-1]['us_per_step']:,.0f} µs; the peers cost "
+            f"At N = {ns[-1]}, loopwright spends {cpu(lw):,.0f} µs of CPU a step against the bare "
+            f"loop's {cpu(bare):,.0f} µs; the peers spend "
             + ", ".join(f"{us:,.0f} µs ({name})" for us, name in others)
-            + ". A real model call takes tens to thousands of milliseconds, so for a single run "
-            "this is overhead you will rarely notice; it matters for the growth with history "
-            "(long runs), for import time (CLIs, serverless cold starts) and for memory.\n"
+            + ". A real model call takes tens to thousands of milliseconds, so in a short run "
+            "this overhead is rarely what you wait for; it matters in long runs, where a cost "
+            "per step that grows with history makes the whole run quadratic, in import time "
+            "(command-line tools, serverless cold starts) and in memory.\n"
         )
     return f"""# Benchmarks
 
@@ -174,20 +178,23 @@ The workload: a scripted model calls `add(x, y)` N times, `add(previous result, 
 k = 1..N, reading the previous result from the history the framework hands it (so tool
 results must flow back), then answers N(N+1)/2. Each run asserts that the tool ran exactly
 N times, the model was called N + 1 times and the answer is right; a run that fails an
-assertion fails the benchmark. A step is one model call, so µs/step is the median run's
-wall clock divided by N + 1. The scripted model reads only the tail of its input, so its
-own cost is the same at every step: what grows is the framework.
+assertion fails the benchmark. A step is one model call (a tool round, or the answer), so
+µs/step is a run's time divided by N + 1. The scripted model reads only the tail of its
+input, so its own cost is the same at every step: what grows is the framework.
 
-- **µs/step**: wall clock of the median run, over repeated runs (at least 3, about 1.5 s of
-  runs per N) after a warm-up run at that N, in each of {rounds} rounds that interleave
-  the frameworks; the faster round's median is kept. **CPU µs/step**: the same in CPU
-  time of the measuring process (all its threads).
-- **growth µs/step²**: least-squares slope of the time between consecutive model calls
-  against the step number, in the median run at N = {ns[-1]}: how much each step of
-  history adds to the next step. Near 0 is flat; the next column gives the mean step time
-  over the first and last 20 steps.
-- **import s**: wall time of the imports the workload needs, in a fresh process (median of
-  {import_runs} processes). **RSS after import**: peak resident memory of such a process. **peak RSS**:
+- **wall µs/step**: median wall clock of repeated runs (at least 3, about 1.5 s of runs
+  per N, after a warm-up run at that N), in each of {rounds} rounds that interleave the
+  frameworks; the faster round's median is kept. **CPU µs/step**: the same in CPU time of
+  the measuring process (all its threads). On a busy shared machine the wall clock also
+  counts the times the process was preempted (a few ms each), which weighs on the short
+  runs; CPU time is the steadier measure of what a framework does per step.
+- **growth µs/step²**: how much each step of history adds to the next step: in the median
+  run at N = {ns[-1]}, the CPU time between consecutive model calls, median of the last 20
+  steps minus median of the first 20, divided by the steps between them (the last column
+  gives the two medians). Near 0 is flat; a positive slope makes a run's cost quadratic.
+- **import s**: wall and CPU time of the imports the workload needs, in a fresh process
+  (median of {import_runs} processes; the first import reads files, so on a busy machine
+  the wall clock runs well ahead of CPU time). **RSS after import**: peak resident memory of such a process. **peak RSS**:
   of the measuring process after all runs. **first run**: the first N = {ns[0]} run in a fresh
   process (lazy imports, graph compilation, first-call caches).
 
@@ -220,8 +227,8 @@ What the curves say:
 - ReAct re-sends the whole scratchpad at every step, so the prompt tokens it sends grow
   with the square of the plan length (sum of a growing prefix), and it makes L + 1 model
   calls. With a KV cache that keeps the prefix, the tokens actually evaluated grow only
-  linearly: the quadratic is paid in bandwidth and (on a hosted API) in money, not in
-  compute.
+  linearly (each new token still attends over the cached prefix): without one, or on a
+  hosted API that bills every prompt token, the quadratic is what you pay.
 - ReWOO makes two model calls whatever L is; its solver prompt grows linearly with the
   evidence. Independent steps run concurrently, so L independent 5 ms tools cost about one
   tool's latency plus scheduling, where ReAct and plan-execute pay L × 5 ms. (Its summed

@@ -6,7 +6,7 @@ session, and collect their JSON into one file.
 Each round measures every framework once (a few fresh import-only processes, then one
 measuring process, see common.py); rounds interleave the frameworks so that a burst of
 load from elsewhere does not fall on one of them only. For each N the fastest round's
-median run is kept; import time and import RSS are medians over all import processes. A harness that fails is recorded
+median is kept (wall clock and CPU time each); import time and import RSS are medians over all import processes. A harness that fails is recorded
 with its error, never with made-up numbers.
 """
 
@@ -71,7 +71,8 @@ def measure_peer(env: str, harness: str, ns: str, import_runs: int, budget_s: fl
     except (RuntimeError, subprocess.TimeoutExpired) as exc:
         return {"env": env, "error": str(exc)}
     result["env"] = env
-    result["imports"] = [(float(r["import_s"]), float(r["rss_import_mb"])) for r in imports]
+    result["imports"] = [(float(r["import_s"]), float(r["rss_import_mb"]), float(r["import_cpu_s"]))
+                         for r in imports]
     return result
 
 
@@ -82,15 +83,18 @@ def merge_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     if failed:
         return failed[0]
     best = {k: v for k, v in rounds[0].items() if k != "imports"}
-    best["runs"] = [
-        min((r["runs"][i] for r in rounds), key=lambda x: x["median_s"])
-        for i in range(len(rounds[0]["runs"]))
-    ]
+    best["runs"] = []
+    for i in range(len(rounds[0]["runs"])):
+        by_wall = min((r["runs"][i] for r in rounds), key=lambda x: x["median_s"])
+        by_cpu = min((r["runs"][i] for r in rounds), key=lambda x: x["cpu_us_per_step"])
+        best["runs"].append(by_wall | {"cpu_us_per_step": by_cpu["cpu_us_per_step"],
+                                       "growth": by_cpu["growth"]})
     best["cold_first_run_s"] = statistics.median(r["cold_first_run_s"] for r in rounds)
     best["rss_peak_mb"] = max(r["rss_peak_mb"] for r in rounds)
     imports = [i for r in rounds for i in r["imports"]]
     best["import_s"] = statistics.median(i[0] for i in imports)
     best["rss_import_mb"] = statistics.median(i[1] for i in imports)
+    best["import_cpu_s"] = statistics.median(i[2] for i in imports)
     best["import_runs"] = len(imports)
     best["rounds"] = len(rounds)
     return best
