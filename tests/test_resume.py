@@ -291,3 +291,23 @@ def test_iter_resume_yields_replayed_then_live_steps(store):
     kinds = [(s.kind, bool(s.meta.get("replayed"))) for s in run]
     assert kinds == [("action", True), ("action", True), ("action", False), ("final", False)]
     assert run.trace.final_answer == "50"
+
+
+def test_run_without_an_approver_replays_its_denials_instead_of_pausing(store):
+    log: list[str] = []
+    script = [act("delete_file", '{"path": "/tmp/x"}'), final("could not"), ]
+    calls = lw.ScriptedPolicy([script[0], KeyboardInterrupt()])
+    with pytest.raises(lw.RunInterrupted):
+        lw.run("t", calls, gated_tools(log), store=store, run_id="r")
+    assert store.trace("r").steps[0].kind == "denied"
+    trace = resume("r", lw.ScriptedPolicy(script[1:]), gated_tools(log), store=store)
+    assert log == [] and [s.kind for s in trace.steps] == ["denied", "final"]
+    assert trace.stopped_reason == "final" and store.pending_approvals("r") == []
+
+
+def test_config_saying_the_run_had_an_approver_pauses_an_undecided_call(store):
+    log: list[str] = []
+    _, journal = store.start_run("r", "t", "react", {"max_steps": 5, "tools": None, "approver": True})
+    journal.flush()
+    trace = resume("r", lw.ScriptedPolicy(DELETE[:1]), gated_tools(log), store=store)
+    assert trace.stopped_reason == "paused" and log == []

@@ -449,3 +449,31 @@ def test_steps_holding_values_json_cannot_hold_are_stored_as_to_dict_renders_the
     for step in odd:
         journal.record_step(step)
     assert [s.to_dict() for s in store.trace(run_id).steps] == [s.to_dict() for s in odd]
+
+
+class FailingOnce:
+    """A connection whose next statement matching `fail_on` raises, like a full disk."""
+
+    def __init__(self, conn: sqlite3.Connection, fail_on: str) -> None:
+        self.conn, self.fail_on = conn, fail_on
+
+    def execute(self, sql: str, params: tuple = ()) -> sqlite3.Cursor:
+        if self.fail_on and sql.startswith(self.fail_on):
+            self.fail_on = ""
+            raise sqlite3.OperationalError("disk I/O error")
+        return self.conn.execute(sql, params)
+
+
+def test_failed_journal_write_is_a_store_error_and_loses_no_waiting_event(store):
+    run_id, journal = store.start_run(None, "t", "react", {})
+    journal.record_tool_start("1", "f", {})
+    journal.record_tool_result("1", ToolResult("f", {}, 5, "5", None, 0.0))  # waits for the step
+    real = store._conn
+    store._conn = FailingOnce(real, "INSERT INTO steps")  # type: ignore[assignment]
+    with pytest.raises(lw.StoreError, match=f"cannot record run '{run_id}': disk I/O error"):
+        journal.record_step(lw.Step(1, "action", tool="f", args={}, observation="5"))
+    assert rows(store, "SELECT state FROM tool_calls") == [("started",)]  # rolled back together
+    journal.record_step(lw.Step(1, "action", tool="f", args={}, observation="5"))
+    store._conn = real
+    assert rows(store, "SELECT state, value FROM tool_calls") == [("done", "5")]
+    assert [s.observation for s in store.trace(run_id).steps] == ["5"]

@@ -27,7 +27,7 @@ from loopwright.store import SQLiteStore
 from loopwright.tools import ToolRegistry
 from loopwright.trace import Trace
 
-_NOT_LIMITS: Final = frozenset({"tools", "approver", "on_deny"})
+_NOT_LIMITS: Final = frozenset({"tools", "approver", "on_deny"})  # run options, not limits
 
 
 def iter_resume(
@@ -47,11 +47,13 @@ def iter_resume(
     limits = {k: v for k, v in config.items() if k not in _NOT_LIMITS}
     if "on_deny" in config:
         limits["on_deny"] = config["on_deny"]
-    # The approver is code and cannot be journaled. Unless the journal says the run had
-    # none, a call that needs approval and has no decision pauses the run again rather
-    # than running ungated.
-    gated = config.get("approver", True) is not False
-    if decisions or approver is not None or gated:
+    # The approver is code and cannot be journaled. A run that had one (the config says
+    # so, or it asked for approval before) pauses again at a call with no decision; a run
+    # that had none is denied such calls, as it was (the gate fails closed either way).
+    had_approver = config.get("approver")
+    if had_approver is None:
+        had_approver = bool(store.approvals(run_id))
+    if decisions or approver is not None or had_approver:
         approver = decisions_approver(dict(decisions or {}), fallback=approver)
     limits.update(options)
     return iter_run(

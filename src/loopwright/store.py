@@ -383,12 +383,17 @@ class SQLiteStore:
 
     def pending_approvals(self, run_id: str) -> list[ApprovalRequest]:
         """Calls of the run waiting for a decision (see `decide`)."""
+        return [request for request, decision in self.approvals(run_id) if decision is None]
+
+    def approvals(self, run_id: str) -> list[tuple[ApprovalRequest, Decision | None]]:
+        """Every call of the run that asked for approval, with its decision (None: pending)."""
         self.load_run(run_id)
         rows = self._all(
-            "SELECT tool, args, key, step, side_effects, description FROM approvals "
-            "WHERE run_id = ? AND state = 'pending' ORDER BY requested_at", (run_id,))
-        return [ApprovalRequest(tool, json.loads(args), key, _step_key(step), side, desc, run_id)
-                for tool, args, key, step, side, desc in rows]
+            "SELECT tool, args, key, step, side_effects, description, state, approved, reason FROM approvals "
+            "WHERE run_id = ? ORDER BY requested_at", (run_id,))
+        return [(ApprovalRequest(tool, json.loads(args), key, _step_key(step), side, desc, run_id),
+                 None if state == "pending" else Decision(bool(approved), reason or ""))
+                for tool, args, key, step, side, desc, state, approved, reason in rows]
 
     def decide(self, run_id: str, approval_key: str, decision: Decision | bool) -> None:
         """Record a person's decision on a pending call; `resume` applies it."""
@@ -504,24 +509,30 @@ class RunJournal:
             self._pending.append((sql, params))
 
     def _commit(self, sql: str | None = None, params: tuple[Any, ...] = ()) -> None:
+        statements = [] if sql is None else [(sql, params)]
+        self._write_all(statements)
+
+    def _write_all(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
+        """The pending events and `statements` in one transaction. The pending list is
+        cleared only once the transaction committed, so an interrupt loses nothing."""
         with self.store._lock:
-            if not self._pending:
-                if sql is not None:
-                    self.store.conn.execute(sql, params)  # one statement: its own transaction
+            batch = [*self._pending, *statements]
+            if not batch:
                 return
-            with self.store._batch() as conn:
-                self._drain(conn)
-                if sql is not None:
-                    conn.execute(sql, params)
+            try:
+                if len(batch) == 1:
+                    self.store.conn.execute(*batch[0])  # one statement: its own transaction
+                else:
+                    with self.store._batch() as conn:
+                        for statement, params in batch:
+                            conn.execute(statement, params)
+            except sqlite3.Error as exc:
+                raise StoreError(f"run journal {self.store.path}: cannot record run {self.run_id!r}: {exc}") from exc
+            self._pending.clear()
 
     def flush(self) -> None:
         """Commit the events waiting for the next durable one (the store's close does)."""
         self._commit()
-
-    def _drain(self, conn: sqlite3.Connection) -> None:
-        for pending_sql, pending_params in self._pending:
-            conn.execute(pending_sql, pending_params)
-        self._pending.clear()
 
     # -- model calls ----------------------------------------------------------------
 
@@ -623,21 +634,19 @@ class RunJournal:
 
     def record_end(self, trace: Trace) -> None:
         u = trace.usage
-        with self.store._batch() as conn:
-            self._drain(conn)
-            conn.execute(
-                "UPDATE runs SET status = ?, stopped_reason = ?, final_answer = ?, llm_calls = ?, "
-                "tool_calls = ?, replans = ?, prompt_tokens = ?, evaluated_tokens = ?, completion_tokens = ?, "
-                "usage_estimated = ?, duration_s = ?, transcript = ?, scratchpad = ?, meta = ?, started_at = ?, "
-                "updated_at = ? WHERE id = ?",
-                (self._status(trace), trace.stopped_reason, trace.final_answer, trace.llm_calls,
-                 trace.tool_calls, trace.replans, u.prompt_tokens, u.evaluated_tokens, u.completion_tokens,
-                 int(u.estimated), trace.duration_s, trace.transcript, trace.scratchpad,
-                 _dumps(trace.meta), trace.started_at, time.time(), self.run_id),
-            )
-            # A resumed run that ended earlier than the recorded one (other limits): the
-            # journal's steps must be the trace's steps.
-            conn.execute("DELETE FROM steps WHERE run_id = ? AND idx > ?", (self.run_id, len(trace.steps)))
+        end = (
+            "UPDATE runs SET status = ?, stopped_reason = ?, final_answer = ?, llm_calls = ?, tool_calls = ?, "
+            "replans = ?, prompt_tokens = ?, evaluated_tokens = ?, completion_tokens = ?, usage_estimated = ?, "
+            "duration_s = ?, transcript = ?, scratchpad = ?, meta = ?, started_at = ?, updated_at = ? WHERE id = ?",
+            (self._status(trace), trace.stopped_reason, trace.final_answer, trace.llm_calls, trace.tool_calls,
+             trace.replans, u.prompt_tokens, u.evaluated_tokens, u.completion_tokens, int(u.estimated),
+             trace.duration_s, trace.transcript, trace.scratchpad, _dumps(trace.meta), trace.started_at,
+             time.time(), self.run_id),
+        )
+        # A resumed run that ended earlier than the recorded one (other limits): the
+        # journal's steps must be the trace's steps.
+        trim = ("DELETE FROM steps WHERE run_id = ? AND idx > ?", (self.run_id, len(trace.steps)))
+        self._write_all([end, trim])
 
     def _status(self, trace: Trace) -> RunStatus:
         reason = trace.stopped_reason
