@@ -194,3 +194,15 @@ def test_context_within_keeps_a_wrapped_context_inside_the_budget() -> None:
     shown = context_within(memory, "b", 200, wrap)
     assert shown.startswith("Memory:\n<untrusted") and estimate_tokens(shown) <= 200
     assert context_within(memory, "b", 5, wrap) == ""
+
+
+def test_a_failing_summarizer_still_leaves_the_turn_recallable() -> None:
+    def broken(prompt: str) -> str:
+        raise ConnectionError("summarizer down")
+
+    memory = TieredMemory(BufferMemory(1), SummaryMemory(broken), SemanticMemory())
+    memory.add("the account id is 7")
+    with pytest.raises(ConnectionError):
+        memory.add("later turn")
+    assert memory.semantic is not None
+    assert memory.semantic.recall("account id", k=1)[0].text == "the account id is 7"

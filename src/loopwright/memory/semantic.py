@@ -13,7 +13,7 @@ import os
 import tempfile
 import zipfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -38,8 +38,8 @@ class Recalled:
 
     text: str
     score: float
-    metadata: dict[str, Any] = field(default_factory=dict)
-    id: int = 0
+    metadata: dict[str, Any]
+    id: int
 
 
 def _as_rows(vectors: Any, dim: int) -> FloatMatrix:

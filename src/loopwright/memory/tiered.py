@@ -66,12 +66,11 @@ def context_within(
     render: Callable[[str], str],
     count_tokens: TokenCounter = estimate_tokens,
 ) -> str:
-    """`render(memory.context(query, b))` for the largest b that keeps the rendered text
-    within `budget_tokens` ("" if nothing fits).
+    """`render(memory.context(query, b))` within `budget_tokens` ("" if nothing fits):
+    b starts at the budget and shrinks in proportion to the overshoot until it fits.
 
     The memory counts the text it returns; the caller then wraps it (a label, an
-    untrusted fence whose escaping can make `&`-heavy text several times longer). This
-    asks again with a proportionally smaller budget until the wrapped text fits.
+    untrusted fence whose escaping can make `&`-heavy text several times longer).
     """
     asked = budget_tokens
     while asked > 0:
@@ -128,15 +127,18 @@ class TieredMemory:
     def add_many(
         self, turns: Sequence[str], metadatas: Sequence[Mapping[str, Any] | None] | None = None
     ) -> None:
-        """Remember several turns; whatever they evict is folded into the summary with a
-        single summarizer call, and they are embedded in one batch."""
+        """Remember several turns; they are embedded in one batch, and whatever they evict
+        from the buffer is folded into the summary with a single summarizer call.
+
+        Filed in semantic memory first: if the summarizer then fails, the evicted turns
+        can still be recalled."""
         if isinstance(turns, str):
             raise TypeError("turns must be a sequence of strings, not a single str")
+        if self.semantic is not None and turns:
+            self.semantic.add_many(turns, metadatas)
         evicted = [e for e in (self.buffer.add(t) for t in turns) if e is not None]
         if evicted and self.summary is not None:
             self.summary.add_many(evicted)
-        if self.semantic is not None and turns:
-            self.semantic.add_many(turns, metadatas)
 
     def context(self, query: str, budget_tokens: int) -> str:
         """The memory slice for a prompt about `query`, at most `budget_tokens` tokens as
