@@ -311,3 +311,35 @@ def test_config_saying_the_run_had_an_approver_pauses_an_undecided_call(store):
     journal.flush()
     trace = resume("r", lw.ScriptedPolicy(DELETE[:1]), gated_tools(log), store=store)
     assert trace.stopped_reason == "paused" and log == []
+
+
+def test_a_limit_passed_to_resume_replaces_the_recorded_one(store):
+    stopped = lw.run("task", lw.ScriptedPolicy(REACT[:2]), make_registry(), max_steps=2, store=store, run_id="r")
+    assert stopped.stopped_reason == "max_steps"
+    again = resume("r", lw.ScriptedPolicy([]), make_registry(), store=store)
+    assert again.stopped_reason == "max_steps"  # a deterministic end replays as it was
+    longer = resume("r", lw.ScriptedPolicy(REACT[2:]), make_registry(), store=store, max_steps=5)
+    assert longer.final_answer == "50" and longer.llm_calls == 4
+
+
+def test_resume_refuses_options_that_would_make_it_another_run(store):
+    lw.run("task", lw.ScriptedPolicy(REACT), make_registry(), store=store, run_id="r")
+    with pytest.raises(TypeError, match="does not take _journal"):
+        resume("r", lw.ScriptedPolicy([]), make_registry(), store=store, _journal=None)
+
+
+def test_resume_that_cannot_start_leaves_the_run_status_alone(store):
+    lw.run("t", lw.ScriptedPolicy(DELETE[:1]), gated_tools([]), approver=later, store=store, run_id="r")
+    with pytest.raises(TypeError, match="unknown run option"):
+        resume("r", lw.ScriptedPolicy([]), gated_tools([]), store=store, no_such_option=1)
+    record = store.load_run("r")
+    assert (record.status, record.resumes) == ("paused", 0)
+
+
+def test_an_in_memory_store_journals_and_resumes_within_the_process():
+    with SQLiteStore(":memory:") as mem:
+        with pytest.raises(lw.RunInterrupted):
+            lw.run("task", lw.ScriptedPolicy([REACT[0], KeyboardInterrupt()]), make_registry(),
+                   store=mem, run_id="r")
+        trace = resume("r", lw.ScriptedPolicy(REACT[1:]), make_registry(), store=mem)
+        assert trace.final_answer == "50" and mem.load_run("r").resumes == 1

@@ -42,8 +42,12 @@ def iter_resume(
     **options: Any,
 ) -> Run:
     """`resume`, as a Run to iterate for each Step as it is replayed or made."""
+    fixed = sorted({"_journal", "_rerun_unfinished"} & set(options))
+    if fixed:
+        raise TypeError(f"resume continues the recorded run; it does not take {', '.join(fixed)}")
     record, journal = store.reopen(run_id)
     config = dict(record.config)
+    tools = options.pop("tools", config.get("tools"))
     limits = {k: v for k, v in config.items() if k not in _NOT_LIMITS}
     if "on_deny" in config:
         limits["on_deny"] = config["on_deny"]
@@ -56,11 +60,13 @@ def iter_resume(
     if decisions or approver is not None or had_approver:
         approver = decisions_approver(dict(decisions or {}), fallback=approver)
     limits.update(options)
-    return iter_run(
+    run = iter_run(
         record.task, policy, registry, record.mode, **limits,
-        tools=config.get("tools"), approver=approver, run_id=run_id,
+        tools=tools, approver=approver, run_id=run_id,
         _journal=journal, _rerun_unfinished=rerun_unfinished,
     )  # fmt: skip
+    journal.mark_resumed()
+    return run
 
 
 def resume(

@@ -331,12 +331,9 @@ class SQLiteStore:
 
     def reopen(self, run_id: str) -> tuple[RunRecord, RunJournal]:
         """For resume: the run's record and a journal preloaded with everything it
-        recorded, and the run marked running again."""
+        recorded. `journal.mark_resumed()` marks the run running again."""
         record = self.load_run(run_id)
-        journal = RunJournal(self, run_id, preload=True)
-        self._write("UPDATE runs SET status = 'running', resumes = resumes + 1, updated_at = ? WHERE id = ?",
-                    (time.time(), run_id))
-        return record, journal
+        return record, RunJournal(self, run_id, preload=True)
 
     def trace(self, run_id: str) -> Trace:
         """The run's trace, rebuilt from its steps and its run row. For a run that never
@@ -529,6 +526,11 @@ class RunJournal:
             except sqlite3.Error as exc:
                 raise StoreError(f"run journal {self.store.path}: cannot record run {self.run_id!r}: {exc}") from exc
             self._pending.clear()
+
+    def mark_resumed(self) -> None:
+        """The run is running again (its status until it ends), and counted as resumed."""
+        self._commit("UPDATE runs SET status = 'running', resumes = resumes + 1, updated_at = ? WHERE id = ?",
+                     (time.time(), self.run_id))
 
     def flush(self) -> None:
         """Commit the events waiting for the next durable one (the store's close does)."""
