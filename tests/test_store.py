@@ -477,3 +477,14 @@ def test_failed_journal_write_is_a_store_error_and_loses_no_waiting_event(store)
     store._conn = real
     assert rows(store, "SELECT state, value FROM tool_calls") == [("done", "5")]
     assert [s.observation for s in store.trace(run_id).steps] == ["5"]
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.binary(min_size=1, max_size=3000), header=st.booleans())
+def test_any_non_journal_bytes_are_refused_and_left_unchanged(tmp_path, data, header):
+    path = tmp_path / "junk.db"
+    path.write_bytes((b"SQLite format 3\x00" if header else b"") + data)
+    before = path.read_bytes()
+    with pytest.raises(lw.StoreError, match="nothing was changed"):
+        SQLiteStore(path)
+    assert path.read_bytes() == before

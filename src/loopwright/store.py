@@ -733,6 +733,12 @@ def _check_schema(conn: sqlite3.Connection, path: str) -> int:
     version = int(conn.execute("PRAGMA user_version").fetchone()[0])
     app = int(conn.execute("PRAGMA application_id").fetchone()[0])
     if not tables and version == 0 and app == 0:
+        pages = int(conn.execute("PRAGMA page_count").fetchone()[0])
+        if pages == 0 and path != ":memory:" and os.path.getsize(path) > 0:
+            # SQLite reads a file too short to hold a page as an empty database
+            raise StoreError(
+                f"{path} is not a SQLite database (corrupt, or another kind of file); nothing was changed"
+            )
         return 0  # a new, empty database
     ours = app == APPLICATION_ID and "meta" in tables
     if ours:
