@@ -134,12 +134,6 @@ def test_a_200_step_run_recalls_a_paraphrased_step_3_with_the_real_minilm_embedd
     assert trace.final_answer == "not in my context"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="react's fit() budgets memory.context() before fencing it, and the fence's "
-    "escaping can make &- and <-heavy text several times longer; loopwright.memory."
-    "context_within(memory, query, budget, render) fixes it",
-)
 def test_the_budget_holds_when_observations_are_full_of_markup() -> None:
     @lw.tool
     def fetch(url: str) -> str:

@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from loopwright.errors import ParseError
+from loopwright.memory.tiered import context_within
 from loopwright.guards import Limits, RepeatDetector
 from loopwright.modes._core import PolicyFailed, Run, RunContext, StepGen, first_line, open_context
 from loopwright.parsing import Action, FinalAnswer, parse_react_step, parse_tool_calls
@@ -85,7 +86,7 @@ class _Scratchpad:
             return None
         before = estimate_tokens(self.text)
         room = budget - estimate_tokens(self.head) - estimate_tokens(self.question) - _MEMORY_OVERHEAD
-        keep = room // 3  # recent steps keep a third; memory gets the rest, room to grow
+        keep = room // 4  # recent steps a quarter, an eighth to grow, recalled memory the rest
         folded = []
         while self.blocks and sum(b[3] for b in self.blocks) > keep:
             k, _block, readable, _tokens, _thought = self.blocks.pop(0)
@@ -93,9 +94,11 @@ class _Scratchpad:
             folded.append(k)
         recent = "".join(b[1] for b in self.blocks)
         last = self.blocks[-1][4] if self.blocks else ""  # the latest thought, with the task
-        memory_budget = room - sum(b[3] for b in self.blocks) - len(self.blocks)
-        recalled = self.memory.context(f"{self.task}\n{last}", max(0, memory_budget))
-        section = f"Memory of earlier steps:\n{fence(recalled, 'memory')}\n\n" if recalled else ""
+        fixed = estimate_tokens(self.head) + estimate_tokens(self.question) + estimate_tokens(recent)
+        section = context_within(  # budgeted after fencing: escaping can lengthen the text
+            self.memory, f"{self.task}\n{last}", max(0, budget - fixed - 4 - room // 8),
+            lambda recalled: f"Memory of earlier steps:\n{fence(recalled, 'memory')}\n\n",
+        )
         self.text = self.head + section + self.question + recent
         return {"folded_steps": folded, "prompt_tokens_before": before,
                 "prompt_tokens_after": estimate_tokens(self.text), "memory_tokens": estimate_tokens(section)}
