@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import subprocess
@@ -15,7 +14,6 @@ import loopwright as lw
 from conftest import act, final, make_registry
 from loopwright.safety import ApprovalPending, approval_key
 from loopwright.store import SQLiteStore
-from loopwright.store_cli import make_registry as registry_from_flags
 from loopwright.store_cli import runs_main
 
 REACT = [act("add", '{"x": 2, "y": 3}'), act("multiply", '{"x": 5, "y": 10}'), final("50")]
@@ -135,14 +133,27 @@ def test_db_defaults_to_the_environment_variable(db, monkeypatch):
     assert code == 0 and "done" in text
 
 
-def test_tools_flag_loads_a_registry_factory_and_defaults_to_the_demo_tools():
-    args = argparse.Namespace(tools=["conftest:make_registry"])
-    assert set(registry_from_flags(args).names) == {"add", "multiply", "divide", "search", "word_count"}
-    assert set(registry_from_flags(argparse.Namespace(tools=[])).names) == {"lookup", "calculate"}
-    with pytest.raises(lw.StoreError, match="MODULE:ATTR"):
-        registry_from_flags(argparse.Namespace(tools=["conftest"]))
-    with pytest.raises(lw.StoreError, match="not a ToolRegistry"):
-        registry_from_flags(argparse.Namespace(tools=["conftest:FACT"]))
+def test_resume_builds_model_and_tools_as_loopwright_run_does(tmp_path):
+    """Through the `loopwright` command: the demo tools with their prompts, the model
+    from the same flags (here a cassette of an uninterrupted run, which answers only
+    prompts identical to the ones that run sent)."""
+    from loopwright import cli, store_cli
+    from loopwright.demo_tools import demo_prompts, demo_registry
+
+    script = [act("calculate", '{"expression": "17 * 23"}'), final("391")]
+    cassette, path = tmp_path / "calls.jsonl", tmp_path / "runs.db"
+    lw.run("What is 17 * 23?", lw.models.Recorder(lw.ScriptedPolicy(script), cassette), demo_registry(),
+           prompts=demo_prompts())
+    with SQLiteStore(path) as store, pytest.raises(lw.RunInterrupted):
+        lw.run("What is 17 * 23?", lw.ScriptedPolicy([script[0], KeyboardInterrupt()]), demo_registry(),
+               prompts=demo_prompts(), store=store, run_id="cut")
+
+    store_cli.register()
+    assert cli.main(["runs", "resume", "cut", "--db", str(path), "--replay", str(cassette)]) == 0
+    with SQLiteStore(path) as store:
+        assert store.trace("cut").final_answer == "391" and store.load_run("cut").status == "finished"
+    assert cli.main(["runs", "list", "--db", str(path)]) == 0
+    assert cli.main(["runs", "resume", "cut", "--db", str(path), "--replay", str(tmp_path / "none")]) == 2
 
 
 def test_runs_module_runs_as_a_command(db):

@@ -2,10 +2,14 @@
 
     loopwright runs list [--status S] [--limit N]
     loopwright runs show ID
-    loopwright runs resume ID [--model M] [--base-url URL] [--tools MOD:ATTR] [--approve KEY] [--deny KEY]
+    loopwright runs resume ID [--model M] [--base-url URL] [--tools MOD:ATTR ...] [--approve KEY] [--deny KEY]
     loopwright runs export ID [--out FILE]
 
 Every command takes `--db PATH` (default: $LOOPWRIGHT_DB, else ./loopwright.db).
+`resume` builds its model and tools with the same flags, and the same code, as
+`loopwright run` (no --tools: the demo tools and their prompts); the ReAct dialect
+comes from the journal.
+
 Exit status: 0 done (resume: the run answered), 1 resume ended without an answer
 (paused, blocked, a limit), 2 a usage or journal error.
 """
@@ -13,7 +17,6 @@ Exit status: 0 done (resume: the run answered), 1 resume ended without an answer
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 import time
@@ -26,21 +29,28 @@ from loopwright.policy import Policy
 from loopwright.resume import resume
 from loopwright.safety import Decision
 from loopwright.store import RunRecord, SQLiteStore
-from loopwright.tools import Tool, ToolRegistry
+from loopwright.tools import ToolRegistry
 
 PolicyFactory = Callable[[argparse.Namespace], Policy]
 RegistryFactory = Callable[[argparse.Namespace], ToolRegistry]
+HELP = "list, show, resume and export journaled runs"
+EPILOG = """\
+exit codes:
+  0  done (resume: the run answered)
+  1  the resumed run stopped without an answer (paused, blocked, a limit)
+  2  usage or journal error (no journal, unknown run id, bad arguments)
+"""
 
 
 def default_db() -> str:
     return os.environ.get("LOOPWRIGHT_DB") or "loopwright.db"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="loopwright runs", description="Journaled runs: list, show, resume, export.")
+def setup(parser: argparse.ArgumentParser) -> None:
+    """Add the `runs` subcommands to `parser`."""
     db = argparse.ArgumentParser(add_help=False)
     db.add_argument("--db", default=None, help="the run journal (default: $LOOPWRIGHT_DB or ./loopwright.db)")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="runs_command", metavar="COMMAND", required=True)
     listing = sub.add_parser("list", parents=[db], help="runs, newest first")
     listing.add_argument("--status", help="only runs with this status (running, paused, interrupted, blocked, finished)")
     listing.add_argument("--limit", type=int, default=50)
@@ -57,55 +67,48 @@ def build_parser() -> argparse.ArgumentParser:
     again.add_argument("--reason", default="", help="the reason recorded with --approve/--deny")
     again.add_argument("--rerun-unfinished", action="store_true",
                        help="run again a non-idempotent call whose outcome is unknown (check it first)")
-    return parser
 
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:
     """The flags `loopwright run` takes to pick a model and tools."""
-    parser.add_argument("--model", help="a GGUF file (embedded model), or the model name with --base-url")
-    parser.add_argument("--base-url", help="an OpenAI-compatible server, e.g. http://localhost:8000/v1")
-    parser.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"), help="for --base-url")
-    parser.add_argument("--tools", action="append", default=[], metavar="MODULE:ATTR",
-                        help="a ToolRegistry, Tool, list of Tools, or function returning one (default: demo tools)")
+    parser.add_argument("--model", metavar="PATH_OR_NAME",
+                        help="a .gguf file (embedded model), or with --base-url the server's model name")
+    parser.add_argument("--base-url", help="an OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1")
+    parser.add_argument("--api-key", default=os.environ.get("LOOPWRIGHT_API_KEY"),
+                        help="API key for --base-url (default: $LOOPWRIGHT_API_KEY)")
+    parser.add_argument("--tools", nargs="+", metavar="MODULE:ATTR",
+                        help="the tools the run used (default: the demo tools lookup and calculate)")
+    parser.add_argument("--no-grammar", action="store_true", help="do not constrain local steps")
+    parser.add_argument("--n-ctx", type=int, default=2048, help="local context size")
+    parser.add_argument("--record", metavar="CASSETTE.jsonl", help="append every live model call here")
+    parser.add_argument("--replay", metavar="CASSETTE.jsonl", help="answer live model calls from a cassette")
 
 
 def make_policy(args: argparse.Namespace) -> Policy:
-    """The model the flags name: a server with --base-url, else the embedded model."""
-    from loopwright import models  # heavy backends load only when resuming
+    """The model `loopwright run` would build from these flags."""
+    from loopwright import cli  # the command line sits on top; imported when used
 
-    if args.base_url:
-        if not args.model:
-            raise StoreError("--base-url needs --model NAME")
-        return models.OpenAICompatible(args.base_url, args.model, args.api_key)
-    return models.LlamaCpp(args.model)
+    policy: Policy = cli.make_model(args)
+    return policy
 
 
 def make_registry(args: argparse.Namespace) -> ToolRegistry:
-    """The tools the flags name (`module:attr`, repeatable), else the demo tools."""
-    if not args.tools:
-        from loopwright.demo_tools import demo_registry
+    """The tools `loopwright run` would load from these flags."""
+    from loopwright import cli
 
-        return demo_registry()
-    tools: list[Tool] = []
-    for spec in args.tools:
-        module_name, _, attr = spec.partition(":")
-        if not module_name or not attr:
-            raise StoreError(f"--tools wants MODULE:ATTR, got {spec!r}")
-        try:
-            value: Any = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError) as exc:
-            raise StoreError(f"--tools {spec}: {exc}") from exc
-        if callable(value) and not isinstance(value, (Tool, ToolRegistry)):
-            value = value()
-        if isinstance(value, ToolRegistry):
-            tools.extend(value)
-        elif isinstance(value, Tool):
-            tools.append(value)
-        elif isinstance(value, (list, tuple)) and all(isinstance(t, Tool) for t in value):
-            tools.extend(value)
-        else:
-            raise StoreError(f"--tools {spec}: not a ToolRegistry, Tool or list of Tools ({type(value).__name__})")
-    return ToolRegistry(tools)
+    return cli.load_tools(args.tools)
+
+
+def handler(args: argparse.Namespace) -> int:
+    """`loopwright runs ...` as registered with the `loopwright` command."""
+    return _dispatch(args, make_policy, make_registry, sys.stdout)
+
+
+def register() -> None:
+    """Add `runs` to the `loopwright` command."""
+    from loopwright import cli
+
+    cli.add_subcommand("runs", HELP, setup, handler, epilog=EPILOG)
 
 
 def runs_main(
@@ -115,23 +118,33 @@ def runs_main(
     registry_factory: RegistryFactory = make_registry,
     out: TextIO | None = None,
 ) -> int:
-    """`loopwright runs ...`; returns the exit status. The factories let `loopwright`
-    build the policy and tools for `resume` exactly as `loopwright run` does."""
-    out = out or sys.stdout
-    args = build_parser().parse_args(argv)
+    """`loopwright runs ...` on its own (`python -m loopwright.store_cli`); returns the
+    exit status. The factories build the policy and tools `resume` uses."""
+    parser = argparse.ArgumentParser(prog="loopwright runs", description=HELP, epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    setup(parser)
+    return _dispatch(parser.parse_args(argv), policy_factory, registry_factory, out or sys.stdout)
+
+
+def _dispatch(args: argparse.Namespace, policy_factory: PolicyFactory, registry_factory: RegistryFactory,
+              out: TextIO) -> int:
     path = Path(args.db or default_db())
     try:
         if not path.is_file():
             raise StoreError(f"no run journal at {path} (set --db or $LOOPWRIGHT_DB)")
         with SQLiteStore(path) as store:
-            if args.command == "list":
+            if args.runs_command == "list":
                 return _list(store, args, out)
-            if args.command == "show":
+            if args.runs_command == "show":
                 return _show(store, args.run_id, out)
-            if args.command == "export":
+            if args.runs_command == "export":
                 return _export(store, args, out)
             return _resume(store, args, policy_factory, registry_factory, out)
-    except LoopwrightError as exc:
+    except Exception as exc:
+        from loopwright.cli import UsageError  # raised by the factories for bad flags
+
+        if not isinstance(exc, (LoopwrightError, UsageError)):
+            raise
         print(f"loopwright runs: {exc}", file=sys.stderr)
         return 2
 
@@ -178,13 +191,19 @@ def _resume(
     registry_factory: RegistryFactory,
     out: TextIO,
 ) -> int:
-    store.load_run(args.run_id)  # an unknown id fails before a model loads
+    record = store.load_run(args.run_id)  # an unknown id fails before a model loads
     for key in args.approve:
         store.decide(args.run_id, key, Decision(True, args.reason or "approved"))
     for key in args.deny:
         store.decide(args.run_id, key, Decision(False, args.reason or "denied by approver"))
+    args.dialect = record.config.get("dialect") or "json"  # what make_model reads
+    options: dict[str, Any] = {}
+    if not args.tools:  # `loopwright run` pairs the demo tools with their prompts
+        from loopwright.demo_tools import demo_prompts
+
+        options["prompts"] = demo_prompts()
     trace = resume(args.run_id, policy_factory(args), registry_factory(args), store=store,
-                   rerun_unfinished=args.rerun_unfinished)
+                   rerun_unfinished=args.rerun_unfinished, **options)
     print(trace, file=out)
     record = store.load_run(args.run_id)
     if record.status == "paused":
