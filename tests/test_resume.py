@@ -343,3 +343,8 @@ def test_an_in_memory_store_journals_and_resumes_within_the_process():
                    store=mem, run_id="r")
         trace = resume("r", lw.ScriptedPolicy(REACT[1:]), make_registry(), store=mem)
         assert trace.final_answer == "50" and mem.load_run("r").resumes == 1
+
+
+def test_store_and_resume_are_public_names():
+    assert lw.SQLiteStore is SQLiteStore and lw.resume is resume
+    assert {"SQLiteStore", "resume"} <= set(lw.__all__)

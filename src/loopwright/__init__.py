@@ -44,6 +44,8 @@ from loopwright.parsing import (
 )
 from loopwright.policy import Completion, Model, ModelRequest, Policy, ScriptedPolicy, ToolCall
 from loopwright.prompts import PromptSet
+from loopwright.resume import resume
+from loopwright.store import SQLiteStore
 from loopwright.tools import Tool, ToolError, ToolRegistry, ToolResult, tool
 from loopwright.trace import STOP_REASONS, Step, Trace, Usage
 
@@ -77,6 +79,7 @@ __all__ = [
     "ReplayMissError",
     "Run",
     "RunInterrupted",
+    "SQLiteStore",
     "ScriptExhaustedError",
     "ScriptedPolicy",
     "Step",
@@ -96,6 +99,7 @@ __all__ = [
     "parse_plan",
     "parse_react_step",
     "parse_tool_calls",
+    "resume",
     "run",
     "run_plan_execute",
     "run_react",
