@@ -154,6 +154,12 @@ def _setup_run(p: argparse.ArgumentParser) -> None:
         help="ReAct step format (native: the server's tool calling; needs --base-url)",
     )
     p.add_argument("--n-ctx", type=_positive_int, default=2048, help="local context size")
+    p.add_argument("--record", metavar="CASSETTE.jsonl", help="append every model call here")
+    p.add_argument(
+        "--replay",
+        metavar="CASSETTE.jsonl",
+        help="answer model calls from a recorded cassette instead of a model",
+    )
     p.add_argument("--json", action="store_true", help="print the trace as JSON on stdout")
     p.add_argument("--save", metavar="TRACE.json", help="write the trace as JSON here")
     p.add_argument("--quiet", action="store_true", help="no live steps and no summary")
@@ -204,7 +210,20 @@ def load_tools(specs: Sequence[str] | None) -> lw.ToolRegistry:
 
 
 def make_model(args: argparse.Namespace) -> Any:
-    """The policy the run uses: a server when --base-url is given, else the embedded model."""
+    """The policy the run uses: a cassette with --replay, a server with --base-url, else
+    the embedded model; wrapped in a Recorder with --record."""
+    model = _base_model(args)
+    return lw.models.Recorder(model, args.record) if args.record else model
+
+
+def _base_model(args: argparse.Namespace) -> Any:
+    if args.replay:
+        if not Path(args.replay).is_file():
+            raise UsageError(f"--replay {args.replay!r} is not a file")
+        try:
+            return lw.models.Replay(args.replay)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
     if args.base_url:
         if not args.model:
             raise UsageError("--base-url needs --model NAME (the server's model name)")
@@ -231,6 +250,10 @@ def _run(args: argparse.Namespace) -> int:
     registry = load_tools(args.tools)
     model = make_model(args)
     limits: dict[str, Any] = {"max_steps": args.max_steps}
+    if not args.tools:
+        from loopwright.demo_tools import demo_prompts
+
+        limits["prompts"] = demo_prompts()
     if args.token_budget is not None:
         limits["token_budget"] = args.token_budget
     if args.timeout_s is not None:
@@ -274,33 +297,34 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def print_step(console: Console, step: Step) -> None:
-    """One step, as it happens."""
+    """One step, as it happens: its thought, its call, what came back."""
     colour = {
         "final": "green",
+        "solve": "green",
         "action": "cyan",
-        "parse_error": "red",
-        "error": "red",
-        "nudge": "yellow",
         "plan": "magenta",
         "replan": "magenta",
-        "solve": "green",
+        "nudge": "yellow",
+        "parse_error": "red",
+        "error": "red",
     }.get(step.kind, "white")
-    head = f"[{colour}]{step.index:>2} {step.kind}[/]"
+    lines: list[str] = []
     if step.thought:
-        console.print(f"{head} [dim]{escape(_clip(step.thought, 160))}[/]")
-        head = "  " + " " * len(f"{step.index:>2} {step.kind}")
+        lines.append(f"[dim]{escape(_clip(step.thought, 160))}[/]")
     if step.tool is not None:
         args = json.dumps(step.args, ensure_ascii=False, default=str)
         label = f"{step.step_id} = " if step.step_id else ""
-        console.print(f"{head} {escape(label + step.tool)}({escape(_clip(args, 120))})")
-        head = "  " + " " * len(f"{step.index:>2} {step.kind}")
-    elif step.kind in ("plan", "replan", "solve", "final") and step.raw and not step.thought:
-        console.print(f"{head} {escape(_clip(step.raw.strip(), 200))}")
-        head = "  " + " " * len(f"{step.index:>2} {step.kind}")
+        lines.append(f"{escape(label + step.tool)}({escape(_clip(args, 120))})")
+    elif step.raw.strip() and (step.kind != "final" or not step.thought):
+        lines.append(escape(_clip(step.raw.strip(), 200)))
     if step.observation is not None:
-        console.print(f"{head} → {escape(_clip(step.observation, 200))}")
+        lines.append(f"→ {escape(_clip(step.observation, 200))}")
     if step.error is not None and step.error != step.observation:
-        console.print(f"{head} [red]! {escape(_clip(step.error, 200))}[/]")
+        lines.append(f"[red]! {escape(_clip(step.error, 200))}[/]")
+    head = f"[{colour}]{step.index:>2} {step.kind:<11}[/]"
+    indent = " " * 14
+    for i, line in enumerate(lines or [""]):
+        console.print(f"{head if i == 0 else indent} {line}")
 
 
 def print_summary(console: Console, trace: Trace, wall_s: float, saved: str | None) -> None:

@@ -74,15 +74,40 @@ def grammar_for(request: ModelRequest, *, plan_max_steps: int = 4) -> str | None
     return None
 
 
+def default_threads() -> int:
+    """$LOOPWRIGHT_N_THREADS if set, else every core this process may use.
+
+    llama.cpp's threads spin while they wait for each other, so on a machine whose cores
+    are busy with other work fewer threads are faster; the variable says so without a
+    code change.
+    """
+    configured = os.environ.get("LOOPWRIGHT_N_THREADS", "").strip()
+    if configured:
+        try:
+            value = int(configured)
+        except ValueError:
+            raise ValueError(
+                f"LOOPWRIGHT_N_THREADS must be a positive integer, got {configured!r}"
+            ) from None
+        if value >= 1:
+            return value
+        raise ValueError(f"LOOPWRIGHT_N_THREADS must be a positive integer, got {configured!r}")
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 class LlamaCpp:
     """A Model backed by llama-cpp-python; the default embedded local model.
 
     model_path None uses the bundled SmolLM2-135M-Instruct weights. n_threads None uses
-    every core (llama-cpp-python's own default is half of them). grammar switches the
-    grammar-constrained ReAct steps and plans; plan_max_steps caps a constrained plan (a
-    small model otherwise repeats steps until the grammar's limit). prefix_cache False resets the KV cache
-    before every call (to measure what the cache saves). The model loads on first use,
-    once per instance; calls are serialised by a lock.
+    every core (llama-cpp-python's own default is half of them), or
+    $LOOPWRIGHT_N_THREADS. grammar switches the grammar-constrained ReAct steps and
+    plans; plan_max_steps caps a constrained plan (a small model otherwise repeats steps
+    until the grammar's limit). prefix_cache False resets the KV cache before every call
+    (to measure what the cache saves). The model loads on first use, once per instance;
+    calls are serialised by a lock.
     """
 
     def __init__(
@@ -103,7 +128,7 @@ class LlamaCpp:
         if not self.model_path.is_file():
             raise ModelNotFoundError(f"no model file at {str(self.model_path)!r}")
         self.n_ctx = n_ctx
-        self.n_threads = n_threads or os.cpu_count() or 1
+        self.n_threads = n_threads or default_threads()
         self.seed = seed
         self.temperature = temperature
         self.max_tokens = max_tokens

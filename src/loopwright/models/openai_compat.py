@@ -215,9 +215,12 @@ def _api_tool_choice(choice: str, to_api: Mapping[str, str]) -> Any:
 
 
 def _api_message(message: Mapping[str, Any], to_api: Mapping[str, str]) -> dict[str, Any]:
-    """A chat message with tool names mapped to their API names."""
+    """A chat message with tool names mapped to their API names, and an empty string for
+    the null content of an assistant turn that only calls tools."""
     out = dict(message)
     calls = out.get("tool_calls")
+    if calls and out.get("content") is None:
+        out["content"] = ""  # some servers (llama-cpp-python's) refuse a null content
     if calls:
         mapped = []
         for call in calls:

@@ -142,6 +142,7 @@ class Replay:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
+        self.name = f"replay:{self.path.name}"
         self.entries = list(read_cassette(self.path))
         self._by_key: dict[str, list[Completion]] = {}
         for entry in self.entries:

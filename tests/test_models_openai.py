@@ -1,0 +1,335 @@
+"""OpenAI-compatible servers: a scripted HTTP stub for retries, usage and tool calling
+(fast), and llama-cpp-python's real server with the embedded model (slow)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+import loopwright as lw
+from loopwright.models.openai_compat import api_tool_names
+
+ADD = {
+    "name": "math.add",
+    "description": "Add two integers.",
+    "parameters": {
+        "type": "object",
+        "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}},
+        "required": ["x", "y"],
+    },
+}
+
+
+def completion_body(text: str, usage: dict[str, Any] | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "id": "cmpl-1",
+        "object": "text_completion",
+        "created": 0,
+        "model": "m",
+        "choices": [{"text": text, "index": 0, "finish_reason": "stop", "logprobs": None}],
+    }
+    if usage is not None:
+        body["usage"] = usage
+    return body
+
+
+def chat_body(content: str | None, calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if calls:
+        message["tool_calls"] = calls
+    return {
+        "id": "chat-1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "m",
+        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 30, "completion_tokens": 5, "total_tokens": 35},
+    }
+
+
+class Stub:
+    """An HTTP server answering each POST with the next scripted (status, body)."""
+
+    def __init__(self, replies: list[tuple[int, dict[str, Any]]]) -> None:
+        self.replies = list(replies)
+        self.requests: list[dict[str, Any]] = []
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", 0))
+                stub.requests.append({"path": self.path, **json.loads(self.rfile.read(length))})
+                status, body = stub.replies.pop(0) if stub.replies else (500, {"error": "empty"})
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def stub() -> Iterator[Any]:
+    made: list[Stub] = []
+
+    def make(*replies: tuple[int, dict[str, Any]]) -> Stub:
+        made.append(Stub(list(replies)))
+        return made[-1]
+
+    yield make
+    for s in made:
+        s.close()
+
+
+def test_completion_sends_prompt_and_stop_and_reads_the_servers_usage(stub: Any) -> None:
+    server = stub((200, completion_body(" 391", {"prompt_tokens": 12, "completion_tokens": 2, "total_tokens": 14})))
+    model = lw.models.OpenAICompatible(server.url, "m")
+    out = model.complete(lw.ModelRequest("Q: 17*23?\nA:", ("\n",), max_tokens=7))
+    assert out.text == " 391"
+    assert out.usage == lw.Usage(12, 12, 2)
+    assert out.meta["retries"] == 0 and out.meta["finish_reason"] == "stop"
+    sent = server.requests[0]
+    assert sent["path"] == "/v1/completions"
+    assert sent["prompt"] == "Q: 17*23?\nA:" and sent["stop"] == ["\n"] and sent["max_tokens"] == 7
+
+
+def test_cached_prompt_tokens_reported_by_the_server_are_not_counted_as_evaluated(stub: Any) -> None:
+    usage = {
+        "prompt_tokens": 100,
+        "completion_tokens": 3,
+        "total_tokens": 103,
+        "prompt_tokens_details": {"cached_tokens": 64},
+    }
+    server = stub((200, completion_body("x", usage)))
+    out = lw.models.OpenAICompatible(server.url, "m").complete(lw.ModelRequest("p"))
+    assert out.usage == lw.Usage(100, 36, 3)
+
+
+def test_a_server_that_reports_no_usage_gets_an_estimate(stub: Any) -> None:
+    server = stub((200, completion_body("four")))
+    out = lw.models.OpenAICompatible(server.url, "m").complete(lw.ModelRequest("p" * 30))
+    assert out.usage is not None and out.usage.estimated and out.usage.prompt_tokens == 10
+
+
+def test_transient_errors_are_retried_and_the_retries_counted(stub: Any) -> None:
+    server = stub(
+        (503, {"error": {"message": "busy"}}),
+        (429, {"error": {"message": "slow down"}}),
+        (200, completion_body("ok", {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2})),
+    )
+    model = lw.models.OpenAICompatible(server.url, "m", max_retries=2, backoff_s=0.01)
+    out = model.complete(lw.ModelRequest("p"))
+    assert out.text == "ok" and out.meta["retries"] == 2
+    assert len(server.requests) == 3
+
+
+def test_retries_give_up_after_max_retries_with_a_model_error(stub: Any) -> None:
+    server = stub(*[(500, {"error": {"message": "down"}})] * 3)
+    model = lw.models.OpenAICompatible(server.url, "m", max_retries=1, backoff_s=0.01)
+    with pytest.raises(lw.ModelError, match="after 1 retries"):
+        model.complete(lw.ModelRequest("p"))
+    assert len(server.requests) == 2
+
+
+def test_a_client_error_is_not_retried(stub: Any) -> None:
+    server = stub((400, {"error": {"message": "bad prompt"}}), (200, completion_body("never")))
+    model = lw.models.OpenAICompatible(server.url, "m", backoff_s=0.01)
+    with pytest.raises(lw.ModelError, match="BadRequestError"):
+        model.complete(lw.ModelRequest("p"))
+    assert len(server.requests) == 1
+
+
+def test_an_unreachable_server_is_retried_then_reported() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    model = lw.models.OpenAICompatible(
+        f"http://127.0.0.1:{port}/v1", "m", max_retries=1, backoff_s=0.01, timeout_s=2
+    )
+    with pytest.raises(lw.ModelError, match="APIConnectionError after 1 retries"):
+        model.complete(lw.ModelRequest("p"))
+
+
+def test_chat_sends_tools_as_functions_and_returns_raw_tool_calls(stub: Any) -> None:
+    raw = '{"x": 1,\n "y": &#39;2&#39;}'
+    server = stub(
+        (
+            200,
+            chat_body(
+                None,
+                [{"id": "c1", "type": "function", "function": {"name": "math_add", "arguments": raw}}],
+            ),
+        )
+    )
+    model = lw.models.OpenAICompatible(server.url, "m", mode="chat", tool_choice="math.add")
+    messages = ({"role": "system", "content": "s"}, {"role": "user", "content": "add 1 and 2"})
+    out = model.complete(lw.ModelRequest("prompt", tools=(ADD,), messages=messages))
+    assert out.tool_calls == (lw.ToolCall("math.add", raw, "c1"),)
+    assert out.text == "" and out.usage == lw.Usage(30, 30, 5)
+    sent = server.requests[0]
+    assert sent["path"] == "/v1/chat/completions"
+    assert sent["messages"] == list(messages)
+    assert sent["tools"][0]["function"]["name"] == "math_add"
+    assert sent["tools"][0]["function"]["parameters"] == ADD["parameters"]
+    assert sent["tool_choice"] == {"type": "function", "function": {"name": "math_add"}}
+
+
+def test_chat_maps_tool_names_in_earlier_messages_and_takes_a_callable_tool_choice(stub: Any) -> None:
+    server = stub((200, chat_body("3")))
+    seen: list[lw.ModelRequest] = []
+
+    def choice(request: lw.ModelRequest) -> str:
+        seen.append(request)
+        return "none"
+
+    model = lw.models.OpenAICompatible(server.url, "m", mode="chat", tool_choice=choice)
+    call = {"id": "c1", "type": "function", "function": {"name": "math.add", "arguments": "{}"}}
+    messages = (
+        {"role": "user", "content": "add"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "3"},
+    )
+    out = model.complete(lw.ModelRequest("p", tools=(ADD,), messages=messages))
+    assert out.text == "3" and out.tool_calls == () and len(seen) == 1
+    sent = server.requests[0]
+    assert sent["tool_choice"] == "none"
+    assert sent["messages"][1]["tool_calls"][0]["function"]["name"] == "math_add"
+
+
+def test_an_unknown_tool_choice_is_refused_naming_the_accepted_values(stub: Any) -> None:
+    server = stub((200, chat_body("x")))
+    model = lw.models.OpenAICompatible(server.url, "m", mode="chat", tool_choice="search")
+    with pytest.raises(ValueError, match="neither 'auto', 'required', 'none' nor a tool name"):
+        model.complete(lw.ModelRequest("p", tools=(ADD,)))
+
+
+def test_api_tool_names_are_valid_distinct_and_reversible() -> None:
+    names = ["a.b", "a_b", "ok-name", "x" * 70, "ünï"]
+    mapping = api_tool_names(names)
+    assert sorted(mapping.values()) == sorted(names)
+    assert all(len(k) <= 64 and k.replace("_", "").replace("-", "").isalnum() for k in mapping)
+    assert mapping["ok-name"] == "ok-name"
+
+
+def test_options_are_checked_when_the_model_is_made() -> None:
+    with pytest.raises(ValueError, match="mode must be"):
+        lw.models.OpenAICompatible("http://127.0.0.1:1/v1", "m", mode="stream")
+    with pytest.raises(ValueError, match="max_retries"):
+        lw.models.OpenAICompatible("http://127.0.0.1:1/v1", "m", max_retries=-1)
+
+
+# --------------------------------------------------------------- the real server
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """llama-cpp-python's OpenAI-compatible server on the embedded model."""
+    pytest.importorskip("uvicorn", reason="needs llama-cpp-python[server]")
+    path = lw.models.default_model_path()
+    port = _free_port()
+    # A file, not a pipe: the server logs more than a pipe buffer holds while loading.
+    log_path = tmp_path_factory.mktemp("server") / "server.log"
+    log = open(log_path, "wb")  # closed in the finally below
+    process = subprocess.Popen(
+        [
+            sys.executable, "-m", "llama_cpp.server",
+            "--model", str(path), "--model_alias", "smollm2",
+            "--host", "127.0.0.1", "--port", str(port),
+            "--n_ctx", "2048", "--chat_format", "chatml-function-calling",
+        ],  # fmt: skip
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if process.poll() is not None:
+                err = log_path.read_text(errors="replace")[-2000:]
+                pytest.fail(f"llama_cpp.server exited with {process.returncode}: {err}")
+            try:
+                with urllib.request.urlopen(f"{url}/models", timeout=1) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail("llama_cpp.server did not start within 60 s")
+            time.sleep(0.2)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+
+
+@pytest.mark.slow
+def test_real_server_text_completion_honours_stop_strings(llama_server: str) -> None:
+    model = lw.models.OpenAICompatible(llama_server, "smollm2", max_tokens=40)
+    prompt = "Count to ten.\n1, 2, 3, 4,"
+    free = model.complete(lw.ModelRequest(prompt))
+    stopped = model.complete(lw.ModelRequest(prompt, (" 7",)))
+    assert " 7" in free.text  # without the stop the model goes past 7
+    assert " 7" not in stopped.text and stopped.meta["finish_reason"] == "stop"
+    assert free.text.startswith(stopped.text)
+    assert stopped.usage is not None and stopped.usage.prompt_tokens > 5
+    assert stopped.meta["retries"] == 0
+
+
+@pytest.mark.slow
+def test_real_server_native_tool_call_round_trip_through_run_react(llama_server: str) -> None:
+    calls: list[str] = []
+
+    @lw.tool
+    def calculate(expression: str) -> str:
+        """Evaluate an arithmetic expression."""
+        calls.append(expression)
+        return "391"
+
+    # The server cannot do tool_choice="auto" with this model: name the tool until a
+    # tool result is in the conversation, then ask for text.
+    def choose(request: lw.ModelRequest) -> str:
+        return "none" if any(m.get("role") == "tool" for m in request.messages) else "calculate"
+
+    model = lw.models.OpenAICompatible(
+        llama_server, "smollm2", mode="chat", tool_choice=choose, max_tokens=48
+    )
+    trace = lw.run_react(
+        "What is 17 * 23?", model, lw.ToolRegistry([calculate]), dialect="native", max_steps=2
+    )
+    assert trace.steps[0].kind == "action" and trace.steps[0].tool == "calculate"
+    assert trace.tool_calls == 1 and len(calls) == 1
+    assert trace.steps[1].kind == "final" and trace.stopped_reason == "final"
+    assert trace.llm_calls == 2 and trace.final_answer
+    assert trace.usage.prompt_tokens > 0 and not trace.usage.estimated
