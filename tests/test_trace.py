@@ -62,3 +62,12 @@ def test_transcript_reads_as_the_react_exchange(registry):
     trace = lw.run("Add", lw.ScriptedPolicy([act("add", '{"x": 1, "y": 1}', "sum it"), final("2")]), registry)
     assert trace.transcript.startswith("Question: Add\nThought: sum it\nAction: add")
     assert trace.transcript.rstrip().endswith("Final Answer: 2")
+
+
+def test_meta_with_keys_json_cannot_hold_still_round_trips():
+    step = Step(1, "action", meta={(1, 2): "tuple key"}, args={"x": 1})
+    trace = lw.Trace("t", "react", steps=[step])
+    data = json.loads(json.dumps(trace.to_dict()))
+    again = lw.Trace.from_dict(data)
+    assert isinstance(again.steps[0].meta, dict) and "tuple key" in again.steps[0].meta["repr"]
+    assert again.to_dict() == data

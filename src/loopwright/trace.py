@@ -136,7 +136,9 @@ class Step:
             if f.name == "usage":
                 d["usage"] = value.to_dict()
             elif f.name in ("args", "meta"):
-                d[f.name] = None if value is None else json_safe(value)
+                safe = None if value is None else json_safe(value)
+                # a mapping whose keys JSON cannot hold renders as text: keep it a mapping
+                d[f.name] = {"repr": safe} if value is not None and not isinstance(safe, dict) else safe
             else:
                 d[f.name] = value
         return d

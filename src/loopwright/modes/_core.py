@@ -341,7 +341,13 @@ def open_context(
     run_id = options.get("run_id")
     store = options.get("store")
     if store is not None and journal is None:
-        run_id, journal = store.start_run(run_id, task, mode, {**config, "tools": options.get("tools")})
+        config = {
+            **config,
+            "tools": None if options.get("tools") is None else list(options["tools"]),
+            "approver": options.get("approver") is not None,  # resume needs to know one was used
+            "on_deny": options.get("on_deny", "observe"),
+        }
+        run_id, journal = store.start_run(run_id, task, mode, config)
     tools = options.get("tools")
     return RunContext(
         task,
