@@ -12,7 +12,6 @@ import time
 from typing import Any
 
 from loopwright.errors import ParseError
-from loopwright.memory.tiered import context_within
 from loopwright.guards import Limits, RepeatDetector
 from loopwright.modes._core import PolicyFailed, Run, RunContext, StepGen, first_line, open_context
 from loopwright.parsing import Action, FinalAnswer, parse_react_step, parse_tool_calls
@@ -92,6 +91,8 @@ class _Scratchpad:
             k, _block, readable, _tokens, _thought = self.blocks.pop(0)
             self.memory.add(readable, {"step": k})
             folded.append(k)
+        from loopwright.memory.tiered import context_within  # numpy: only when folding
+
         recent = "".join(b[1] for b in self.blocks)
         last = self.blocks[-1][4] if self.blocks else ""  # the latest thought, with the task
         fixed = estimate_tokens(self.head) + estimate_tokens(self.question) + estimate_tokens(recent)
