@@ -448,6 +448,7 @@ def test_rest_and_numpy_docstrings_describe_parameters() -> None:
         {"query": "what to look for", "limit": "paging", "offset": "paging"},
     )
     assert parse_docstring(None) == ("", {})
+    assert parse_docstring("Sum these:\n\nReturns:\n    the sum") == ("Sum these:", {})
 
 
 def test_input_param_is_the_only_or_only_required_parameter() -> None:

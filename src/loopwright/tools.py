@@ -111,7 +111,11 @@ _GOOGLE_HEADER = re.compile(
     r"(?:args|arguments|parameters|params|keyword args|keyword arguments|other parameters)\s*:",
     re.IGNORECASE,
 )
-_GOOGLE_ANY_HEADER = re.compile(r"[A-Z][A-Za-z ]{0,30}:")
+_GOOGLE_ANY_HEADER = re.compile(
+    r"(?:args|arguments|parameters|params|keyword args|keyword arguments|other parameters|"
+    r"returns?|yields?|raises|examples?|notes?|attributes|warnings?|see also|todo)\s*:",
+    re.IGNORECASE,
+)
 _GOOGLE_ENTRY = re.compile(r"\**(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)")
 _NUMPY_RULE = re.compile(r"\s*-{3,}\s*")
 _NUMPY_ENTRY = re.compile(r"\**(\w+(?:\s*,\s*\**\w+)*)\s*(?::.*)?")
