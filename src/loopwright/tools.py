@@ -871,6 +871,11 @@ def _invalid(name: str, exc: Exception) -> ToolError:
     return ToolError(name, f"invalid args: {_exception_text(exc)}", "invalid_args")
 
 
+def _unrenderable(name: str, value: Any, exc: Exception) -> ToolError:
+    text = f"unrenderable result of type {type(value).__name__} ({_exception_text(exc)})"
+    return ToolError(name, text, "unrenderable")
+
+
 def _failure(name: str, exc: Exception) -> ToolError:
     if isinstance(exc, _ToolTimeout):
         return ToolError(name, f"timeout after {exc.seconds:g}s", "timeout")
@@ -1097,26 +1102,30 @@ class ToolRegistry:
 
     def _render(self, name: str, outcome: Any) -> tuple[str, ToolError | None]:
         """The observation for an outcome, and the ToolError if it is (or became) one."""
-        limit = self.max_observation_chars
-        if type(outcome) is ToolError:
-            return render_observation(outcome.as_observation(), limit), outcome
-        try:
-            return render_observation(outcome, limit), None
-        except Exception as exc:
-            kind = type(outcome).__name__
-            error = ToolError(
-                name, f"unrenderable result of type {kind} ({_exception_text(exc)})", "unrenderable"
-            )
-            return render_observation(error.as_observation(), limit), error
+        if type(outcome) is not ToolError:
+            try:
+                return render_observation(outcome, self.max_observation_chars), None
+            except Exception as exc:
+                outcome = _unrenderable(name, outcome, exc)
+        return render_observation(outcome.as_observation(), self.max_observation_chars), outcome
 
     def _result(self, name: str, args: Any, outcome: Any, start: float) -> ToolResult:
-        observation, error = self._render(name, outcome)
+        error: ToolError | None = None
+        if type(outcome) is ToolError:
+            error = outcome
+        else:
+            try:  # the common case, inline: this runs on every step
+                observation = render_observation(outcome, self.max_observation_chars)
+            except Exception as exc:
+                error = _unrenderable(name, outcome, exc)
+        if error is not None:
+            observation = render_observation(error.as_observation(), self.max_observation_chars)
+            outcome = None
         if type(args) is dict:
             args = args.copy()
         else:
             args = dict(args) if isinstance(args, Mapping) else {}
-        value = outcome if error is None else None
-        return _new_result(name, args, value, observation, error, time.perf_counter() - start)
+        return _new_result(name, args, outcome, observation, error, time.perf_counter() - start)
 
     def dispatch(
         self, name: str, args: Mapping[str, Any], *, timeout_s: float | None = None
