@@ -58,6 +58,10 @@ def __getattr__(name: str) -> Any:
     # Submodules with heavy optional dependencies load on first use, not on import.
     if name in _LAZY:
         return importlib.import_module(f"loopwright.{name}")
+    if name == "Session":  # imports memory (numpy)
+        from loopwright.session import Session
+
+        return Session
     raise AttributeError(f"module 'loopwright' has no attribute {name!r}")
 
 
@@ -80,6 +84,7 @@ __all__ = [
     "Run",
     "RunInterrupted",
     "SQLiteStore",
+    "Session",
     "ScriptExhaustedError",
     "ScriptedPolicy",
     "Step",
