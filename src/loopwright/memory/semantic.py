@@ -4,8 +4,9 @@ Vectors live in one preallocated float32 matrix that grows by doubling; each vec
 normalised once on insert, so recall is one matrix-vector product (cosine = dot product)
 and a partial sort for the top k. The matrix is stored dimension-major (dim x capacity):
 the product then streams whole rows of the matrix, about twice as fast on one core as
-the vector-major layout and on par with faiss's flat index (benchmarks/memory.py). An optional approximate index (see `ann`) takes over
-at millions of rows with the same `recall` API.
+the vector-major layout and on par with faiss's flat index (benchmarks/memory.py).
+An optional approximate index (see `ann`) takes over at millions of rows with the same
+`recall` API.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ FloatMatrix = npt.NDArray[np.float32]
 
 FILE_FORMAT: Final = "loopwright.semantic-memory"
 FILE_VERSION: Final = 1
+CHUNK: Final = 1 << 16  # rows converted at a time: bounds the temporary memory of a bulk insert
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,9 +53,6 @@ def _as_rows(vectors: Any, dim: int) -> FloatMatrix:
     if rows.ndim != 2 or rows.shape[1] != dim:
         raise ValueError(f"expected vectors of shape (n, {dim}), got {np.shape(vectors)}")
     return rows
-
-
-CHUNK = 1 << 16  # rows converted at a time: bounds the temporary memory of a bulk insert
 
 
 def _normalise_in_place(rows: FloatMatrix) -> None:
