@@ -37,7 +37,6 @@ STEP_KINDS: Final = frozenset(
         "replan",  # a plan-execute replanner call
         "nudge",  # a repeated call that was not executed again
         "denied",  # a call refused by approval or scope
-        "fold",  # older steps folded into memory to stay inside the context budget
         "error",  # the policy itself raised
     }
 )

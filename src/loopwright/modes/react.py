@@ -86,11 +86,18 @@ class _Scratchpad:
         before = estimate_tokens(self.text)
         room = budget - estimate_tokens(self.head) - estimate_tokens(self.question) - _MEMORY_OVERHEAD
         keep = room // 4  # recent steps a quarter, an eighth to grow, recalled memory the rest
-        folded = []
+        folded: list[int] = []
+        turns: list[str] = []
         while self.blocks and sum(b[3] for b in self.blocks) > keep:
             k, _block, readable, _tokens, _thought = self.blocks.pop(0)
-            self.memory.add(readable, {"step": k})
             folded.append(k)
+            turns.append(readable)
+        add_many = getattr(self.memory, "add_many", None)
+        if callable(add_many):  # one summarizer call per fold, one embedding batch
+            add_many(turns, [{"step": k} for k in folded])
+        else:
+            for k, turn in zip(folded, turns, strict=True):
+                self.memory.add(turn, {"step": k})
         from loopwright.memory.tiered import context_within  # numpy: only when folding
 
         recent = "".join(b[1] for b in self.blocks)
