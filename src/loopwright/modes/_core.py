@@ -25,7 +25,7 @@ from loopwright.safety import (
     ask,
     denial_observation,
 )
-from loopwright.tools import ToolError, ToolRegistry, ToolResult
+from loopwright.tools import Tool, ToolError, ToolRegistry, ToolResult
 from loopwright.trace import Step, Trace, Usage
 
 StepGen = Generator[Step, None, None]
@@ -226,17 +226,20 @@ class RunContext:
                 if done is not None:
                     note = f"not run again: same call and idempotency key as {done[0]}"
                     return Executed(done[1], meta={"exactly_once": note})
-                executed = self._run_tool(tool.name, args, key, recorded)
+                executed = self._run_tool(tool, tool.name, args, key, recorded)
                 if executed.result.error is None:
                     self._ledger[ledger_key] = (key, executed.result)
                 return executed
-        return self._run_tool(name, args, key, recorded)
+        return self._run_tool(tool, name, args, key, recorded)
 
     def _run_tool(
-        self, name: str, args: dict[str, Any], key: str, recorded: tuple[str, ToolResult | None] | None
+        self,
+        tool: Tool | None,
+        name: str,
+        args: dict[str, Any],
+        key: str,
+        recorded: tuple[str, ToolResult | None] | None,
     ) -> Executed:
-        tool = self.registry.get(name)
-
         if (
             recorded is not None
             and recorded[0] == "started"

@@ -126,13 +126,16 @@ def _extend(pad: _Scratchpad, attr: str, block: str) -> str:
     return text
 
 
+_to_json = json.JSONEncoder(ensure_ascii=False, default=str).encode  # built once: hot path
+
+
 def _render_action(dialect: str, action: Action) -> str:
     if dialect == "brackets":
         arg = action.args.get("input") if set(action.args) == {"input"} else None
         if isinstance(arg, str):
             return f"{action.name}[{arg}]"
-        return f"{action.name}[{json.dumps(action.args, ensure_ascii=False, default=str)}]"
-    return f"Action: {action.name}\nAction Input: {json.dumps(action.args, ensure_ascii=False, default=str)}"
+        return f"{action.name}[{_to_json(action.args)}]"
+    return f"Action: {action.name}\nAction Input: {_to_json(action.args)}"
 
 
 def iter_react(
