@@ -1,20 +1,11 @@
 """Typed tools and the registry that dispatches them.
 
-A Tool wraps a callable with a JSON Schema and a strict validator built once. The
-registry is the second trust boundary: `dispatch`/`execute` never raise for anything a
-tool or the model does. Unknown tool, bad arguments, an exception, a timeout or an
-unrenderable result all come back as a ToolError whose observation the model reads next
-step; only KeyboardInterrupt, SystemExit and other non-Exception BaseExceptions propagate.
-
-Python-typed tools (`@tool`) take their schema from type hints and the docstring and are
-validated with a pydantic TypeAdapter in strict mode; tools declared by JSON Schema
-(`Tool.from_schema`) are validated with jsonschema (Draft 2020-12) under the same rules:
-missing, unknown and wrong-typed arguments are rejected before the callable runs, `True`,
-`"1"` and `5.0` are not integers, and a number parameter takes ints and floats.
-
-Signatures: an unannotated parameter accepts any value; `**kwargs` makes the schema's
-`additionalProperties` its annotation (or `true`); `*args` cannot be filled from named
-arguments and is a ToolDefinitionError; positional-only parameters are passed by position.
+A Tool wraps a callable with a JSON Schema and a strict validator built once (how both are
+derived, and the messages a rejection gives, live in `toolschema`). The registry is the
+second trust boundary: `dispatch`/`execute` never raise for anything a tool or the model
+does. Unknown tool, bad arguments, an exception, a timeout or an unrenderable result all
+come back as a ToolError whose observation the model reads next step; only
+KeyboardInterrupt, SystemExit and other non-Exception BaseExceptions propagate.
 
 Timeouts: a tool's own `timeout_s`, else the registry's `tool_timeout_s`; a per-call
 `timeout_s` caps either (the loops pass the run's remaining wall clock). When one applies,
@@ -36,29 +27,32 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial, update_wrapper
-from types import CoroutineType, UnionType
-from typing import (
-    Annotated,
-    Any,
-    Final,
-    Literal,
-    NotRequired,
-    Required,
-    Union,
-    get_args,
-    get_origin,
-    overload,
+from types import CoroutineType
+from typing import Any, Final, Literal, overload
+
+from loopwright.errors import ToolDefinitionError, describe
+from loopwright.toolschema import (
+    ArgumentSpec,
+    ToolArgumentError,
+    argument_dict,
+    parse_docstring,
+    schema_arguments,
+    typed_arguments,
 )
 
-import jsonschema
-import pydantic_core
-from pydantic import ConfigDict, Field, TypeAdapter, ValidationError, WithJsonSchema
-from pydantic.fields import FieldInfo
-from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
-from pydantic_core import core_schema
-from typing_extensions import TypedDict
-
-from loopwright.errors import LoopwrightError, ToolDefinitionError, describe
+__all__ = [
+    "IdempotencyKey",
+    "SideEffects",
+    "Tool",
+    "ToolArgumentError",
+    "ToolError",
+    "ToolErrorKind",
+    "ToolRegistry",
+    "ToolResult",
+    "parse_docstring",
+    "render_observation",
+    "tool",
+]
 
 ToolErrorKind = Literal[
     "unknown_tool", "invalid_args", "exception", "timeout", "unrenderable", "denied"
@@ -69,11 +63,6 @@ IdempotencyKey = str | Callable[[Mapping[str, Any]], object] | None
 
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _SIDE_EFFECTS: Final = ("none", "read", "write", "destructive")
-_MAX_PROBLEMS: Final = 6
-
-
-class ToolArgumentError(ValueError, LoopwrightError):
-    """Arguments that do not fit a tool's schema; the message names each argument and why."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,376 +94,7 @@ class ToolResult:
         return self.error is None
 
 
-# --- docstrings -----------------------------------------------------------------------
-
-_GOOGLE_HEADER = re.compile(
-    r"(?:args|arguments|parameters|params|keyword args|keyword arguments|other parameters)\s*:",
-    re.IGNORECASE,
-)
-_GOOGLE_ANY_HEADER = re.compile(
-    r"(?:args|arguments|parameters|params|keyword args|keyword arguments|other parameters|"
-    r"returns?|yields?|raises|examples?|notes?|attributes|warnings?|see also|todo)\s*:",
-    re.IGNORECASE,
-)
-_GOOGLE_ENTRY = re.compile(r"\**(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)")
-_NUMPY_RULE = re.compile(r"\s*-{3,}\s*")
-_NUMPY_ENTRY = re.compile(r"\**(\w+(?:\s*,\s*\**\w+)*)\s*(?::.*)?")
-_REST_PARAM = re.compile(r":param\s+(?:[^:]*?\s)?\**(\w+)\s*:\s*(.*)")
-
-
-def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
-    """Split a docstring into its first paragraph and per-parameter descriptions.
-
-    Understands Google (`Args:`), reST (`:param x:`) and numpy (`Parameters` + rule)."""
-    lines = inspect.cleandoc(doc or "").splitlines()
-    params: dict[str, str] = {}
-    summary: list[str] = []
-    for line in lines:
-        text = line.strip()
-        if not text or text.startswith(":") or _GOOGLE_ANY_HEADER.fullmatch(text):
-            break
-        summary.append(text)
-    i = 0
-    while i < len(lines):
-        text = lines[i].strip()
-        if _GOOGLE_HEADER.fullmatch(text):
-            i = _google_section(lines, i, params)
-        elif (
-            i + 1 < len(lines)
-            and text.lower() in ("parameters", "other parameters")
-            and (_NUMPY_RULE.fullmatch(lines[i + 1]))
-        ):
-            i = _numpy_section(lines, i + 2, params)
-        elif match := _REST_PARAM.fullmatch(text):
-            body = [match.group(2).strip()]
-            while i + 1 < len(lines) and lines[i + 1][:1].isspace() and lines[i + 1].strip():
-                i += 1
-                body.append(lines[i].strip())
-            params[match.group(1)] = " ".join(b for b in body if b)
-            i += 1
-        else:
-            i += 1
-    return " ".join(summary), params
-
-
-def _indent(line: str) -> int:
-    return len(line) - len(line.lstrip())
-
-
-def _google_section(lines: list[str], header: int, params: dict[str, str]) -> int:
-    base = _indent(lines[header])
-    entry_indent: int | None = None
-    current: str | None = None
-    i = header + 1
-    while i < len(lines):
-        line = lines[i]
-        if line.strip():
-            indent = _indent(line)
-            if indent <= base:
-                break
-            entry_indent = indent if entry_indent is None else entry_indent
-            match = _GOOGLE_ENTRY.fullmatch(line.strip())
-            if indent == entry_indent and match:
-                current = match.group(1)
-                params[current] = match.group(2).strip()
-            elif current is not None:
-                params[current] = f"{params[current]} {line.strip()}".strip()
-        i += 1
-    return i
-
-
-def _numpy_section(lines: list[str], start: int, params: dict[str, str]) -> int:
-    names: list[str] = []
-    i = start
-    while i < len(lines):
-        line = lines[i]
-        if i + 1 < len(lines) and line.strip() and _NUMPY_RULE.fullmatch(lines[i + 1]):
-            break  # the next section's title
-        if line.strip() and not line[:1].isspace():
-            match = _NUMPY_ENTRY.fullmatch(line.strip())
-            names = [n.strip().lstrip("*") for n in match.group(1).split(",")] if match else []
-            for name in names:
-                params[name] = ""
-        elif line.strip():
-            for name in names:
-                params[name] = f"{params[name]} {line.strip()}".strip()
-        i += 1
-    return i
-
-
-# --- JSON Schema helpers ----------------------------------------------------------------
-
-_SUBSCHEMA = frozenset(
-    {"items", "additionalProperties", "not", "if", "then", "else", "contains",
-     "propertyNames", "unevaluatedItems", "unevaluatedProperties", "additionalItems"}
-)  # fmt: skip
-_SUBSCHEMA_LIST = frozenset({"anyOf", "allOf", "oneOf", "prefixItems", "items"})
-_SUBSCHEMA_MAP = frozenset(
-    {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}
-)
-_BFCL_TYPES: Final = {"dict": "object", "float": "number", "tuple": "array"}
-
-
-def _map_schema(node: Any, fn: Callable[[dict[str, Any]], Any]) -> Any:
-    """Rebuild a schema bottom-up, applying `fn` to every schema node (never to data such
-    as `enum`, `default` or the names in `properties`)."""
-    if not isinstance(node, dict):
-        return node
-    out: dict[str, Any] = {}
-    for key, value in node.items():
-        if key in _SUBSCHEMA and isinstance(value, dict):
-            out[key] = _map_schema(value, fn)
-        elif key in _SUBSCHEMA_LIST and isinstance(value, list):
-            out[key] = [_map_schema(v, fn) for v in value]
-        elif key in _SUBSCHEMA_MAP and isinstance(value, dict):
-            out[key] = {name: _map_schema(v, fn) for name, v in value.items()}
-        else:
-            out[key] = value
-    return fn(out)
-
-
-def _refs(node: Any) -> set[str]:
-    if isinstance(node, dict):
-        found = {node["$ref"][8:]} if str(node.get("$ref", "")).startswith("#/$defs/") else set()
-        return found.union(*(_refs(v) for v in node.values()))
-    if isinstance(node, list):
-        return set().union(*(_refs(v) for v in node))
-    return set()
-
-
-def _clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
-    """Drop pydantic's `title` noise and inline `$defs` that are not recursive."""
-    defs: dict[str, Any] = schema.pop("$defs", {})
-    graph = {key: _refs(value) for key, value in defs.items()}
-
-    def reaches(start: str, target: str) -> bool:
-        seen: set[str] = set()
-        todo = list(graph.get(start, ()))
-        while todo:
-            key = todo.pop()
-            if key == target:
-                return True
-            if key not in seen:
-                seen.add(key)
-                todo.extend(graph.get(key, ()))
-        return False
-
-    recursive = {key for key in defs if reaches(key, key)}
-    inlined: dict[str, Any] = {}
-
-    def clean(node: dict[str, Any]) -> dict[str, Any]:
-        if isinstance(node.get("title"), str):
-            del node["title"]
-        ref = node.get("$ref")
-        if isinstance(ref, str) and ref[8:] in defs and ref[8:] not in recursive:
-            key = ref[8:]
-            if key not in inlined:
-                inlined[key] = _map_schema(defs[key], clean)
-            siblings = {k: v for k, v in node.items() if k != "$ref"}
-            return {**copy.deepcopy(inlined[key]), **siblings}
-        return node
-
-    out: dict[str, Any] = _map_schema(schema, clean)
-    if recursive:
-        out["$defs"] = {key: _map_schema(defs[key], clean) for key in sorted(recursive)}
-    return out
-
-
-class _LenientJsonSchema(GenerateJsonSchema):
-    """A parameter whose type has no JSON Schema (an arbitrary class) is shown as `{}`;
-    it can still be passed as a live value (a ReWOO evidence reference)."""
-
-    def handle_invalid_for_json_schema(
-        self, schema: core_schema.CoreSchema, error_info: str
-    ) -> JsonSchemaValue:
-        return {}
-
-
-_STRICT_TYPES = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine_many(
-    {
-        "integer": lambda _, v: isinstance(v, int) and not isinstance(v, bool),
-        "number": lambda _, v: isinstance(v, (int, float)) and not isinstance(v, bool),
-    }
-)
-_StrictValidator = jsonschema.validators.extend(
-    jsonschema.Draft202012Validator, type_checker=_STRICT_TYPES
-)
-
-
-# --- error messages ---------------------------------------------------------------------
-
-_EXPECTED: Final = {
-    "int_type": "an integer", "int_parsing": "an integer", "int_from_float": "an integer",
-    "float_type": "a number", "float_parsing": "a number", "string_type": "a string",
-    "bool_type": "a boolean", "bool_parsing": "a boolean", "none_required": "null",
-    "list_type": "a list", "tuple_type": "a list", "set_type": "a list",
-    "frozen_set_type": "a list", "dict_type": "an object", "model_type": "an object",
-    "model_attributes_type": "an object", "dataclass_type": "an object",
-    "dataclass_exact_type": "an object",
-}  # fmt: skip
-_JSON_TYPES: Final = {
-    "integer": "an integer", "number": "a number", "string": "a string",
-    "boolean": "a boolean", "object": "an object", "array": "a list", "null": "null",
-}  # fmt: skip
-
-
-def _got(value: Any) -> str:
-    return f"got {describe(value)} ({type(value).__name__})"
-
-
-def _path(parts: Iterable[Any]) -> str:
-    text = ""
-    for part in parts:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return repr(text) if text else "arguments"
-
-
-def _real_path(loc: tuple[Any, ...], root: Any, last_is_key: bool) -> list[Any]:
-    """The argument path of a pydantic error: loc minus the union-member tags, found by
-    walking the input alongside it."""
-    parts: list[Any] = []
-    current = root
-    for i, element in enumerate(loc):
-        if isinstance(current, Mapping) and element in current:
-            current = current[element]
-        elif (
-            isinstance(current, list | tuple)
-            and isinstance(element, int)
-            and (-len(current) <= element < len(current))
-        ):
-            current = current[element]
-        elif not (last_is_key and i == len(loc) - 1):
-            continue
-        parts.append(element)
-    return parts
-
-
-def _join(problems: list[str]) -> str:
-    unique = list(dict.fromkeys(problems))
-    shown = unique[:_MAX_PROBLEMS]
-    more = len(unique) - len(shown)
-    return "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
-
-
-def _pydantic_message(exc: ValidationError, root: Any, accepted: tuple[str, ...]) -> str:
-    problems: list[str] = []
-    wanted: dict[str, tuple[list[str], Any]] = {}  # path -> (expected kinds, offending value)
-    for err in exc.errors(include_url=False):
-        kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
-        parts = _real_path(err["loc"], root, kind in ("missing", "extra_forbidden"))
-        where = _path(parts)
-        if kind == "missing":
-            noun = "argument" if len(parts) == 1 else "field"
-            problems.append(f"missing required {noun} {where}")
-        elif kind == "extra_forbidden":
-            if len(parts) == 1:
-                names = ", ".join(repr(n) for n in accepted) or "none"
-                problems.append(f"unknown argument {where} (accepted: {names})")
-            else:
-                problems.append(f"unknown field {where}")
-        elif kind in _EXPECTED or kind in ("enum", "literal_error", "is_instance_of"):
-            expected = _EXPECTED.get(kind) or (
-                f"an instance of {ctx.get('class')}"
-                if kind == "is_instance_of"
-                else str(ctx.get("expected"))
-            )
-            if where not in wanted:
-                wanted[where] = ([], value)
-                problems.append(where)  # placeholder, filled below (unions merge here)
-            wanted[where][0].append(expected)
-        else:
-            problems.append(f"{where}: {err['msg']}, {_got(value)}")
-    for where, (kinds, value) in wanted.items():
-        if "a number" in kinds:  # int | float is how a number parameter is checked
-            kinds = [k for k in kinds if k != "an integer"]
-        text = f"{where} must be {' or '.join(dict.fromkeys(kinds))}, {_got(value)}"
-        problems[problems.index(where)] = text
-    return _join(problems)
-
-
-def _jsonschema_message(
-    errors: Iterable[Any], args: Mapping[str, Any], accepted: tuple[str, ...]
-) -> str:
-    problems: list[str] = []
-    for err in errors:
-        parts = list(err.absolute_path)
-        where, value, rule, schema = _path(parts), err.instance, err.validator, err.schema
-        if rule == "type":
-            types = (
-                [rule_value] if isinstance(rule_value := err.validator_value, str) else rule_value
-            )
-            expected = " or ".join(_JSON_TYPES.get(t, repr(t)) for t in types)
-            problems.append(f"{where} must be {expected}, {_got(value)}")
-        elif rule == "required" and isinstance(value, Mapping):
-            noun = "argument" if not parts else "field"
-            for name in err.validator_value:
-                if name not in value:
-                    problems.append(f"missing required {noun} {_path([*parts, name])}")
-        elif rule == "additionalProperties" and isinstance(value, Mapping):
-            patterns = list(schema.get("patternProperties", {}))
-            for name in value:
-                if name in schema.get("properties", {}) or any(
-                    re.search(p, str(name)) for p in patterns
-                ):
-                    continue
-                if parts:
-                    problems.append(f"unknown field {_path([*parts, name])}")
-                else:
-                    names = ", ".join(repr(n) for n in accepted) or "none"
-                    problems.append(f"unknown argument {_path([name])} (accepted: {names})")
-        elif rule == "enum":
-            options = ", ".join(describe(v, 40) for v in err.validator_value)
-            problems.append(f"{where} must be one of {options}, {_got(value)}")
-        elif rule == "const":
-            problems.append(f"{where} must be {describe(err.validator_value)}, {_got(value)}")
-        else:
-            text = err.message if len(err.message) <= 200 else err.message[:197] + "..."
-            problems.append(f"{where}: {text}")
-    return _join(problems) or "arguments do not match the schema"
-
-
 # --- Tool -------------------------------------------------------------------------------
-
-
-# A float parameter takes an int as it was sent (1 / 0 stays ZeroDivisionError: division by
-# zero, and a ReWOO reference keeps its type), shown to the model as a JSON number.
-_NUMBER: Final[Any] = Annotated[int | float, WithJsonSchema({"type": "number"})]
-
-
-def _keep_ints(annotation: Any) -> Any:
-    """`float` -> `int | float` throughout an annotation (unions, containers, Annotated);
-    types it cannot rebuild (user classes, models) keep their own rules."""
-    if annotation is float:
-        return _NUMBER
-    origin, args = get_origin(annotation), get_args(annotation)
-    if not args or origin is Literal:
-        return annotation
-    try:
-        if origin is Annotated:
-            return Annotated[(_keep_ints(args[0]), *annotation.__metadata__)]
-        rebuilt = tuple(_keep_ints(a) for a in args)
-        if rebuilt == args:
-            return annotation
-        if origin in (Union, UnionType):
-            return Union[rebuilt]  # noqa: UP007 - built from a tuple
-        return origin[rebuilt]
-    except TypeError:
-        return annotation
-
-
-def _has_description(annotation: Any) -> bool:
-    if get_origin(annotation) is not Annotated:
-        return False
-    return any(isinstance(m, FieldInfo) and m.description for m in get_args(annotation)[1:])
-
-
-def _jsonable(value: Any) -> tuple[bool, Any]:
-    try:
-        out = pydantic_core.to_jsonable_python(value)
-        json.dumps(out)
-    except Exception:
-        return False, None
-    return True, out
 
 
 class Tool:
@@ -513,7 +133,7 @@ class Tool:
             tool_name, description if description is not None else summary, func,
             timeout_s, side_effects, idempotent, requires_approval, idempotency_key,
         )  # fmt: skip
-        self._build_typed(param_docs)
+        self._use(typed_arguments(func, tool_name, param_docs))
         self._check_key()
         try:
             update_wrapper(self, func, updated=())
@@ -548,7 +168,7 @@ class Tool:
             name, description, func, timeout_s, side_effects, idempotent, requires_approval,
             idempotency_key,
         )  # fmt: skip
-        self._build_schema(parameters)
+        self._use(schema_arguments(parameters, name))
         self._check_key()
         return self
 
@@ -592,8 +212,6 @@ class Tool:
             side_effects == "destructive" if requires_approval is None else requires_approval
         )
         self.idempotency_key = idempotency_key
-        self._positional: tuple[str, ...] = ()
-        self._defaults: dict[str, Any] = {}
 
     def _check_key(self) -> None:
         key = self.idempotency_key
@@ -605,152 +223,21 @@ class Tool:
             f"got {describe(key)}"
         )
 
-    def _build_typed(self, param_docs: Mapping[str, str]) -> None:
-        try:
-            signature = inspect.signature(self.func, eval_str=True)
-        except Exception as exc:
-            raise ToolDefinitionError(
-                f"tool {self.name!r}: cannot read its signature ({type(exc).__name__}: {exc})"
-            ) from exc
-        fields: dict[str, Any] = {}
-        extra: Any = None
-        positional: list[str] = []
-        required: list[str] = []
-        for param in signature.parameters.values():
-            annotation = Any if param.annotation is param.empty else _keep_ints(param.annotation)
-            if param.kind is param.VAR_POSITIONAL:
-                raise ToolDefinitionError(
-                    f"tool {self.name!r}: *{param.name} cannot be filled from named arguments; "
-                    f"take a list parameter instead (e.g. {param.name}: list[...])"
-                )
-            if param.kind is param.VAR_KEYWORD:
-                extra = annotation
-                continue
-            if param.kind is param.POSITIONAL_ONLY:
-                positional.append(param.name)
-            doc = param_docs.get(param.name)
-            if doc and not _has_description(annotation):
-                annotation = Annotated[annotation, Field(description=doc)]
-            if param.default is param.empty:
-                fields[param.name] = Required[annotation]
-                required.append(param.name)
-            else:
-                fields[param.name] = NotRequired[annotation]
-                self._defaults[param.name] = param.default
-        self._positional = tuple(positional)
-        self._names = tuple(fields)
-        self._required = tuple(required)
-        self._open = extra is not None
-        try:
-            typed: Any = (
-                TypedDict(f"{self.name}_args", fields, extra_items=extra)  # type: ignore[operator]
-                if extra is not None
-                else TypedDict(f"{self.name}_args", fields)  # type: ignore[operator]
-            )
-            typed.__pydantic_config__ = ConfigDict(strict=True, arbitrary_types_allowed=True)
-            if extra is None:
-                typed.__pydantic_config__["extra"] = "forbid"
-            adapter = TypeAdapter(typed)
-            schema = adapter.json_schema(schema_generator=_LenientJsonSchema)
-        except Exception as exc:
-            first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            raise ToolDefinitionError(
-                f"tool {self.name!r}: cannot build a validator for its parameters "
-                f"({type(exc).__name__}: {first_line})"
-            ) from exc
-        schema = _clean_schema(schema)
-        for key, default in self._defaults.items():
-            ok, value = _jsonable(default)
-            if ok:
-                schema["properties"][key]["default"] = value
-        if extra is not None and schema.get("additionalProperties") == {}:
-            schema["additionalProperties"] = True
-        schema.setdefault("properties", {})
-        self.parameters = schema
-        self._typed_validator = adapter.validator
-        self._check = self._check_typed
-
-    def _build_schema(self, parameters: Mapping[str, Any]) -> None:
-        if not isinstance(parameters, Mapping):
-            raise ToolDefinitionError(
-                f"tool {self.name!r}: parameters must be a JSON Schema object, "
-                f"got {describe(parameters)}"
-            )
-
-        def normalise(node: dict[str, Any]) -> dict[str, Any]:
-            kind = node.get("type")
-            if kind == "any":
-                del node["type"]
-            elif isinstance(kind, str) and kind in _BFCL_TYPES:
-                node["type"] = _BFCL_TYPES[kind]
-            return node
-
-        schema: dict[str, Any] = _map_schema(copy.deepcopy(dict(parameters)), normalise)
-        if schema.setdefault("type", "object") != "object":
-            raise ToolDefinitionError(
-                f"tool {self.name!r}: parameters must have type 'object', "
-                f"got {describe(schema['type'])}"
-            )
-        open_keys = ("additionalProperties", "patternProperties", "unevaluatedProperties",
-                     "allOf", "anyOf", "oneOf", "$ref", "if", "not")  # fmt: skip
-        if not any(key in schema for key in open_keys):
-            schema["additionalProperties"] = False
-        try:
-            _StrictValidator.check_schema(schema)
-        except jsonschema.SchemaError as exc:
-            raise ToolDefinitionError(
-                f"tool {self.name!r}: invalid JSON Schema: {exc.message}"
-            ) from exc
-        properties = schema.get("properties", {})
-        required = schema.get("required", [])
-        self._names = tuple(properties) if isinstance(properties, Mapping) else ()
-        self._required = tuple(r for r in required if isinstance(r, str))
-        self._open = schema.get("additionalProperties", True) is not False
-        self.parameters = schema
-        self._schema_validator = _StrictValidator(schema)
-        self._check = self._check_schema
-
-    # The validators. Both take a dict and return the dict of arguments to call with.
-
-    def _check_typed(self, args: dict[str, Any]) -> dict[str, Any]:
-        try:
-            return self._typed_validator.validate_python(args, strict=True)  # type: ignore[no-any-return]
-        except ValidationError as python_error:
-            failure = python_error
-        # Strict Python mode wants an Enum member, a dataclass instance, a datetime; a
-        # model sends their JSON forms. Retry under strict JSON rules, which accept those
-        # and still reject True, "1" and 5.0 for an integer.
-        try:
-            payload = pydantic_core.to_json(args)
-        except Exception:
-            raise ToolArgumentError(_pydantic_message(failure, args, self._names)) from None
-        try:
-            return self._typed_validator.validate_json(payload, strict=True)  # type: ignore[no-any-return]
-        except ValidationError as json_error:
-            if any(e["type"] == "needs_python_object" for e in json_error.errors()):
-                # a parameter that only takes a live object: the Python error says which
-                raise ToolArgumentError(_pydantic_message(failure, args, self._names)) from None
-            root = pydantic_core.from_json(payload)
-            raise ToolArgumentError(_pydantic_message(json_error, root, self._names)) from None
-
-    def _check_schema(self, args: dict[str, Any]) -> dict[str, Any]:
-        validator = self._schema_validator
-        if validator.is_valid(args):
-            return args
-        message = _jsonschema_message(validator.iter_errors(args), args, self._names)
-        raise ToolArgumentError(message)
+    def _use(self, spec: ArgumentSpec) -> None:
+        self.parameters = spec.parameters
+        self._names = spec.names
+        self._required = spec.required
+        self._open = spec.open
+        self._positional = spec.positional
+        self._defaults = spec.defaults
+        # Takes a dict, returns the arguments to call with; the registry calls it directly.
+        self._check = spec.check
 
     def validate(self, args: Mapping[str, Any]) -> dict[str, Any]:
         """Check arguments against the schema; return the arguments to call with.
 
         Raises ToolArgumentError (a ValueError) naming each bad argument and why."""
-        if type(args) is not dict:
-            if not isinstance(args, Mapping):
-                raise ToolArgumentError(
-                    f"arguments must be an object of named values, {_got(args)}"
-                )
-            args = dict(args)
-        return self._check(args)
+        return self._check(argument_dict(args))
 
     def _invoke(self, args: dict[str, Any]) -> Any:
         if not self._positional:
