@@ -76,7 +76,32 @@ def add_subcommand(
     SUBCOMMANDS[name] = Subcommand(name, help, setup, handler, epilog)
 
 
+def _register_provided() -> None:
+    """Add the subcommands other modules provide, where present: `runs` (the run
+    journal, loopwright.store_cli) and `view` (the trace viewer, loopwright.viewer)."""
+    if "runs" not in SUBCOMMANDS:
+        try:
+            from loopwright import store_cli
+        except ImportError:
+            pass
+        else:
+            register = getattr(store_cli, "register", None)
+            if callable(register):
+                register()
+    if "view" not in SUBCOMMANDS:
+        try:
+            from loopwright import viewer
+        except ImportError:
+            return
+        setup = getattr(viewer, "setup_view_parser", None)
+        handler = getattr(viewer, "run_view", None)
+        text = getattr(viewer, "VIEW_HELP", "write a trace as an HTML page")
+        if callable(setup) and callable(handler):
+            add_subcommand("view", str(text), setup, handler)
+
+
 def build_parser() -> argparse.ArgumentParser:
+    _register_provided()
     parser = argparse.ArgumentParser(
         prog="loopwright",
         description="A bounded, debuggable agent runtime.",
@@ -211,36 +236,46 @@ def load_tools(specs: Sequence[str] | None) -> lw.ToolRegistry:
 
 def make_model(args: argparse.Namespace) -> Any:
     """The policy the run uses: a cassette with --replay, a server with --base-url, else
-    the embedded model; wrapped in a Recorder with --record."""
+    the embedded model; wrapped in a Recorder with --record. Other subcommands (`runs
+    resume`) call it with a subset of run's flags; absent ones take run's defaults."""
+    record = getattr(args, "record", None)
     model = _base_model(args)
-    return lw.models.Recorder(model, args.record) if args.record else model
+    return lw.models.Recorder(model, record) if record else model
 
 
 def _base_model(args: argparse.Namespace) -> Any:
-    if args.replay:
-        if not Path(args.replay).is_file():
-            raise UsageError(f"--replay {args.replay!r} is not a file")
+    replay = getattr(args, "replay", None)
+    base_url = getattr(args, "base_url", None)
+    name = getattr(args, "model", None)
+    dialect = getattr(args, "dialect", "json")
+    if replay:
+        if not Path(replay).is_file():
+            raise UsageError(f"--replay {replay!r} is not a file")
         try:
-            return lw.models.Replay(args.replay)
+            return lw.models.Replay(replay)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-    if args.base_url:
-        if not args.model:
+    if base_url:
+        if not name:
             raise UsageError("--base-url needs --model NAME (the server's model name)")
         return lw.models.OpenAICompatible(
-            args.base_url,
-            args.model,
-            args.api_key,
-            mode="chat" if args.dialect == "native" else "completion",
+            base_url,
+            name,
+            getattr(args, "api_key", None),
+            mode="chat" if dialect == "native" else "completion",
         )
-    if args.dialect == "native":
+    if dialect == "native":
         raise UsageError(
             "--dialect native needs --base-url: the embedded model has no tool calling"
         )
-    if args.model and not Path(args.model).is_file():
-        raise UsageError(f"--model {args.model!r} is not a file (a .gguf model is expected)")
+    if name and not Path(name).is_file():
+        raise UsageError(f"--model {name!r} is not a file (a .gguf model is expected)")
     try:
-        return lw.models.LlamaCpp(args.model, n_ctx=args.n_ctx, grammar=not args.no_grammar)
+        return lw.models.LlamaCpp(
+            name,
+            n_ctx=getattr(args, "n_ctx", 2048),
+            grammar=not getattr(args, "no_grammar", False),
+        )
     except lw.ModelNotFoundError as exc:
         raise UsageError(str(exc)) from None
 
