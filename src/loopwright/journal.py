@@ -1,0 +1,271 @@
+"""The journal of one run on a SQLiteStore: what the loops record and replay through.
+
+RunJournal implements `loopwright.modes._core.Journal`: each model call, tool call,
+approval and step is written (see `store` for the tables and durability) before the run
+uses it, and a resumed run's journal answers lookups from what was recorded. It is the
+store's close collaborator and uses its connection, lock and query helpers directly.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Final
+
+from loopwright.errors import StoreError
+from loopwright.policy import Completion, ModelRequest, ToolCall
+from loopwright.safety import ApprovalRequest, Decision
+from loopwright.tools import ToolError, ToolResult
+from loopwright.trace import Step, Trace, Usage
+
+if TYPE_CHECKING:  # the store imports this module; the journal only needs its types
+    from loopwright.store import RunStatus, SQLiteStore
+
+
+@dataclass(eq=False)
+class RunJournal:
+    """The Journal of one run (see `loopwright.modes._core.Journal`). A resumed run's
+    journal is preloaded with everything recorded, so lookups cost a dict access."""
+
+    store: SQLiteStore
+    run_id: str
+    preload: bool = False
+    _completions: dict[int, tuple[Completion, Usage]] = field(default_factory=dict)
+    _tools: dict[str, tuple[str, ToolResult | None]] = field(default_factory=dict)
+    _steps: dict[int, str] = field(default_factory=dict)
+    _unfinished: set[str] = field(default_factory=set)
+    _last_prompt: tuple[int, str, tuple[dict[str, Any], ...]] | None = None
+    _pending: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)
+    _spec: tuple[tuple[Any, ...], str] | None = None
+
+    def __post_init__(self) -> None:
+        self.store._journals.add(self)
+        if self.preload:
+            self._load()
+
+    def _load(self) -> None:
+        store, rid = self.store, self.run_id
+        for row in store._all(
+            "SELECT n, completion, tool_calls, completion_meta, prompt_tokens, evaluated_tokens, "
+            "completion_tokens, usage_estimated FROM model_calls WHERE run_id = ?", (rid,)):
+            usage = Usage(row[4], row[5], row[6], bool(row[7]))
+            calls = tuple(ToolCall(*c) for c in json.loads(row[2])) if row[2] else ()
+            meta = json.loads(row[3]) if row[3] else {}
+            self._completions[row[0]] = (Completion(row[1], None if usage.estimated else usage, calls, meta), usage)
+        for key, name, args, state, value, obs, kind, error, duration in store._all(
+            "SELECT key, name, args, state, value, observation, error_kind, error, duration_s "
+            "FROM tool_calls WHERE run_id = ?", (rid,)):
+            if state == "done":
+                err = None if kind is None else ToolError(name, error or "", kind)
+                result = ToolResult(name, json.loads(args), None if value is None else json.loads(value),
+                                    obs or "", err, duration or 0.0)
+                self._tools[key] = ("done", result)
+            else:
+                self._tools[key] = ("started", None)
+                self._unfinished.add(key)
+        for idx, step in store._all("SELECT idx, step FROM steps WHERE run_id = ?", (rid,)):
+            self._steps[idx] = _comparable_step(json.loads(step))
+
+    # -- writing --------------------------------------------------------------------
+    # Events that nothing outside the process has acted on yet (a completion, a tool's
+    # result) wait in `_pending` and are committed in the same transaction as the next
+    # event that must be durable before the run goes on: a tool start (before the tool
+    # runs), a step (before the caller sees it), an approval, the end, or the next model
+    # call. Two small transactions a ReAct step instead of four.
+
+    def _defer(self, sql: str, params: tuple[Any, ...]) -> None:
+        with self.store._lock:
+            self._pending.append((sql, params))
+
+    def _commit(self, sql: str | None = None, params: tuple[Any, ...] = ()) -> None:
+        statements = [] if sql is None else [(sql, params)]
+        self._write_all(statements)
+
+    def _write_all(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
+        """The pending events and `statements` in one transaction. The pending list is
+        cleared only once the transaction committed, so an interrupt loses nothing."""
+        with self.store._lock:
+            batch = [*self._pending, *statements]
+            if not batch:
+                return
+            try:
+                if len(batch) == 1:
+                    self.store.conn.execute(*batch[0])  # one statement: its own transaction
+                else:
+                    with self.store._batch() as conn:
+                        for statement, params in batch:
+                            conn.execute(statement, params)
+            except sqlite3.Error as exc:
+                raise StoreError(f"run journal {self.store.path}: cannot record run {self.run_id!r}: {exc}") from exc
+            self._pending.clear()
+
+    def mark_resumed(self) -> None:
+        """The run is running again (its status until it ends), and counted as resumed."""
+        self._commit("UPDATE runs SET status = 'running', resumes = resumes + 1, updated_at = ? WHERE id = ?",
+                     (time.time(), self.run_id))
+
+    def flush(self) -> None:
+        """Commit the events waiting for the next durable one (the store's close does)."""
+        self._commit()
+
+    # -- model calls ----------------------------------------------------------------
+
+    def recorded_completion(self, n: int) -> tuple[Completion, Usage] | None:
+        if self._pending:
+            self._commit()  # before a model call is paid for, what came before is durable
+        return self._completions.get(n)
+
+    def record_completion(self, n: int, request: ModelRequest, completion: Completion, usage: Usage) -> None:
+        prompt, messages, base = request.prompt, request.messages, None
+        last = self._last_prompt
+        # A ReAct prompt extends the previous one: store only the new part, so a step's
+        # write does not grow with the run.
+        if (last is not None and last[0] == n - 1 and prompt.startswith(last[1])
+                and len(messages) >= len(last[2])
+                and all(a is b for a, b in zip(messages, last[2], strict=False))):
+            base, stored, new_messages = last[0], prompt[len(last[1]):], messages[len(last[2]):]
+        else:
+            stored, new_messages = prompt, messages
+        self._last_prompt = (n, prompt, messages)
+        spec_key = (request.stop, request.max_tokens, request.dialect)
+        if self._spec is None or self._spec[0] != spec_key:  # the same for every call of a run
+            self._spec = (spec_key, _dumps({"stop": list(request.stop), "max_tokens": request.max_tokens,
+                                            "dialect": request.dialect}))
+        calls = [[c.name, c.arguments, c.id] for c in completion.tool_calls]
+        self._defer(
+            "INSERT INTO model_calls VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (self.run_id, n, request.purpose, base, stored, _dumps(list(new_messages)) if new_messages else None,
+             self._spec[1], completion.text, _dumps(calls) if calls else None,
+             _dumps(completion.meta) if completion.meta else None, usage.prompt_tokens,
+             usage.evaluated_tokens, usage.completion_tokens, int(usage.estimated), time.time()),
+        )
+
+    # -- tool calls -----------------------------------------------------------------
+
+    def recorded_tool(self, key: str) -> tuple[str, ToolResult | None] | None:
+        return self._tools.get(key)
+
+    def record_tool_start(self, key: str, name: str, args: dict[str, Any]) -> None:
+        self._unfinished.add(key)
+        self._commit(
+            "INSERT INTO tool_calls (run_id, key, name, args, state, started_at) "
+            "VALUES (?, ?, ?, ?, 'started', ?) ON CONFLICT (run_id, key) DO UPDATE SET "
+            "attempts = attempts + 1, started_at = excluded.started_at, name = excluded.name, "
+            "args = excluded.args",
+            (self.run_id, key, name, _dumps(args), time.time()),
+        )
+
+    def record_tool_result(self, key: str, result: ToolResult) -> None:
+        err = result.error
+        self._defer(
+            "UPDATE tool_calls SET state = 'done', value = ?, observation = ?, error_kind = ?, error = ?, "
+            "duration_s = ?, finished_at = ? WHERE run_id = ? AND key = ?",
+            (None if err is not None else _dumps(result.value), result.observation,
+             None if err is None else err.kind, None if err is None else err.message,
+             result.duration_s, time.time(), self.run_id, key),
+        )
+        self._unfinished.discard(key)
+
+    # -- approvals ------------------------------------------------------------------
+
+    def recorded_decision(self, key: str) -> Decision | None:
+        # Asked live, not preloaded: a person may decide while this process runs.
+        row = self.store._one("SELECT approved, reason FROM approvals WHERE run_id = ? AND key = ? "
+                              "AND state = 'decided'", (self.run_id, key))
+        return None if row is None else Decision(bool(row[0]), row[1] or "")
+
+    def record_pending(self, request: ApprovalRequest) -> None:
+        self._approval(request, None)
+
+    def record_decision(self, request: ApprovalRequest, decision: Decision) -> None:
+        self._approval(request, decision)
+
+    def _approval(self, request: ApprovalRequest, decision: Decision | None) -> None:
+        now = time.time()
+        self._commit(
+            "INSERT INTO approvals VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (run_id, key) DO UPDATE SET state = excluded.state, approved = excluded.approved, "
+            "reason = excluded.reason, decided_at = excluded.decided_at",
+            (self.run_id, request.key, request.tool, _dumps(request.args), str(request.step),
+             request.side_effects, request.description, "pending" if decision is None else "decided",
+             None if decision is None else int(decision.approved),
+             None if decision is None else decision.reason, now, None if decision is None else now),
+        )
+
+    # -- steps and the end ----------------------------------------------------------
+
+    def record_step(self, step: Step) -> None:
+        text = _step_json(step)
+        old = self._steps.get(step.index)
+        if old is not None and old == _comparable_step(json.loads(text)):
+            self._commit()  # a replayed step: the original row (timings included) is kept
+            return
+        self._commit(
+            "INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, idx) DO UPDATE SET "
+            "kind = excluded.kind, tool = excluded.tool, step = excluded.step, created_at = excluded.created_at",
+            (self.run_id, step.index, step.kind, step.tool, text, time.time()),
+        )
+
+    def record_end(self, trace: Trace) -> None:
+        u = trace.usage
+        end = (
+            "UPDATE runs SET status = ?, stopped_reason = ?, final_answer = ?, llm_calls = ?, tool_calls = ?, "
+            "replans = ?, prompt_tokens = ?, evaluated_tokens = ?, completion_tokens = ?, usage_estimated = ?, "
+            "duration_s = ?, transcript = ?, scratchpad = ?, meta = ?, started_at = ?, updated_at = ? WHERE id = ?",
+            (self._status(trace), trace.stopped_reason, trace.final_answer, trace.llm_calls, trace.tool_calls,
+             trace.replans, u.prompt_tokens, u.evaluated_tokens, u.completion_tokens, int(u.estimated),
+             trace.duration_s, trace.transcript, trace.scratchpad, _dumps(trace.meta), trace.started_at,
+             time.time(), self.run_id),
+        )
+        # A resumed run that ended earlier than the recorded one (other limits): the
+        # journal's steps must be the trace's steps.
+        trim = ("DELETE FROM steps WHERE run_id = ? AND idx > ?", (self.run_id, len(trace.steps)))
+        self._write_all([end, trim])
+
+    def _status(self, trace: Trace) -> RunStatus:
+        reason = trace.stopped_reason
+        if reason == "paused":
+            return "paused"
+        if reason == "interrupted":
+            return "interrupted"
+        if reason == "error" and self._unfinished:
+            return "blocked"  # a side effect of unknown outcome waits for a person
+        return "finished"
+
+
+# -- helpers ---------------------------------------------------------------------------
+
+_ENCODER: Final = json.JSONEncoder(default=str, ensure_ascii=False)  # one, not one per call
+_STEP_FIELDS: Final = tuple(f.name for f in fields(Step))
+
+
+def _dumps(value: Any) -> str:
+    """JSON text of the value, rendered like `json_safe`: str() for what JSON cannot hold."""
+    try:
+        return _ENCODER.encode(value)
+    except (TypeError, ValueError, RecursionError):
+        return _ENCODER.encode(str(value))
+
+
+def _step_json(step: Step) -> str:
+    """The JSON of `step.to_dict()`, encoded once rather than round-tripped per field."""
+    d = {name: getattr(step, name) for name in _STEP_FIELDS}
+    d["usage"] = step.usage.to_dict()
+    try:
+        return _ENCODER.encode(d)
+    except (TypeError, ValueError, RecursionError):  # what to_dict renders with str()
+        return _ENCODER.encode(step.to_dict())
+
+
+_VOLATILE_META: Final = frozenset({"tool_s", "model_s", "replayed"})
+
+
+def _comparable_step(d: Mapping[str, Any]) -> str:
+    """A step's JSON without what differs between a run and its replay (timings)."""
+    out = {k: v for k, v in d.items() if k != "duration_s"}
+    out["meta"] = {k: v for k, v in (d.get("meta") or {}).items() if k not in _VOLATILE_META}
+    return json.dumps(out, sort_keys=True, default=str)
+
