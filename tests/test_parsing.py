@@ -343,7 +343,13 @@ def test_numeric_action_name_is_rejected_as_a_number() -> None:
     assert "'1889' is a number, not a tool name" in error_of("Action: 1889\nAction Input: {}")
 
 
-@pytest.mark.parametrize("name", ["search the web", "search(q=1)", "x" * 65, "-dash", "naïve"])
+def test_any_name_the_registry_accepts_parses_unless_it_is_a_bare_number() -> None:
+    for name in ["3d_render", "-dash", "v1.search", "a" * 64]:
+        assert parse_react_step(f"Action: {name}\nAction Input: {{}}") == Action("", name, {})
+    assert "is a number" in error_of("Action: 3.5\nAction Input: {}")
+
+
+@pytest.mark.parametrize("name", ["search the web", "search(q=1)", "x" * 65, "naïve"])
 def test_names_outside_the_tool_charset_are_rejected(name: str) -> None:
     assert "is not a tool name" in error_of(f"Action: {name}\nAction Input: {{}}")
 

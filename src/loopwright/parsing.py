@@ -63,7 +63,9 @@ FORMAT_HELP_BRACKETS: Final = (
     "or 'Action: finish[<answer>]' to answer"
 )
 
-TOOL_NAME_PATTERN: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
+# The registry's rule (1-64 letters, digits, _ - .), less names that are only a number
+# ("Action: 1889", "Action: 3.5"): a model writing one means an answer, not a tool.
+TOOL_NAME_PATTERN: Final = re.compile(r"(?![0-9.+-]+$)[A-Za-z0-9_.-]{1,64}")
 """A tool name the parsers accept (use fullmatch); digits-only names are not tool names."""
 _ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
 _FENCE_LINE = re.compile(r"^[ \t]*```[\w+.-]*[ \t]*(?:\n|\Z)", re.MULTILINE)
@@ -142,8 +144,8 @@ def parse_react_step(text: str, *, dialect: Dialect | None = None) -> Action | F
     name[argument]` (`finish[answer]` answers). The step ends where the model starts a new
     turn (a line beginning Observation, Question, Example or Action Output, or a second
     Thought / Action / Action Input after a complete action); within what remains, a Final
-    Answer wins over an Action. A tool name must match TOOL_NAME_PATTERN (a letter or
-    `_`, then up to 63 letters, digits, `_`, `-`, `.`): `Action: 1889` is an error.
+    Answer wins over an Action. A tool name must match TOOL_NAME_PATTERN (the registry's
+    1-64 letters, digits, `_`, `-`, `.`, but not a bare number): `Action: 1889` is an error.
     `dialect` only picks the format help shown in errors (by default it follows the text).
 
     Raises ParseError, and nothing else, for any input.
@@ -396,7 +398,7 @@ def _build_action(s: _Scan, thought: str, help_text: str) -> Action | FinalAnswe
     if not name:
         raise _Bad(f"'Action:' names no tool (empty Action name); {help_text}")
     if not TOOL_NAME_PATTERN.fullmatch(name):
-        if name.isdigit():
+        if re.fullmatch(r"[0-9.+-]+", name):
             what = f"Action {name[:20]!r} is a number, not a tool name"
         else:
             what = f"Action {describe(name, 40)} is not a tool name"
