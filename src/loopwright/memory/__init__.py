@@ -12,8 +12,8 @@ from loopwright.memory.buffer import BufferMemory
 from loopwright.memory.embedders import Embedder, HashingEmbedder, MiniLMEmbedder
 from loopwright.memory.semantic import Recalled, SemanticMemory
 from loopwright.memory.summary import SummaryMemory, summarize_memory
-from loopwright.prompts import SUMMARIZE_PROMPT
 from loopwright.memory.tiered import Memory, TieredMemory, context_within
+from loopwright.prompts import SUMMARIZE_PROMPT
 
 __all__ = [
     "SUMMARIZE_PROMPT",
