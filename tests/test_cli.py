@@ -35,7 +35,7 @@ def test_replayed_run_prints_each_step_and_a_summary(capsys: pytest.CaptureFixtu
     recorded = json.loads((CASSETTES / "react_json_17x23.trace.json").read_text())
     assert code == (0 if recorded["stopped_reason"] == "final" else 1)
     assert out == ""  # live output and summary go to stderr
-    assert "1 action" in err and 'lookup({"query":' in err
+    assert "1 action" in err and 'calculate({"expression": "17 * 23"})' in err and "→ 391" in err
     assert f"stopped: {recorded['stopped_reason']}" in err
     assert "model calls 2" in err and "tokens sent" in err and "evaluated" in err
 
@@ -134,8 +134,8 @@ def test_help_documents_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> No
 
 def test_tools_load_from_a_module_attribute(capsys: pytest.CaptureFixture[str]) -> None:
     registry = cli.load_tools(["loopwright.demo_tools:DEMO_TOOLS", "math:sqrt"])
-    assert registry.names == ("lookup", "calculate", "sqrt")
-    assert cli.load_tools(None).names == ("lookup", "calculate")
+    assert registry.names == ("calculate", "lookup", "sqrt")
+    assert cli.load_tools(None).names == ("calculate", "lookup")
 
 
 def test_subcommands_can_be_added_by_other_modules(capsys: pytest.CaptureFixture[str]) -> None:

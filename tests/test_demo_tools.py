@@ -124,11 +124,16 @@ def test_demo_tasks_are_twenty_and_each_answerable_from_the_tools() -> None:
         ("The answer is 4,200,000.", "4200000", True),
         ("12.0", "12", True),
         ("1391", "391", False),
+        ("144 / 12", "12", False),
+        ("144 / 12 = 12", "12", True),
+        ("17 * 23 = 387.", "391", False),
+        ("391 or 400", "391", False),
+        ("Isaac Newton died in 1727.", "1727", True),
         ("Tokyo.", "Tokyo", True),
         ("tokyo", "Tokyo", True),
         ("Kyoto", "Tokyo", False),
         (None, "1", False),
     ],
 )
-def test_is_correct_compares_numbers_and_words(answer: str | None, expected: str, correct: bool) -> None:
+def test_is_correct_takes_the_last_number_and_refuses_unevaluated_expressions(answer: str | None, expected: str, correct: bool) -> None:
     assert is_correct(answer, expected) is correct

@@ -27,6 +27,11 @@ CASES: dict[str, dict[str, Any]] = {
         "dialect": "brackets",
         "max_steps": 4,
     },
+    "react_json_percent": {
+        "task": "What is 15% of 80?",
+        "mode": "react",
+        "max_steps": 5,
+    },
     "rewoo_capital": {"task": "What is the capital of Japan?", "mode": "rewoo", "max_steps": 4},
     "plan_execute_everest": {
         "task": "How tall is Mount Everest in metres?",
