@@ -185,6 +185,18 @@ def _setup_run(p: argparse.ArgumentParser) -> None:
         metavar="CASSETTE.jsonl",
         help="answer model calls from a recorded cassette instead of a model",
     )
+    p.add_argument(
+        "--approve",
+        action="store_true",
+        help="ask at the terminal before any tool that needs approval (destructive tools); "
+        "without it such calls are denied",
+    )
+    p.add_argument(
+        "--db",
+        metavar="PATH",
+        help="journal the run in this SQLite file, so `loopwright runs resume` can continue it",
+    )
+    p.add_argument("--run-id", help="the journaled run's id (default: a new one)")
     p.add_argument("--json", action="store_true", help="print the trace as JSON on stdout")
     p.add_argument("--save", metavar="TRACE.json", help="write the trace as JSON here")
     p.add_argument("--quiet", action="store_true", help="no live steps and no summary")
@@ -297,6 +309,19 @@ def _run(args: argparse.Namespace) -> int:
         limits["dialect"] = args.dialect
     if args.mode == "plan_execute":
         limits["max_replans"] = args.max_replans
+    if args.approve:
+        from loopwright.safety import terminal_approver
+
+        limits["approver"] = terminal_approver(write=lambda text: console.print(escape(text), end=""))
+    if args.db:
+        try:
+            limits["store"] = lw.SQLiteStore(args.db)
+        except LoopwrightError as exc:
+            raise UsageError(str(exc)) from None
+        if args.run_id:
+            limits["run_id"] = args.run_id
+    elif args.run_id:
+        raise UsageError("--run-id needs --db")
     if not args.quiet:
         console.print(
             f"[bold]{escape(args.task)}[/]  [dim]mode {args.mode} · "
@@ -318,6 +343,8 @@ def _run(args: argparse.Namespace) -> int:
         if trace.stopped_reason is None:
             trace.stopped_reason = "interrupted"
     wall = time.perf_counter() - started
+    if "store" in limits:
+        limits["store"].close()
     if args.save:
         Path(args.save).write_text(trace.to_json(), encoding="utf-8")
     if args.json:
@@ -373,6 +400,7 @@ def print_summary(console: Console, trace: Trace, wall_s: float, saved: str | No
         f"{u.evaluated_tokens}, generated {u.completion_tokens}"
         f"{' (estimated)' if u.estimated else ''} · {wall_s:.2f}s"
         + (f" · saved {escape(saved)}" if saved else "")
+        + (f" · run id {escape(trace.run_id)}" if trace.run_id else "")
     )
 
 

@@ -123,3 +123,29 @@ def decisions_approver(decisions: Mapping[str, Decision | bool], fallback: Appro
 
 def denial_observation(tool: str, reason: str) -> str:
     return f"DENIED[{tool}]: {reason}"
+
+
+def terminal_approver(
+    ask_line: Callable[[str], str] | None = None, write: Callable[[str], Any] | None = None
+) -> Approver:
+    """An approver that asks the person at the terminal, showing the exact call.
+
+    Anything but "y" or "yes" denies; so does end of input (no terminal, CI)."""
+
+    def approver(request: ApprovalRequest) -> Decision:
+        read = ask_line if ask_line is not None else input  # looked up per call
+        args = json.dumps(request.args, ensure_ascii=False, default=str)
+        text = f"\nApprove {request.tool}({args}) [{request.side_effects}]? [y/N] "
+        try:
+            if write is not None:
+                write(text)
+                answer = read("")
+            else:
+                answer = read(text)
+        except EOFError:
+            return Decision(False, "no one at the terminal to approve it")
+        if answer.strip().lower() in ("y", "yes"):
+            return Decision(True, "approved at the terminal")
+        return Decision(False, "denied at the terminal")
+
+    return approver
