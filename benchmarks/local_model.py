@@ -5,9 +5,10 @@
 Per task (ReAct, grammars on, KV cache kept): wall time split into model time (inside
 the model's complete()) and runtime time (everything else: the loop, parsing, tools,
 the trace), tokens sent, tokens evaluated with prefix reuse, tokens evaluated by the
-same task with the cache reset before every call, generation speed. Then the share of
-the 20 tasks answered correctly, in ReAct and in ReWOO, with and without grammars, and
-the parse errors of each.
+same task with the cache reset before every call, and tokens (evaluated + generated) per
+second of model time. Then the share of the 20 tasks answered correctly, in ReAct and
+in ReWOO, with and without grammars, and the parse errors of each. The demo tools and
+their prompts (loopwright.demo_tools) are used; answers are checked with is_correct.
 
 A 135M model answers few of these; the numbers are reported as they come.
 """
@@ -111,7 +112,7 @@ def main() -> None:
     resets: list[Result] = []
     print(
         f"{'task':<58} {'ok':>2} {'calls':>5} {'sent':>5} {'eval':>5} {'reset':>5} "
-        f"{'model s':>8} {'rt s':>6} {'rt %':>5} {'gen t/s':>7}"
+        f"{'model s':>8} {'rt s':>6} {'rt %':>5} {'tok/s':>6}"
     )
     for task, expected in tasks:
         r = run_one(cached, task, expected, "react", args.max_steps, grammar=True)
@@ -122,7 +123,7 @@ def main() -> None:
         print(
             f"{task[:58]:<58} {'y' if r.correct else '-':>2} {r.calls:>5} {r.sent:>5} "
             f"{r.evaluated:>5} {reset.evaluated:>5} {r.model_s:>8.2f} {runtime:>6.3f} "
-            f"{100 * runtime / r.wall_s:>5.2f} {r.generated / r.model_s:>7.1f}",
+            f"{100 * runtime / r.wall_s:>5.2f} {(r.evaluated + r.generated) / r.model_s:>6.0f}",
             flush=True,
         )
     groups: dict[tuple[str, bool], list[Result]] = {("react", True): react}
@@ -145,8 +146,9 @@ def main() -> None:
     print(
         f"wall {wall:.2f}s = model {model_s:.2f}s + runtime {wall - model_s:.3f}s "
         f"({100 * (wall - model_s) / wall:.2f}% of wall); per call: median "
-        f"{statistics.median(calls):.3f}s, max {max(calls):.3f}s; generation "
-        f"{sum(r.generated for r in react) / model_s:.1f} tokens/s of model time"
+        f"{statistics.median(calls):.3f}s, max {max(calls):.3f}s; "
+        f"{sum(r.evaluated + r.generated for r in react) / model_s:.0f} tokens "
+        "(evaluated + generated) per second of model time"
     )
     print()
     print(

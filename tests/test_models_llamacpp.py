@@ -102,6 +102,19 @@ def test_a_prompt_longer_than_the_context_is_a_model_error() -> None:
         small.complete(lw.ModelRequest("word " * 200, purpose="summarize"))
 
 
+@pytest.mark.slow
+def test_a_constrained_step_closes_even_when_max_tokens_is_too_small(model: Any) -> None:
+    schemas = tuple(demo_registry().schemas())
+    prompt = demo_prompts().react_json.format(
+        tools=lw.prompts.describe_tools(schemas), task="When was Alan Turing born?"
+    )
+    request = lw.ModelRequest(prompt, lw.prompts.STOP_JSON, "react", schemas, max_tokens=4)
+    out = model.complete(request)
+    assert out.meta["grammar"] is True and out.meta["finish_reason"] == "stop"
+    assert out.usage is not None and out.usage.completion_tokens > 4
+    assert isinstance(lw.parse_react_step(out.text), (lw.Action, lw.FinalAnswer))
+
+
 # A worked example of four lookups before the answer: the small model copies its shape,
 # so the run makes at least four model calls over a growing scratchpad.
 FOUR_LOOKUPS = """\

