@@ -26,8 +26,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import openai
-
 from loopwright.errors import ModelError
 from loopwright.policy import Completion, ModelRequest, ToolCall
 from loopwright.trace import Usage
@@ -52,6 +50,8 @@ def api_tool_names(names: Sequence[str]) -> dict[str, str]:
 
 
 def _is_transient(exc: Exception) -> bool:
+    import openai
+
     if isinstance(exc, openai.APIConnectionError):  # includes timeouts
         return True
     if isinstance(exc, openai.APIStatusError):
@@ -93,6 +93,8 @@ class OpenAICompatible:
         self.max_tokens = max_tokens
         self.seed = seed
         # The client's own retries are off: ours count, so the trace can say how many.
+        import openai  # imported on use, not with loopwright.models: it takes about 0.5 s
+
         self.client: Any = client or openai.OpenAI(
             base_url=base_url, api_key=api_key or "no-key", timeout=timeout_s, max_retries=0
         )
@@ -179,6 +181,8 @@ class OpenAICompatible:
 
     def _call(self, create: Callable[..., Any], kwargs: dict[str, Any]) -> tuple[Any, int, float]:
         """create(**kwargs) with retries on transient errors: (response, retries, seconds)."""
+        import openai
+
         retries = 0
         started = time.perf_counter()
         while True:
