@@ -195,8 +195,9 @@ def _parse_failures(trace: lw.Trace) -> list[str]:
 def test_with_grammars_twenty_tasks_give_no_parse_error_in_react(dialect: str) -> None:
     model = lw.models.LlamaCpp(n_ctx=2048, max_tokens=64)
     failures = []
-    for task, _ in DEMO_TASKS:
-        model.reset()
+    # the 20 tasks in the JSON dialect; every other one in brackets, to keep CI
+    # small. No reset between tasks: the shared instructions stay cached.
+    for task, _ in DEMO_TASKS if dialect == "json" else DEMO_TASKS[::2]:
         trace = lw.run_react(
             task, model, demo_registry(), prompts=demo_prompts(), max_steps=3, dialect=dialect
         )
@@ -209,8 +210,7 @@ def test_with_grammars_twenty_tasks_give_no_parse_error_in_react(dialect: str) -
 def test_with_grammars_twenty_tasks_give_no_parse_error_in_rewoo() -> None:
     model = lw.models.LlamaCpp(n_ctx=2048, max_tokens=160, plan_max_steps=3)
     failures = []
-    for task, _ in DEMO_TASKS:
-        model.reset()
+    for task, _ in DEMO_TASKS:  # no reset: the planner's instructions stay cached
         trace = lw.run_rewoo(task, model, demo_registry(), prompts=demo_prompts(), max_steps=3)
         failures += _parse_failures(trace)
         assert trace.llm_calls == 2 and trace.stopped_reason == "final", trace

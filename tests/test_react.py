@@ -247,3 +247,18 @@ def test_policy_returning_a_non_string_ends_the_run_with_error(registry):
     trace = lw.run("t", lambda prompt: 42, registry)  # type: ignore[arg-type, return-value]
     assert trace.stopped_reason == "error"
     assert "str or loopwright.Completion" in trace.steps[0].error
+
+
+def test_backend_retries_reach_the_step(registry):
+    policy = lw.ScriptedPolicy([
+        lw.Completion(act("add", '{"x": 1, "y": 1}'), meta={"retries": 2}),
+        lw.Completion(final("2"), meta={"retries": 1}),
+    ])
+    trace = lw.run("t", policy, registry)
+    assert [s.meta.get("retries") for s in trace.steps] == [2, 1]
+
+
+def test_native_dialect_is_what_the_backend_is_told(registry):
+    policy = lw.ScriptedPolicy([lw.Completion("done")])
+    lw.run("t", policy, registry, dialect="native")
+    assert policy.requests[0].dialect == "native"

@@ -50,7 +50,9 @@ class ModelRequest:
     tools: the JSON schemas of the tools the model may call ({"name", "description",
       "parameters"}), for grammars and native tool calling. messages: the same state as
       chat messages, for chat backends. max_tokens: a cap on generated tokens.
-    dialect: the ReAct text dialect the prompt teaches ("json" or "brackets").
+    dialect: the ReAct step format: "json" (`Action:` / `Action Input:`), "brackets"
+      (`Action k: name[arg]`) or "native" (the backend's own tool calling; `prompt` then
+      still holds the JSON-dialect transcript for the record).
     """
 
     prompt: str

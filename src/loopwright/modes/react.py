@@ -200,8 +200,7 @@ def _react(ctx: RunContext, pad: _Scratchpad, max_tokens: int | None) -> StepGen
             try:
                 call = ctx.call_model(
                     ModelRequest(
-                        pad.text, pad.stop, "react", tools, tuple(pad.messages), max_tokens,
-                        "json" if dialect == "native" else dialect,
+                        pad.text, pad.stop, "react", tools, tuple(pad.messages), max_tokens, dialect,
                     )
                 )
             except PolicyFailed as failed:
@@ -240,7 +239,8 @@ def _react(ctx: RunContext, pad: _Scratchpad, max_tokens: int | None) -> StepGen
             if isinstance(parsed, FinalAnswer):
                 yield ctx.record(
                     Step(k, "final", raw=raw, thought=parsed.thought, observation=None,
-                         duration_s=time.perf_counter() - t0, usage=call.usage, prompt_chars=prompt, prompt=copy)
+                         duration_s=time.perf_counter() - t0, usage=call.usage, prompt_chars=prompt, prompt=copy,
+                         meta={"retries": r} if (r := call.completion.meta.get("retries")) else {})
                 )
                 pad.transcript += f"Thought: {parsed.thought}\nFinal Answer: {parsed.answer}\n"
                 ctx.stop("final", parsed.answer)
@@ -286,6 +286,9 @@ def _react(ctx: RunContext, pad: _Scratchpad, max_tokens: int | None) -> StepGen
             observation = result.observation
             repeats.executed(observation)
             meta = {"tool_s": result.duration_s, "model_s": call.seconds}
+            retries = call.completion.meta.get("retries")
+            if retries:  # the backend retried transient HTTP errors for this call
+                meta["retries"] = retries
             if executed.meta:
                 meta.update(executed.meta)
             yield ctx.record(
