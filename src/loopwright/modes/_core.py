@@ -8,7 +8,7 @@ import asyncio
 import threading
 import time
 import traceback
-from collections.abc import Generator, Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -463,7 +463,3 @@ class Run(Iterator[Step]):
 def first_line(text: str, limit: int = 500) -> str:
     text = text.strip()
     return text if len(text) <= limit else text[:limit] + "…"
-
-
-def tool_names(schemas: Sequence[dict[str, Any]]) -> str:
-    return ", ".join(str(s["name"]) for s in schemas) or "(none)"
