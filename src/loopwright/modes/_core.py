@@ -119,6 +119,12 @@ class RunContext:
         self.deadline = Deadline(limits.timeout_s)
         self.started = time.perf_counter()
         self.schemas: list[dict[str, Any]] = self.registry.schemas()
+        # a plain callable policy, no journal, no wall clock: call_text() may be used
+        self.plain_policy = (
+            not callable(getattr(policy, "complete", None))
+            and journal is None
+            and limits.timeout_s is None
+        )
         if on_deny not in ("observe", "stop"):
             raise ValueError(f"on_deny must be 'observe' or 'stop', got {on_deny!r}")
         self.approver = approver
@@ -176,6 +182,28 @@ class RunContext:
         usage = completion.usage or Usage.estimate(request.prompt, completion.text)
         if self.journal is not None:  # written before it is used
             self.journal.record_completion(self.trace.llm_calls, request, completion, usage)
+        self.trace.usage = self.trace.usage + usage
+        return ModelCall(completion, usage, time.perf_counter() - start)
+
+    def call_text(self, prompt: str) -> ModelCall:
+        """call_model for the common case, a plain callable policy with no journal and no
+        wall clock: the policy gets the prompt directly, with no ModelRequest to build."""
+        self.trace.llm_calls += 1
+        start = time.perf_counter()
+        try:
+            out = self.policy(prompt)  # type: ignore[operator]
+        except Exception as exc:  # the same choke point as call_model
+            raise PolicyFailed(f"policy raised {type(exc).__name__}: {exc}") from exc
+        if isinstance(out, str):
+            completion = Completion(out)
+        elif isinstance(out, Completion):
+            completion = out
+        else:
+            raise PolicyFailed(
+                f"policy raised TypeError: a policy must return str or loopwright.Completion, "
+                f"got {type(out).__name__}"
+            )
+        usage = completion.usage or Usage.estimate(prompt, completion.text)
         self.trace.usage = self.trace.usage + usage
         return ModelCall(completion, usage, time.perf_counter() - start)
 

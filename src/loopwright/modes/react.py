@@ -182,6 +182,7 @@ def run_react(task: str, policy: Policy, registry: ToolRegistry, **limits: Any) 
 def _react(ctx: RunContext, pad: _Scratchpad, max_tokens: int | None) -> StepGen:
     limits = ctx.limits
     dialect = pad.dialect
+    plain = ctx.plain_policy and dialect != "native"
     repeats = RepeatDetector()
     parse_errors = 0
     tools = tuple(ctx.schemas)
@@ -198,11 +199,14 @@ def _react(ctx: RunContext, pad: _Scratchpad, max_tokens: int | None) -> StepGen
             copy = None if pad.budget is None else pad.text
             t0 = time.perf_counter()
             try:
-                call = ctx.call_model(
-                    ModelRequest(
-                        pad.text, pad.stop, "react", tools, tuple(pad.messages), max_tokens, dialect,
+                if plain:
+                    call = ctx.call_text(pad.text)
+                else:
+                    call = ctx.call_model(
+                        ModelRequest(
+                            pad.text, pad.stop, "react", tools, tuple(pad.messages), max_tokens, dialect,
+                        )
                     )
-                )
             except PolicyFailed as failed:
                 yield ctx.record(
                     Step(k, "error", error=failed.message, prompt_chars=prompt, prompt=copy,
