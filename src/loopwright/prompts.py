@@ -158,6 +158,14 @@ class PromptSet:
 DEFAULT_PROMPTS = PromptSet()
 
 
+def with_examples(template: str, examples: str) -> str:
+    """A ReAct template with its worked example replaced: the instructions before the
+    first "Example:" and the closing "Question: {task}" part stay as they are."""
+    head = template[: template.index("Example:")]
+    tail = template[template.rindex("\n\nQuestion: {task}") :]
+    return head + examples.strip("\n") + tail
+
+
 def escape_untrusted(text: str) -> str:
     """Make text safe to place inside an <untrusted> fence: angle brackets become
     entities, so nothing in the text can close the fence or open a new one."""
