@@ -23,7 +23,8 @@ import html
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from json.scanner import make_scanner
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from loopwright.errors import ParseError, describe
@@ -70,18 +71,25 @@ TOOL_NAME_PATTERN: Final = re.compile(r"(?![0-9.+-]+$)[A-Za-z0-9_.-]{1,64}")
 _ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
 _FENCE_LINE = re.compile(r"^[ \t]*```[\w+.-]*[ \t]*(?:\n|\Z)", re.MULTILINE)
 _DECODER = json.JSONDecoder(strict=False)  # strict=False: raw newlines inside strings
+_SCAN_JSON = make_scanner(_DECODER)  # (value, end) from an index: decode() without its wrapper
 
 Dialect = Literal["json", "brackets"]
 
 
 @dataclass(frozen=True)
 class Action:
-    """A tool call proposed by the model. args is always a dict."""
+    """A tool call proposed by the model. args is always a dict.
+
+    args_text: the arguments exactly as the model wrote them, when they were one clean
+    JSON object; the ReAct loop writes that back into the prompt, so the prompt stays
+    byte-identical to what the model generated (a KV cache keeps it) and nothing is
+    re-encoded. Not part of equality."""
 
     thought: str
     name: str
     args: dict[str, Any]
     call_id: str | None = None
+    args_text: str | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -156,15 +164,15 @@ def parse_react_step(text: str, *, dialect: Dialect | None = None) -> Action | F
         )
     m = _FAST_JSON.fullmatch(text)
     if m is not None:
+        t1, t2, name, source = m.group("t1", "t2", "name", "args")
         try:
-            args = _DECODER.decode(m.group("args"))
-        except (ValueError, RecursionError):
-            args = None
-        if isinstance(args, dict):
-            if "&" in m.group("args"):
-                args = _unescape_deep(args)
-            thought = m.group("t1") if m.group("t1") is not None else m.group("t2")
-            return Action(thought.strip(), m.group("name"), args)
+            args, end = _SCAN_JSON(source, 0)
+        except (ValueError, StopIteration, RecursionError):
+            args = end = None
+        if isinstance(args, dict) and end == len(source):
+            if "&" in source:
+                return Action((t2 if t1 is None else t1).strip(), name, _unescape_deep(args))
+            return Action((t2 if t1 is None else t1).strip(), name, args, None, source)
     try:
         return _parse_react_general(text, dialect)
     except _Bad as bad:

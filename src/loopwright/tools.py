@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial, update_wrapper
 from types import CoroutineType
-from typing import Any, Final, Literal, overload
+from typing import Any, Final, Literal, TypeVar, overload
 
 from loopwright.errors import ToolDefinitionError, describe
 from loopwright.toolschema import (
@@ -60,6 +60,7 @@ ToolErrorKind = Literal[
 SideEffects = Literal["none", "read", "write", "destructive"]
 # The argument that carries a side effect's idempotency key, or a function of the arguments.
 IdempotencyKey = str | Callable[[Mapping[str, Any]], object] | None
+_T = TypeVar("_T")
 
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _SIDE_EFFECTS: Final = ("none", "read", "write", "destructive")
@@ -468,6 +469,7 @@ class ToolRegistry:
     ) -> None:
         self._tools: dict[str, Tool] = {}
         self._names: tuple[str, ...] = ()
+        self._memo: dict[str, Any] = {}
         self.tool_timeout_s = tool_timeout_s
         self.max_observation_chars = max_observation_chars
         for item in tools:
@@ -480,7 +482,18 @@ class ToolRegistry:
             raise ToolDefinitionError(f"duplicate tool name {made.name!r}")
         self._tools[made.name] = made
         self._names = (*self._names, made.name)
+        self._memo.clear()
         return made
+
+    def memo(self, key: str, make: Callable[[ToolRegistry], _T]) -> _T:
+        """`make(self)`, computed once per key until the next `register`. For text built
+        from the tool schemas (the prompt's tool list and worked example): building it
+        costs more than the steps of a short run. Treat the value as read-only."""
+        try:
+            return self._memo[key]  # type: ignore[no-any-return]
+        except KeyError:
+            value = self._memo[key] = make(self)
+            return value
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -56,22 +56,34 @@ class Journal(Protocol):
     def record_end(self, trace: Trace) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
 class Executed:
-    """What the execution choke point did with one proposed call."""
+    """What the execution choke point did with one proposed call. (A plain slots class,
+    not a frozen dataclass: one is built per tool call and never leaves the loop.)"""
 
-    result: ToolResult
-    kind: str = "action"  # or "denied"
-    meta: dict[str, Any] | None = None
+    __slots__ = ("kind", "meta", "result")
+
+    def __init__(self, result: ToolResult, kind: str = "action", meta: dict[str, Any] | None = None) -> None:
+        self.result = result
+        self.kind = kind  # or "denied"
+        self.meta = meta
 
 
-@dataclass(frozen=True, slots=True)
 class ModelCall:
-    """One answered model call: its completion, what it cost, and how long it took."""
+    """One answered model call: its text, the Completion (None when a plain policy
+    returned a str), what it cost, and how long it took. Internal, one per call."""
 
-    completion: Completion
-    usage: Usage
-    seconds: float
+    __slots__ = ("completion", "seconds", "text", "usage")
+
+    def __init__(self, text: str, completion: Completion | None, usage: Usage, seconds: float) -> None:
+        self.text = text
+        self.completion = completion
+        self.usage = usage
+        self.seconds = seconds
+
+    @property
+    def retries(self) -> Any:
+        """Transient errors the backend retried for this call (its `meta["retries"]`)."""
+        return None if self.completion is None else self.completion.meta.get("retries")
 
 
 class PolicyFailed(Exception):
@@ -118,7 +130,7 @@ class RunContext:
         self.trace = Trace(task=task, mode=mode)
         self.deadline = Deadline(limits.timeout_s)
         self.started = time.perf_counter()
-        self.schemas: list[dict[str, Any]] = self.registry.schemas()
+        self._schemas: list[dict[str, Any]] | None = None
         # a plain callable policy, no journal, no wall clock: call_text() may be used
         self.plain_policy = (
             not callable(getattr(policy, "complete", None))
@@ -135,6 +147,14 @@ class RunContext:
         self._ledger: dict[str, tuple[str, ToolResult]] = {}
         self._key_locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
+
+    @property
+    def schemas(self) -> list[dict[str, Any]]:
+        """The tools' schemas for this run (a copy, built on first use: a plain policy
+        on a text dialect never needs them)."""
+        if self._schemas is None:
+            self._schemas = self.registry.schemas()
+        return self._schemas
 
     # -- the trace -------------------------------------------------------------------
 
@@ -166,7 +186,7 @@ class RunContext:
             if recorded is not None:  # resumed run: the call was paid for already
                 completion, usage = recorded
                 self.trace.usage = self.trace.usage + usage
-                return ModelCall(completion, usage, 0.0)
+                return ModelCall(completion.text, completion, usage, 0.0)
         remaining = self.deadline.remaining()
         try:
             if remaining is None:
@@ -183,7 +203,7 @@ class RunContext:
         if self.journal is not None:  # written before it is used
             self.journal.record_completion(self.trace.llm_calls, request, completion, usage)
         self.trace.usage = self.trace.usage + usage
-        return ModelCall(completion, usage, time.perf_counter() - start)
+        return ModelCall(completion.text, completion, usage, time.perf_counter() - start)
 
     def call_text(self, prompt: str) -> ModelCall:
         """call_model for the common case, a plain callable policy with no journal and no
@@ -194,18 +214,20 @@ class RunContext:
             out = self.policy(prompt)  # type: ignore[operator]
         except Exception as exc:  # the same choke point as call_model
             raise PolicyFailed(f"policy raised {type(exc).__name__}: {exc}") from exc
-        if isinstance(out, str):
-            completion = Completion(out)
+        if type(out) is str:
+            text, completion = out, None
         elif isinstance(out, Completion):
-            completion = out
+            text, completion = out.text, out
+        elif isinstance(out, str):  # a str subclass
+            text, completion = str(out), None
         else:
             raise PolicyFailed(
                 f"policy raised TypeError: a policy must return str or loopwright.Completion, "
                 f"got {type(out).__name__}"
             )
-        usage = completion.usage or Usage.estimate(prompt, completion.text)
+        usage = Usage.estimate(prompt, text) if completion is None or completion.usage is None else completion.usage
         self.trace.usage = self.trace.usage + usage
-        return ModelCall(completion, usage, time.perf_counter() - start)
+        return ModelCall(text, completion, usage, time.perf_counter() - start)
 
     def guard_after_call(self) -> str | None:
         """The stop reason if the token budget or the wall clock is spent, else None."""
@@ -227,6 +249,12 @@ class RunContext:
         pending, or a side effect whose outcome is unknown after a crash)."""
         tool = self.registry.get(name)
         journal = self.journal
+        if journal is None and (tool is None or (tool.idempotent and not tool.requires_approval)):
+            # nothing to gate, record or deduplicate: straight to the registry
+            result = self.registry.execute(name, args, timeout_s=self.deadline.remaining())
+            with self._lock:
+                self.trace.tool_calls += 1
+            return Executed(result)
         recorded = journal.recorded_tool(key) if journal is not None else None
         if recorded is not None and recorded[0] == "done" and recorded[1] is not None:
             self.trace.tool_calls += 1
@@ -451,16 +479,21 @@ class Run(Iterator[Step]):
         except StopIteration:
             self._finish()
             raise
-        except StopRun as stop:
-            self._ctx.stop(stop.reason)
-            self._finish()
-            raise StopIteration from None
-        except KeyboardInterrupt as exc:
+        except BaseException as exc:
+            self._end(exc)
+            raise StopIteration from exc
+
+    def _end(self, exc: BaseException) -> None:
+        """End the run on what the mode raised: StopRun and defects (any Exception) are
+        recorded on the trace; Ctrl-C becomes RunInterrupted; anything else propagates."""
+        if isinstance(exc, StopRun):
+            self._ctx.stop(exc.reason)
+        elif isinstance(exc, KeyboardInterrupt):
             if self.trace.stopped_reason is None:
                 self._ctx.stop("interrupted")
             self._finish()
             raise RunInterrupted(self.trace) from exc
-        except Exception as exc:  # a defect in a mode: keep the partial trace, say why
+        elif isinstance(exc, Exception):  # a defect in a mode: keep the partial trace, say why
             self._ctx.record(
                 Step(
                     self._ctx.next_index,
@@ -470,8 +503,9 @@ class Run(Iterator[Step]):
                 )
             )
             self._ctx.stop("error")
-            self._finish()
-            raise StopIteration from exc
+        else:
+            raise exc
+        self._finish()
 
     def _finish(self) -> None:
         if not self._finished:
@@ -483,8 +517,14 @@ class Run(Iterator[Step]):
 
     def run(self) -> Trace:
         """Drive the run to its end and return the trace."""
-        for _ in self:
-            pass
+        if not self._finished:
+            try:  # the generator directly: __next__'s bookkeeping once, not per step
+                for _ in self._steps:
+                    pass
+            except BaseException as exc:
+                self._end(exc)
+            else:
+                self._finish()
         return self.trace
 
 

@@ -35,8 +35,8 @@ class _Scratchpad:
         self.dialect = dialect
         prompts = ctx.prompts
         template = prompts.react_brackets if dialect == "brackets" else prompts.react_json
-        fields = example_call(ctx.schemas)
-        self.text = template.format(tools=describe_tools(ctx.schemas), task=ctx.task, **fields)
+        tools, fields = ctx.registry.memo("react_prompt", _tool_fields)
+        self.text = template.format(tools=tools, task=ctx.task, **fields)
         self.stop = prompts.stop_brackets if dialect == "brackets" else prompts.stop_json
         self.transcript = f"Question: {ctx.task}\n"
         self.task = ctx.task
@@ -112,6 +112,12 @@ class _Scratchpad:
                 "prompt_tokens_after": estimate_tokens(self.text), "memory_tokens": estimate_tokens(section)}
 
 
+def _tool_fields(registry: ToolRegistry) -> tuple[str, dict[str, str]]:
+    """The prompt's tool list and worked-example fields (memoised on the registry)."""
+    schemas = registry.schemas()
+    return describe_tools(schemas), example_call(schemas)
+
+
 _MEMORY_OVERHEAD = 64  # the "Memory of earlier steps" label, the fence, and rounding
 
 
@@ -135,6 +141,8 @@ def _render_action(dialect: str, action: Action) -> str:
         if isinstance(arg, str):
             return f"{action.name}[{arg}]"
         return f"{action.name}[{_to_json(action.args)}]"
+    if action.args_text is not None:  # the model's own JSON, as it wrote it
+        return f"Action: {action.name}\nAction Input: {action.args_text}"
     return f"Action: {action.name}\nAction Input: {_to_json(action.args)}"
 
 
@@ -214,9 +222,9 @@ def _react(ctx: RunContext, pad: _Scratchpad, max_tokens: int | None) -> StepGen
                 )
                 ctx.stop(failed.reason)
                 return
-            raw = call.completion.text
+            raw = call.text
             try:
-                if dialect == "native":
+                if dialect == "native" and call.completion is not None:
                     parsed: Action | FinalAnswer = _parse_native(call.completion)
                 else:
                     parsed = parse_react_step(raw, dialect="brackets" if dialect == "brackets" else "json")
@@ -244,7 +252,7 @@ def _react(ctx: RunContext, pad: _Scratchpad, max_tokens: int | None) -> StepGen
                 yield ctx.record(
                     Step(k, "final", raw=raw, thought=parsed.thought, observation=None,
                          duration_s=time.perf_counter() - t0, usage=call.usage, prompt_chars=prompt, prompt=copy,
-                         meta={"retries": r} if (r := call.completion.meta.get("retries")) else {})
+                         meta={"retries": r} if (r := call.retries) else {})
                 )
                 pad.transcript += f"Thought: {parsed.thought}\nFinal Answer: {parsed.answer}\n"
                 ctx.stop("final", parsed.answer)
@@ -290,7 +298,7 @@ def _react(ctx: RunContext, pad: _Scratchpad, max_tokens: int | None) -> StepGen
             observation = result.observation
             repeats.executed(observation)
             meta = {"tool_s": result.duration_s, "model_s": call.seconds}
-            retries = call.completion.meta.get("retries")
+            retries = call.retries
             if retries:  # the backend retried transient HTTP errors for this call
                 meta["retries"] = retries
             if executed.meta:

@@ -92,9 +92,9 @@ def _rewoo(ctx: RunContext, max_tokens: int | None) -> StepGen:
         yield ctx.record(Step(ctx.next_index, "error", error=failed.message, prompt=solve_prompt))
         ctx.stop(failed.reason)
         return
-    answer = solver_answer(call.completion.text)
+    answer = solver_answer(call.text)
     yield ctx.record(
-        Step(ctx.next_index, "solve", raw=call.completion.text, observation=None,
+        Step(ctx.next_index, "solve", raw=call.text, observation=None,
              duration_s=time.perf_counter() - t0, usage=call.usage, prompt=solve_prompt)
     )
     ctx.trace.transcript = _transcript(ctx.task, plan, evidence_lines, answer)
@@ -113,7 +113,7 @@ def plan_call(ctx: RunContext, prompt: str, kind: str, max_tokens: int | None) -
         yield ctx.record(Step(ctx.next_index, "error", error=failed.message, prompt=prompt))
         ctx.stop(failed.reason)
         return None, None
-    raw = call.completion.text
+    raw = call.text
     plan: list[PlanStep] | None
     try:
         plan, error = parse_plan(raw), None
