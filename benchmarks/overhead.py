@@ -2,7 +2,7 @@
 bare ~40-line loop (regex + json.loads + dict of tools + growing string), side by side
 in the same process, at N = 10 and N = 200 steps.
 
-    .venv/bin/python benchmarks/overhead.py [--repeats 7]
+    .venv/bin/python benchmarks/overhead.py [--repeats 9]
 
 The policy is the same cheap function for both: it answers from the step count, so
 what is measured is the runtime, not the model.
@@ -66,18 +66,30 @@ def add(x: int, y: int) -> int:
     return x + y
 
 
-def time_per_step(fn, n: int, repeats: int) -> float:
-    samples = []
+def time_per_step(fn, n: int, batch: int) -> float:
+    """Microseconds per step over `batch` runs of n steps."""
+    start = time.perf_counter()
+    steps = sum(fn(n) for _ in range(batch))
+    return (time.perf_counter() - start) / steps * 1e6
+
+
+def compare(run_bare, run_lw, n: int, repeats: int) -> tuple[float, float, float]:
+    """Median bare and loopwright us/step and the median of their per-round ratio.
+    The two alternate round by round, so a change in machine load hits both alike."""
+    batch = max(1, 2000 // n)  # ~2,000 steps a sample
+    bare, ours, ratios = [], [], []
     for _ in range(repeats):
-        start = time.perf_counter()
-        steps = fn(n)
-        samples.append((time.perf_counter() - start) / steps * 1e6)
-    return statistics.median(samples)
+        b = time_per_step(run_bare, n, batch)
+        o = time_per_step(run_lw, n, batch)
+        bare.append(b)
+        ours.append(o)
+        ratios.append(o / b)
+    return statistics.median(bare), statistics.median(ours), statistics.median(ratios)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=9, help="rounds per N (median)")
     args = parser.parse_args()
     registry = lw.ToolRegistry([lw.tool(add)])
 
@@ -96,10 +108,9 @@ def main() -> None:
     print(f"{'N':>5} {'bare us/step':>13} {'loopwright us/step':>19} {'ratio':>6}")
     rows = {}
     for n in (10, 200):
-        bare = time_per_step(run_bare, n, args.repeats)
-        ours = time_per_step(run_lw, n, args.repeats)
+        bare, ours, ratio = compare(run_bare, run_lw, n, args.repeats)
         rows[n] = (bare, ours)
-        print(f"{n:>5} {bare:>13.1f} {ours:>19.1f} {ours / bare:>6.1f}x")
+        print(f"{n:>5} {bare:>13.1f} {ours:>19.1f} {ratio:>6.1f}x")
     growth = rows[200][1] / rows[10][1]
     print(f"loopwright per-step cost at N=200 vs N=10: {growth:.2f}x (flat is 1.0)")
 

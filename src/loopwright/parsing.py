@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from json.scanner import make_scanner
 from typing import TYPE_CHECKING, Any, Final, Literal
 
+from loopwright._slots import slot_writers
 from loopwright.errors import ParseError, describe
 
 if TYPE_CHECKING:
@@ -76,7 +77,7 @@ _SCAN_JSON = make_scanner(_DECODER)  # (value, end) from an index: decode() with
 Dialect = Literal["json", "brackets"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Action:
     """A tool call proposed by the model. args is always a dict.
 
@@ -90,6 +91,24 @@ class Action:
     args: dict[str, Any]
     call_id: str | None = None
     args_text: str | None = field(default=None, compare=False, repr=False)
+
+    def __init__(
+        self,
+        thought: str,
+        name: str,
+        args: dict[str, Any],
+        call_id: str | None = None,
+        args_text: str | None = None,
+    ) -> None:  # writes the slots directly (see loopwright._slots): one Action a step
+        s_thought, s_name, s_args, s_call_id, s_args_text = _ACTION_SLOTS
+        s_thought(self, thought)
+        s_name(self, name)
+        s_args(self, args)
+        s_call_id(self, call_id)
+        s_args_text(self, args_text)
+
+
+_ACTION_SLOTS = slot_writers(Action)
 
 
 @dataclass(frozen=True)
@@ -109,12 +128,20 @@ class _Bad(Exception):
 # The canonical JSON-dialect step; anything else takes the general path, which gives the
 # same result for every text this matches (colons in the thought go the general way,
 # since a mid-line anchor needs one).
-_FAST_JSON = re.compile(
-    r"\s*+(?:Thought:(?P<t1>[^\n:]*)|"
+# (A thought line holds no colon and no backtick: a fence line is the general path's.)
+_FAST_THOUGHT = (
+    r"(?:Thought:(?P<t1>[^\n:`]*)|"
     r"(?![ \t]*[*_]{0,2}(?i:final|action|observation|question|example|thought))"
-    r"(?P<t2>[^\n:]*))\n"
-    r"[ \t]*Action:[ \t]*(?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,63})[ \t]*\n"
+    r"(?P<t2>[^\n:`]*))\n"
+)
+_FAST_JSON = re.compile(
+    r"\s*+" + _FAST_THOUGHT
+    + r"[ \t]*Action:[ \t]*(?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,63})[ \t]*\n"
     r"[ \t]*Action Input:[ \t]*(?P<args>\{[^\n]*\})\s*"
+)
+# The canonical one-line answer: with no colon in it, nothing in the line is an anchor.
+_FAST_FINAL = re.compile(
+    r"\s*+(?:" + _FAST_THOUGHT + r")?[ \t]*Final Answer:(?P<answer>[^\n:]*)\s*"
 )
 
 # An anchor starts a line, or follows sentence punctuation mid-line (then it needs a colon).
@@ -173,6 +200,13 @@ def parse_react_step(text: str, *, dialect: Dialect | None = None) -> Action | F
             if "&" in source:
                 return Action((t2 if t1 is None else t1).strip(), name, _unescape_deep(args))
             return Action((t2 if t1 is None else t1).strip(), name, args, None, source)
+    else:
+        m = _FAST_FINAL.fullmatch(text)
+        if m is not None:
+            t1, t2, answer = m.group("t1", "t2", "answer")
+            answer = answer.strip()
+            if answer:
+                return FinalAnswer((t1 if t1 is not None else t2 or "").strip(), answer)
     try:
         return _parse_react_general(text, dialect)
     except _Bad as bad:

@@ -30,6 +30,7 @@ from functools import partial, update_wrapper
 from types import CoroutineType
 from typing import Any, Final, Literal, TypeVar, overload
 
+from loopwright._slots import slot_writers
 from loopwright.errors import ToolDefinitionError, describe
 from loopwright.toolschema import (
     ArgumentSpec,
@@ -78,7 +79,7 @@ class ToolError:
         return f"ERROR[{self.tool}]: {self.message}"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class ToolResult:
     """One executed call as the loops consume it: the value (None on failure), the
     rendered observation the model sees, the error if any, and wall time."""
@@ -90,9 +91,29 @@ class ToolResult:
     error: ToolError | None
     duration_s: float
 
+    def __init__(
+        self,
+        name: str,
+        args: dict[str, Any],
+        value: Any,
+        observation: str,
+        error: ToolError | None,
+        duration_s: float,
+    ) -> None:  # writes the slots directly (see loopwright._slots): one result a tool call
+        s_name, s_args, s_value, s_observation, s_error, s_duration = _RESULT_SLOTS
+        s_name(self, name)
+        s_args(self, args)
+        s_value(self, value)
+        s_observation(self, observation)
+        s_error(self, error)
+        s_duration(self, duration_s)
+
     @property
     def ok(self) -> bool:
         return self.error is None
+
+
+_RESULT_SLOTS = slot_writers(ToolResult)
 
 
 # --- Tool -------------------------------------------------------------------------------
@@ -625,7 +646,7 @@ class ToolRegistry:
             args = args.copy()
         else:
             args = dict(args) if isinstance(args, Mapping) else {}
-        return _new_result(name, args, outcome, observation, error, time.perf_counter() - start)
+        return ToolResult(name, args, outcome, observation, error, time.perf_counter() - start)
 
     def dispatch(
         self, name: str, args: Mapping[str, Any], *, timeout_s: float | None = None
@@ -682,27 +703,6 @@ class ToolRegistry:
 
 
 _PLAIN: Final = frozenset({str, int, float, bool, type(None)})  # always renderable
-
-_SET_NAME, _SET_ARGS, _SET_VALUE, _SET_OBSERVATION, _SET_ERROR, _SET_DURATION = (
-    ToolResult.__dict__[field].__set__ for field in ToolResult.__slots__
-)
-
-
-def _new_result(
-    name: str, args: dict[str, Any], value: Any, observation: str, error: ToolError | None,
-    duration_s: float,
-) -> ToolResult:  # fmt: skip
-    """Build a ToolResult without the frozen dataclass __init__, which routes each field
-    through object.__setattr__: half the cost on the per-step hot path, same object."""
-    result = object.__new__(ToolResult)
-    _SET_NAME(result, name)
-    _SET_ARGS(result, args)
-    _SET_VALUE(result, value)
-    _SET_OBSERVATION(result, observation)
-    _SET_ERROR(result, error)
-    _SET_DURATION(result, duration_s)
-    return result
-
 
 def _job_sync(tool: Tool, args: dict[str, Any]) -> _Outcome:
     """A sync tool's call in a worker thread; a coroutine it returns is awaited by the caller."""

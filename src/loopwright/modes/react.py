@@ -72,8 +72,16 @@ class _Scratchpad:
         else:
             block = f" {thought}\n{action}\nObservation: {observation}\nThought:"
         readable = f"Thought: {thought}\n{action}\nObservation: {observation if plain is None else plain}\n"
-        self.text = _extend(self, "text", block)
-        self.transcript = _extend(self, "transcript", readable)
+        # Grow both strings in place, without copying the whole prompt each step: with
+        # the attribute cleared, the local is the only reference, and CPython extends a
+        # string it alone holds. (Steps keep `prompt_chars`, not a copy of the prompt,
+        # for the same reason: every step's prompt is a prefix of the final one.)
+        text, self.text = self.text, ""
+        text += block
+        self.text = text
+        transcript, self.transcript = self.transcript, ""
+        transcript += readable
+        self.transcript = transcript
         if self.memory is not None:
             self.blocks.append((k, block, f"Step {k}. {readable}", estimate_tokens(block), thought))
 
@@ -119,17 +127,6 @@ def _tool_fields(registry: ToolRegistry) -> tuple[str, dict[str, str]]:
 
 
 _MEMORY_OVERHEAD = 64  # the "Memory of earlier steps" label, the fence, and rounding
-
-
-def _extend(pad: _Scratchpad, attr: str, block: str) -> str:
-    """pad.<attr> + block without copying the whole prompt each step: with the attribute
-    cleared, the local is the only reference and CPython grows the string in place.
-    (Steps keep `prompt_chars`, not a copy of the prompt, for the same reason: the
-    scratchpad is append-only, so every step's prompt is a prefix of the final one.)"""
-    text: str = getattr(pad, attr)
-    setattr(pad, attr, "")
-    text += block
-    return text
 
 
 _to_json = json.JSONEncoder(ensure_ascii=False, default=str).encode  # built once: hot path
@@ -260,7 +257,7 @@ def _react(ctx: RunContext, pad: _Scratchpad, max_tokens: int | None) -> StepGen
 
             parse_errors = 0
             name = parsed.name
-            args = ctx.registry.bind(name, parsed.args) if name in ctx.registry else parsed.args
+            args = ctx.registry.bind(name, parsed.args)  # unchanged for an unknown tool
             stop = ctx.guard_after_call()
             if stop:
                 yield ctx.record(

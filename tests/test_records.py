@@ -1,0 +1,65 @@
+"""The per-step records (Step, Usage, Action, ToolResult) write their slots directly in
+__init__ (loopwright._slots) instead of the frozen dataclass's generated __init__. They
+must still behave exactly like frozen dataclasses."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Any
+
+import pytest
+
+from loopwright.parsing import Action
+from loopwright.tools import ToolError, ToolResult
+from loopwright.trace import Step, Usage
+
+SAMPLES: list[tuple[type, dict[str, Any]]] = [
+    (Usage, {"prompt_tokens": 1, "evaluated_tokens": 2, "completion_tokens": 3, "estimated": True}),
+    (Step, {"index": 4, "kind": "action", "raw": "r", "thought": "t", "tool": "add",
+            "args": {"x": 1}, "observation": "2", "error": None, "duration_s": 0.5,
+            "usage": Usage(1, 1, 1), "prompt": "p", "step_id": "E1", "meta": {"m": 1},
+            "prompt_chars": 9}),
+    (Action, {"thought": "t", "name": "add", "args": {"x": 1}, "call_id": "c1", "args_text": '{"x": 1}'}),
+    (ToolResult, {"name": "div", "args": {"a": 1}, "value": None, "observation": "ERROR[div]: boom",
+                  "error": ToolError("div", "boom", "exception"), "duration_s": 0.1}),
+]
+
+
+@pytest.mark.parametrize(("cls", "values"), SAMPLES, ids=lambda v: getattr(v, "__name__", ""))
+def test_every_field_is_set_from_its_own_argument(cls: type, values: dict[str, Any]) -> None:
+    names = [f.name for f in dataclasses.fields(cls)]
+    assert names == list(values)  # the sample covers every field, in order
+    assert list(inspect.signature(cls).parameters) == names
+    by_keyword = cls(**values)
+    by_position = cls(*values.values())
+    for name, value in values.items():
+        assert getattr(by_keyword, name) is value
+        assert getattr(by_position, name) is value
+    assert by_keyword == by_position
+
+
+@pytest.mark.parametrize(("cls", "values"), SAMPLES, ids=lambda v: getattr(v, "__name__", ""))
+def test_records_stay_frozen_and_replaceable(cls: type, values: dict[str, Any]) -> None:
+    record = cls(**values)
+    first = next(iter(values))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(record, first, values[first])
+    with pytest.raises(AttributeError):
+        object.__setattr__(record, "extra", 1)  # slots: no instance dict to grow
+    changed = dataclasses.replace(record, **{first: values[first]})
+    assert changed == record and changed is not record
+    assert repr(record).startswith(cls.__name__ + "(")
+
+
+def test_step_defaults_match_its_fields() -> None:
+    a, b = Step(1, "final"), Step(1, "final")
+    assert a.usage == Usage() and a.meta == {} and a.raw == "" and a.prompt_chars is None
+    assert a.meta is not b.meta  # a fresh dict each, as default_factory would give
+    assert Step(1, "final", usage=None).usage == Usage()
+
+
+def test_action_equality_ignores_the_argument_text() -> None:
+    assert Action("t", "add", {"x": 1}, args_text='{"x":1}') == Action("t", "add", {"x": 1})
+    assert "args_text" not in repr(Action("t", "add", {"x": 1}, args_text="{}"))
+    assert Usage(1, 2, 3) + Usage(1, 1, 1, True) == Usage(2, 3, 4, True)
