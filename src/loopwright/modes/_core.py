@@ -26,7 +26,7 @@ from loopwright.safety import (
     denial_observation,
 )
 from loopwright.tools import Tool, ToolError, ToolRegistry, ToolResult
-from loopwright.trace import Step, Trace, Usage
+from loopwright.trace import Step, Trace, Usage, estimate_tokens
 
 StepGen = Generator[Step, None, None]
 
@@ -225,7 +225,11 @@ class RunContext:
                 f"policy raised TypeError: a policy must return str or loopwright.Completion, "
                 f"got {type(out).__name__}"
             )
-        usage = Usage.estimate(prompt, text) if completion is None or completion.usage is None else completion.usage
+        if completion is None or completion.usage is None:
+            sent = estimate_tokens(prompt)  # Usage.estimate, inline: the hot path
+            usage = Usage(sent, sent, estimate_tokens(text), True)
+        else:
+            usage = completion.usage
         self.trace.usage = self.trace.usage + usage
         return ModelCall(text, completion, usage, time.perf_counter() - start)
 

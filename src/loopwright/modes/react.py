@@ -190,7 +190,8 @@ def _react(ctx: RunContext, pad: _Scratchpad, max_tokens: int | None) -> StepGen
     plain = ctx.plain_policy and dialect != "native"
     repeats = RepeatDetector()
     parse_errors = 0
-    tools = tuple(ctx.schemas)
+    tools = () if plain else tuple(ctx.schemas)  # a plain policy only gets the prompt
+    guarded = limits.token_budget is not None or limits.timeout_s is not None
     try:
         for _ in range(limits.max_steps):
             k = ctx.next_index
@@ -258,7 +259,7 @@ def _react(ctx: RunContext, pad: _Scratchpad, max_tokens: int | None) -> StepGen
             parse_errors = 0
             name = parsed.name
             args = ctx.registry.bind(name, parsed.args)  # unchanged for an unknown tool
-            stop = ctx.guard_after_call()
+            stop = ctx.guard_after_call() if guarded else None
             if stop:
                 yield ctx.record(
                     Step(k, "action", raw=raw, thought=parsed.thought, tool=name, args=args,
@@ -295,9 +296,8 @@ def _react(ctx: RunContext, pad: _Scratchpad, max_tokens: int | None) -> StepGen
             observation = result.observation
             repeats.executed(observation)
             meta = {"tool_s": result.duration_s, "model_s": call.seconds}
-            retries = call.retries
-            if retries:  # the backend retried transient HTTP errors for this call
-                meta["retries"] = retries
+            if call.completion is not None and (retries := call.retries):
+                meta["retries"] = retries  # the backend retried transient HTTP errors
             if executed.meta:
                 meta.update(executed.meta)
             yield ctx.record(
