@@ -22,7 +22,6 @@ from __future__ import annotations
 import html
 import json
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from json.scanner import make_scanner
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -39,6 +38,7 @@ if TYPE_CHECKING:
         parse_plan,
         substitute,
     )
+    from loopwright.toolcalls import parse_tool_calls
 
 __all__ = [
     "FORMAT_HELP_BRACKETS",
@@ -72,7 +72,8 @@ TOOL_NAME_PATTERN: Final = re.compile(r"(?![0-9.+-]+$)[A-Za-z0-9_.-]{1,64}")
 _ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
 _FENCE_LINE = re.compile(r"^[ \t]*```[\w+.-]*[ \t]*(?:\n|\Z)", re.MULTILINE)
 _DECODER = json.JSONDecoder(strict=False)  # strict=False: raw newlines inside strings
-_SCAN_JSON = make_scanner(_DECODER)  # (value, end) from an index: decode() without its wrapper
+# (value, end) from an index: decode() without its wrapper (typeshed types the argument oddly)
+_SCAN_JSON = make_scanner(_DECODER)  # type: ignore[arg-type]
 
 Dialect = Literal["json", "brackets"]
 
@@ -528,110 +529,6 @@ def _unescape_deep(value: Any) -> Any:
     return value
 
 
-# ---------------------------------------------------------------------- native calls
-
-
-def parse_tool_calls(message: Any) -> list[Action]:
-    """Actions from an OpenAI-style assistant message's native tool calls.
-
-    Accepts a dict message (`{"content", "tool_calls": [{"id", "type": "function",
-    "function": {"name", "arguments"}}]}`), an object with `.tool_calls` (openai SDK
-    types, loopwright.Completion), or a sequence of calls (loopwright.policy.ToolCall, SDK
-    objects or dicts). Arguments are parsed tolerantly (empty -> {}, raw newlines, HTML
-    entities, an already-parsed dict). A message without tool calls gives [].
-    Raises ParseError on anything malformed.
-    """
-    try:
-        return _parse_tool_calls(message)
-    except _Bad as bad:
-        raise ParseError(str(bad)) from None
-    except RecursionError:
-        raise ParseError("tool call arguments are nested too deeply") from None
-
-
-def _field(obj: Any, name: str) -> Any:
-    if isinstance(obj, Mapping):
-        return obj.get(name)
-    try:
-        return getattr(obj, name, None)
-    except Exception:  # a property that raises is as good as missing
-        return None
-
-
-def _parse_tool_calls(message: Any) -> list[Action]:
-    if isinstance(message, (str, bytes)) or message is None:
-        raise _Bad(f"expected a message with tool calls, got {type(message).__name__}")
-    if isinstance(message, (list, tuple)):
-        calls: Any = message
-        content: Any = ""
-    else:
-        calls = _field(message, "tool_calls")
-        content = _field(message, "content")
-        if content is None and not isinstance(message, Mapping):
-            content = _field(message, "text")  # loopwright.Completion
-        if calls is None:
-            if isinstance(message, Mapping) or hasattr(message, "content"):
-                calls = ()
-            else:
-                raise _Bad(f"expected a message with tool calls, got {type(message).__name__}")
-    if not isinstance(content, str):
-        content = ""
-    if isinstance(calls, (str, bytes, Mapping)):
-        raise _Bad(f"tool_calls must be a list, got {type(calls).__name__}")
-    try:
-        items = list(calls)
-    except TypeError:
-        raise _Bad(f"tool_calls must be a list, got {type(calls).__name__}") from None
-    thought = content.strip()
-    return [_one_call(call, k, thought) for k, call in enumerate(items)]
-
-
-def _one_call(call: Any, k: int, thought: str) -> Action:
-    where = f"tool call {k}"
-    if call is None or isinstance(call, (str, bytes, int, float)):
-        raise _Bad(f"{where} is not a call object: {describe(call, 60)}")
-    kind = _field(call, "type")
-    if kind is not None and kind != "function":
-        raise _Bad(f"{where} has type {describe(kind, 30)}; only 'function' calls are read")
-    function = _field(call, "function")
-    source = function if function is not None else call
-    name = _field(source, "name")
-    arguments = _field(source, "arguments")
-    call_id = _field(call, "id")
-    if not isinstance(name, str) or not name.strip():
-        raise _Bad(f"{where} has no function name")
-    name = name.strip()
-    if not TOOL_NAME_PATTERN.fullmatch(name):
-        raise _Bad(
-            f"{where} names {describe(name, 40)}, not a tool name (a letter or '_', then up "
-            f"to 63 letters, digits, '_', '-', '.')"
-        )
-    args = _call_arguments(arguments, f"{where} ({name})")
-    return Action(thought, name, args, call_id if isinstance(call_id, str) else None)
-
-
-def _call_arguments(arguments: Any, where: str) -> dict[str, Any]:
-    if arguments is None:
-        return {}
-    if isinstance(arguments, Mapping):
-        return {str(k): _unescape_deep(v) for k, v in arguments.items()}
-    if not isinstance(arguments, str):
-        raise _Bad(f"arguments of {where} must be a JSON object string, "
-                   f"got {type(arguments).__name__}")
-    text = arguments.strip()
-    if "```" in text:
-        text = _FENCE_LINE.sub("", text).strip()
-    if not text:
-        return {}
-    try:
-        value, _ = _decode_json_at(text, 0, len(text))
-    except _Bad as bad:
-        raise _Bad(f"arguments of {where}: {str(bad).replace('Action Input ', '')}") from None
-    if not isinstance(value, dict):
-        raise _Bad(f"arguments of {where} must be a JSON object, got {_json_type(value)}")
-    return value
-
-
 # ----------------------------------------------------------------------------- plans
 
 _PLAN_NAMES: Final = frozenset(
@@ -640,10 +537,14 @@ _PLAN_NAMES: Final = frozenset(
 
 
 def __getattr__(name: str) -> Any:
-    """The names of `plans`, on first use: plans imports this module's helpers, so
-    importing it here at the top would be a cycle that breaks when plans loads first."""
+    """The names of `plans` and `toolcalls`, on first use: those modules import this
+    one's helpers, so importing them here at the top would be a cycle."""
     if name in _PLAN_NAMES:
         from loopwright import plans
 
         return getattr(plans, name)
+    if name == "parse_tool_calls":
+        from loopwright.toolcalls import parse_tool_calls
+
+        return parse_tool_calls
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -8,21 +8,16 @@ come back as a ToolError whose observation the model reads next step; only
 KeyboardInterrupt, SystemExit and other non-Exception BaseExceptions propagate.
 
 Timeouts: a tool's own `timeout_s`, else the registry's `tool_timeout_s`; a per-call
-`timeout_s` caps either (the loops pass the run's remaining wall clock). When one applies,
-a sync tool runs in a daemon worker thread that is abandoned, not killed, at the deadline:
-Python cannot kill a thread, so the tool runs on in the background until it returns. Async
-tools are cancelled with `asyncio.wait_for`. With no timeout a sync tool runs inline.
+`timeout_s` caps either (the loops pass the run's remaining wall clock). How a call is
+held to one, without killing threads or blocking an event loop: `toolrun`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import copy
 import inspect
 import json
 import re
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -32,6 +27,16 @@ from typing import Any, Final, Literal, TypeVar, overload
 
 from loopwright._slots import slot_writers
 from loopwright.errors import ToolDefinitionError, describe
+from loopwright.toolrun import (
+    Outcome,
+    Timeout,
+    call_capturing,
+    call_within,
+    guard,
+    in_thread,
+    run_coroutine,
+    run_job,
+)
 from loopwright.toolschema import (
     ArgumentSpec,
     ToolArgumentError,
@@ -354,17 +359,6 @@ def render_observation(value: Any, max_chars: int = 8000) -> str:
 
 # --- execution --------------------------------------------------------------------------
 
-_Outcome = tuple[bool, Any]  # (True, value) or (False, exception)
-
-
-class _ToolTimeout(Exception):
-    """Private marker for a deadline we enforced (a tool's own TimeoutError stays its own)."""
-
-    def __init__(self, seconds: float) -> None:
-        super().__init__(seconds)
-        self.seconds = seconds
-
-
 def _exception_text(exc: BaseException) -> str:
     try:
         text = str(exc)
@@ -386,96 +380,9 @@ def _unrenderable(name: str, value: Any, exc: Exception) -> ToolError:
 
 
 def _failure(name: str, exc: Exception) -> ToolError:
-    if isinstance(exc, _ToolTimeout):
+    if isinstance(exc, Timeout):
         return ToolError(name, f"timeout after {exc.seconds:g}s", "timeout")
     return ToolError(name, _exception_text(exc), "exception")
-
-
-async def _guard(awaitable: Any, timeout: float | None) -> _Outcome:
-    """Await a tool coroutine and capture its outcome, with an optional deadline."""
-
-    async def capture() -> _Outcome:
-        try:
-            return True, await awaitable
-        except Exception as exc:
-            return False, exc
-
-    if timeout is None:
-        return await capture()
-    try:
-        return await asyncio.wait_for(capture(), max(timeout, 0.0))
-    except TimeoutError:  # capture() swallows the tool's own, so this one is ours
-        return False, _ToolTimeout(timeout)
-
-
-def _run_coroutine(awaitable: Any, timeout: float | None) -> _Outcome:
-    # A private loop; a given loop_factory keeps asyncio's current-loop setting untouched.
-    with asyncio.Runner(loop_factory=asyncio.new_event_loop) as runner:
-        return runner.run(_guard(awaitable, timeout))
-
-
-def _job(tool: Tool, args: dict[str, Any], timeout: float | None) -> _Outcome:
-    try:
-        value = tool._invoke(args)
-    except Exception as exc:
-        return False, exc
-    if inspect.iscoroutine(value):
-        return _run_coroutine(value, timeout)
-    return True, value
-
-
-def _loop_running() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
-
-
-def _run_job(job: Callable[[], _Outcome], timeout: float | None, label: str) -> _Outcome:
-    """Run a job inline when that is safe and unbounded; otherwise in a daemon thread that
-    is abandoned at the deadline. BaseExceptions from the job re-raise here."""
-    if timeout is None and not _loop_running():
-        return job()
-    box: list[tuple[bool | None, Any]] = []
-    done = threading.Event()
-
-    def target() -> None:
-        try:
-            box.append(job())
-        except BaseException as exc:
-            box.append((None, exc))
-        finally:
-            done.set()
-
-    threading.Thread(target=target, name=f"loopwright-tool:{label}", daemon=True).start()
-    if not done.wait(None if timeout is None else max(timeout, 0.0)):
-        return False, _ToolTimeout(timeout if timeout is not None else 0.0)
-    ok, value = box[0]
-    if ok is None:
-        raise value
-    return ok, value
-
-
-async def _in_thread(job: Callable[[], _Outcome], timeout: float | None, label: str) -> _Outcome:
-    future: concurrent.futures.Future[_Outcome] = concurrent.futures.Future()
-
-    def target() -> None:
-        if not future.set_running_or_notify_cancel():
-            return
-        try:
-            future.set_result(job())
-        except BaseException as exc:
-            future.set_exception(exc)
-
-    threading.Thread(target=target, name=f"loopwright-tool:{label}", daemon=True).start()
-    waiting = asyncio.wrap_future(future)
-    if timeout is None:
-        return await waiting
-    try:
-        return await asyncio.wait_for(waiting, max(timeout, 0.0))
-    except TimeoutError:  # the job captures the tool's own exceptions, so this one is ours
-        return False, _ToolTimeout(timeout)
 
 
 class ToolRegistry:
@@ -615,10 +522,10 @@ class ToolRegistry:
                 return _failure(found.name, exc)
             if not isinstance(value, CoroutineType):
                 return value
-            job: Callable[[], _Outcome] = partial(_run_coroutine, value, None)
+            job: Callable[[], Outcome] = partial(run_coroutine, value, None)
         else:
-            job = partial(_job, found, call_args, timeout)
-        ok, value = _run_job(job, timeout, found.name)
+            job = partial(call_within, partial(found._invoke, call_args), timeout)
+        ok, value = run_job(job, timeout, found.name)
         return value if ok else _failure(found.name, value)
 
     def _render(self, name: str, outcome: Any) -> tuple[str, ToolError | None]:
@@ -682,15 +589,15 @@ class ToolRegistry:
             except Exception as exc:
                 return self._result(name, args, _failure(found.name, exc), start)
             ok, value = (
-                await _guard(value, timeout) if inspect.isawaitable(value) else (True, value)
+                await guard(value, timeout) if inspect.isawaitable(value) else (True, value)
             )
         else:
-            ok, value = await _in_thread(partial(_job_sync, found, call_args), timeout, found.name)
+            ok, value = await in_thread(partial(call_capturing, partial(found._invoke, call_args)), timeout, found.name)
             if ok and isinstance(value, CoroutineType):
                 left = None if timeout is None else timeout - (time.perf_counter() - start)
-                ok, value = await _guard(value, left)
-                if not ok and isinstance(value, _ToolTimeout):
-                    value = _ToolTimeout(timeout if timeout is not None else 0.0)
+                ok, value = await guard(value, left)
+                if not ok and isinstance(value, Timeout):
+                    value = Timeout(timeout if timeout is not None else 0.0)
         return self._result(name, args, value if ok else _failure(found.name, value), start)
 
     def _timeout(self, tool: Tool, timeout_s: float | None) -> float | None:
@@ -703,10 +610,3 @@ class ToolRegistry:
 
 
 _PLAIN: Final = frozenset({str, int, float, bool, type(None)})  # always renderable
-
-def _job_sync(tool: Tool, args: dict[str, Any]) -> _Outcome:
-    """A sync tool's call in a worker thread; a coroutine it returns is awaited by the caller."""
-    try:
-        return True, tool._invoke(args)
-    except Exception as exc:
-        return False, exc

@@ -9,7 +9,6 @@ import threading
 import time
 import traceback
 from collections.abc import Generator, Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from loopwright.errors import RunInterrupted

@@ -14,9 +14,10 @@ from typing import Any
 from loopwright.errors import ParseError
 from loopwright.guards import Limits, RepeatDetector
 from loopwright.modes._core import PolicyFailed, Run, RunContext, StepGen, first_line, open_context
-from loopwright.parsing import Action, FinalAnswer, parse_react_step, parse_tool_calls
+from loopwright.parsing import Action, FinalAnswer, parse_react_step
 from loopwright.policy import ModelRequest, Policy
 from loopwright.prompts import describe_tools, example_call, fence
+from loopwright.toolcalls import parse_tool_calls
 from loopwright.tools import ToolRegistry
 from loopwright.trace import Step, estimate_tokens
 
