@@ -41,6 +41,42 @@ def test_prompt_is_append_only_so_each_prompt_extends_the_last(registry):
     assert [trace.prompt_for(s) for s in trace.steps] == prompts
 
 
+def test_the_prompt_holds_the_model_action_as_written_and_a_plain_function_sees_the_same():
+    seen: list[str] = []
+    replies = iter([act("add", '{"y":1,  "x": 2}'), act("add", '{"x": 3, "y": "&#39;"}'), final("3")])
+
+    def policy(prompt: str) -> str:  # a plain callable: the loop's fast path
+        seen.append(prompt)
+        return next(replies)
+
+    @lw.tool
+    def add(x: int, y: int | str) -> str:
+        """Add."""
+        return f"{x}+{y}"
+
+    trace = lw.run("t", policy, lw.ToolRegistry([add]))
+    assert 'Action Input: {"y":1,  "x": 2}\nObservation:' in seen[1]  # byte for byte
+    # decoded entities change the arguments, so that action is written out canonically
+    assert 'Action Input: {"x": 3, "y": "\'"}\nObservation:' in seen[2]
+    assert [trace.prompt_for(s) for s in trace.steps] == seen
+    assert trace.usage.prompt_tokens == sum(-(-len(p) // 3) for p in seen)
+
+
+def test_a_tool_registered_after_a_run_appears_in_the_next_prompt(registry):
+    first = lw.ScriptedPolicy([final("x")])
+    lw.run("t", first, registry)
+
+    @lw.tool
+    def shout(text: str) -> str:
+        """Upper-case the text."""
+        return text.upper()
+
+    registry.register(shout)
+    second = lw.ScriptedPolicy([final("x")])
+    lw.run("t", second, registry)
+    assert "shout(" not in first.prompts[0] and "shout(text: string): Upper-case" in second.prompts[0]
+
+
 def test_infinite_loop_policy_stops_at_exactly_max_steps(registry):
     def forever(prompt: str) -> str:
         n = prompt.count("Observation:")
