@@ -5,7 +5,9 @@ in the same process, at N = 10 and N = 200 steps.
     .venv/bin/python benchmarks/overhead.py [--repeats 9]
 
 The policy is the same cheap function for both: it answers from the step count, so
-what is measured is the runtime, not the model.
+what is measured is the runtime, not the model. The two alternate round by round (each
+sample about 2,000 steps) and the ratio reported is the median of the per-round ratios,
+so a change in machine load between rounds hits both sides alike.
 """
 
 from __future__ import annotations
