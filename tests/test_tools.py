@@ -3,6 +3,7 @@
 import asyncio
 import dataclasses
 import enum
+import sys
 import threading
 import time
 from typing import Annotated, Any, Literal
@@ -300,20 +301,30 @@ def test_parameters_of_arbitrary_classes_take_live_objects_only() -> None:
 
 
 def test_unsupported_annotations_are_definition_errors() -> None:
+    def unresolved(v: "NoSuchType") -> None:  # type: ignore[name-defined]  # noqa: F821
+        pass
+
+    with pytest.raises(ToolDefinitionError, match="tool 'unresolved'"):
+        tool(unresolved)
+
+
+def test_typing_typeddict_is_a_definition_error_only_where_pydantic_refuses_it() -> None:
     import typing
 
     class Legacy(typing.TypedDict):  # pydantic needs typing_extensions' on Python < 3.12
         a: int
 
-    def old(v: Legacy) -> None:
-        pass
+    def old(v: Legacy) -> int:
+        return v["a"]
 
-    def unresolved(v: "NoSuchType") -> None:  # type: ignore[name-defined]  # noqa: F821
-        pass
-
-    for func in (old, unresolved):
-        with pytest.raises(ToolDefinitionError, match="tool '"):
-            tool(func)
+    if sys.version_info < (3, 12):
+        with pytest.raises(ToolDefinitionError, match="tool 'old'"):
+            tool(old)
+        return
+    made = tool(old)
+    assert made.parameters["properties"]["v"]["properties"] == {"a": {"type": "integer"}}
+    assert ToolRegistry([made]).dispatch("old", {"v": {"a": 3}}) == 3
+    assert isinstance(ToolRegistry([made]).dispatch("old", {"v": {"a": "3"}}), ToolError)
 
 
 def test_var_keyword_opens_the_schema_with_its_annotation() -> None:
