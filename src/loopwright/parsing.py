@@ -129,20 +129,21 @@ class _Bad(Exception):
 # The canonical JSON-dialect step; anything else takes the general path, which gives the
 # same result for every text this matches (colons in the thought go the general way,
 # since a mid-line anchor needs one).
-# (A thought line holds no colon and no backtick: a fence line is the general path's.)
+# (A thought line holds no colon and no backtick: a fence line is the general path's. No
+# `*` or `_` right after a colon either: `Thought:** x` is markdown the general path strips.)
 _FAST_THOUGHT = (
-    r"(?:Thought:(?P<t1>[^\n:`]*)|"
+    r"(?:Thought:(?![*_])(?P<t1>[^\n:`]*)|"
     r"(?![ \t]*[*_]{0,2}(?i:final|action|observation|question|example|thought))"
     r"(?P<t2>[^\n:`]*))\n"
 )
 _FAST_JSON = re.compile(
     r"\s*+" + _FAST_THOUGHT
-    + r"[ \t]*Action:[ \t]*(?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,63})[ \t]*\n"
+    + r"[ \t]*Action:(?![*_])[ \t]*(?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,63})[ \t]*\n"
     r"[ \t]*Action Input:[ \t]*(?P<args>\{[^\n]*\})\s*"
 )
 # The canonical one-line answer: with no colon in it, nothing in the line is an anchor.
 _FAST_FINAL = re.compile(
-    r"\s*+(?:" + _FAST_THOUGHT + r")?[ \t]*Final Answer:(?P<answer>[^\n:]*)\s*"
+    r"\s*+(?:" + _FAST_THOUGHT + r")?[ \t]*Final Answer:(?![*_])(?P<answer>[^\n:]*)\s*"
 )
 
 # An anchor starts a line, or follows sentence punctuation mid-line (then it needs a colon).
