@@ -455,6 +455,20 @@ one_line = st.text(alphabet=st.characters(blacklist_characters="\n\r:\x0b\x0c\x1
 one_line_or_fence = st.one_of(one_line, st.sampled_from(["```", "```json", " ``` ", "`x`"]))
 
 
+def assert_fast_path_agrees(text: str) -> None:
+    """parse_react_step (fast path first) gives what the general parser alone gives: the
+    same Action or FinalAnswer, or the same error message."""
+    try:
+        general: Any = _parse_react_general(text, None)
+    except Exception as err:  # the internal error type; parse_react_step re-raises its text
+        general = str(err)
+    try:
+        fast: Any = parse_react_step(text)
+    except ParseError as err:
+        fast = str(err)
+    assert fast == general
+
+
 # how models decorate the anchors: markdown right after the colon, or none of it
 anchor_heads = st.sampled_from(["", "Thought:", "Thought: ", "Thought:** ", "Thought:_ ", "Thought:**"])
 colon_tails = st.sampled_from([" ", "", "** ", "_ ", "**", "__"])
@@ -475,15 +489,7 @@ def test_fast_path_agrees_with_general_parser(
     thought: str, name: str, args: dict[str, Any], head: str, after_action: str
 ) -> None:
     text = f"{head}{thought}\nAction:{after_action}{name}\nAction Input: {json.dumps(args)}"
-    try:
-        general: Any = _parse_react_general(text, None)
-    except Exception as err:  # the internal error type; parse_react_step re-raises its text
-        general = str(err)
-    try:
-        fast: Any = parse_react_step(text)
-    except ParseError as err:
-        fast = str(err)
-    assert fast == general
+    assert_fast_path_agrees(text)
 
 
 @settings(max_examples=300)
@@ -500,15 +506,7 @@ def test_final_answer_fast_path_agrees_with_general_parser(
     thought: str, answer: str, head: str, after_colon: str, tail: str
 ) -> None:
     text = f"{head}{thought}\nFinal Answer:{after_colon}{answer}{tail}"
-    try:
-        general: Any = _parse_react_general(text, None)
-    except Exception as err:  # the internal error type; parse_react_step re-raises its text
-        general = str(err)
-    try:
-        fast: Any = parse_react_step(text)
-    except ParseError as err:
-        fast = str(err)
-    assert fast == general
+    assert_fast_path_agrees(text)
 
 
 def test_canonical_final_answer_takes_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
