@@ -176,6 +176,31 @@ def test_policy_that_raises_ends_with_error_and_partial_trace(registry):
     assert trace.llm_calls == 2
 
 
+class Reply(str):
+    """A str subclass, as some client libraries return."""
+
+
+@pytest.mark.parametrize("through", ["plain function", "complete()"])
+def test_a_reply_of_the_wrong_type_ends_the_run_with_a_clear_error(registry, through):
+    replies = iter([Reply(act("add", '{"x": 1, "y": 1}')), 42])
+
+    def reply(prompt: str) -> object:
+        return next(replies)
+
+    class Backend:
+        def complete(self, request: lw.ModelRequest) -> object:
+            return next(replies)
+
+    policy = reply if through == "plain function" else Backend()
+    trace = lw.run("t", policy, registry)  # type: ignore[arg-type]
+    assert [s.kind for s in trace.steps] == ["action", "error"]
+    assert trace.steps[0].observation == "2" and type(trace.steps[0].raw) is str
+    assert trace.steps[1].error == (
+        "policy raised TypeError: a policy must return str or loopwright.Completion, got int"
+    )
+    assert trace.stopped_reason == "error" and trace.llm_calls == 2
+
+
 def test_token_budget_stops_the_run_after_the_call_that_spends_it(registry):
     usage = lw.Usage(prompt_tokens=40, evaluated_tokens=40, completion_tokens=10)
     step = lw.Completion(act("add", '{"x": 1, "y": 1}'), usage)

@@ -33,6 +33,7 @@ output = st.one_of(
     st.sampled_from([RuntimeError("boom"), ValueError("bad"), TimeoutError("slow")]),
     st.builds(lambda usage: lw.Completion(VALID[0], lw.Usage(usage, usage, usage)), st.integers(0, 5000)),
     st.just(final("done")),
+    st.sampled_from([42, None, b"Final Answer: 1", ["list"]]),  # not a str or a Completion
 )
 
 

@@ -86,7 +86,7 @@ def call_policy(policy: Policy, request: ModelRequest) -> Completion:
     if isinstance(out, Completion):
         return out
     if isinstance(out, str):
-        return Completion(out)
+        return Completion(str(out))  # a str subclass becomes a plain str, as in the trace
     raise TypeError(
         f"a policy must return str or loopwright.Completion, got {type(out).__name__}"
     )
