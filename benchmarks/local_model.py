@@ -8,7 +8,7 @@ the trace), tokens sent, tokens evaluated with prefix reuse, tokens evaluated by
 same task with the cache reset before every call, and tokens (evaluated + generated) per
 second of model time. Then the share of the 20 tasks answered correctly, in ReAct and
 in ReWOO, with and without grammars, and the parse errors of each. The demo tools and
-their prompts (loopwright.demo_tools) are used; answers are checked with is_correct.
+the prompts built from their examples (loopwright.demo_tools) are used; answers are checked with is_correct.
 
 A 135M model answers few of these; the numbers are reported as they come.
 """
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import loopwright as lw
-from loopwright.demo_tools import DEMO_TASKS, demo_prompts, demo_registry, is_correct
+from loopwright.demo_tools import DEMO_TASKS, demo_registry, is_correct
 
 
 @dataclass
@@ -76,7 +76,7 @@ def run_one(
     model.reset()
     started = time.perf_counter()
     trace = lw.run(
-        task, timed, demo_registry(), mode=mode, max_steps=max_steps, prompts=demo_prompts()
+        task, timed, demo_registry(), mode=mode, max_steps=max_steps
     )
     wall = time.perf_counter() - started
     u = trace.usage

@@ -10,7 +10,6 @@ import loopwright as lw
 from loopwright.demo_tools import (
     DEMO_TASKS,
     calculate,
-    demo_prompts,
     demo_registry,
     evaluate,
     find_facts,
@@ -104,13 +103,15 @@ def test_calculate_failures_come_back_as_observations_through_the_registry() -> 
     assert calculate.name == "calculate" and lookup.name == "lookup"
 
 
-def test_demo_prompts_show_worked_examples_with_the_demo_tools() -> None:
-    prompts = demo_prompts()
-    text = prompts.react_json.format(tools="(tools)", task="What is 2 + 2?")
+def test_demo_tools_declare_examples_that_become_the_default_worked_examples() -> None:
+    policy = lw.ScriptedPolicy(["Thought: t\nFinal Answer: 4"])
+    lw.run("What is 2 + 2?", policy, demo_registry())
+    text = policy.prompts[0]
     assert 'Action: calculate\nAction Input: {"expression": "12 * 34"}' in text
-    assert text.endswith("Question: What is 2 + 2?\nThought:")
-    assert prompts.rewoo_planner.format(tools="t", task="q").endswith("Question: q\nPlan:")
-    assert prompts.react_brackets.format(tools="t", task="q").endswith("Question: q\nThought 1:")
+    assert 'Action: lookup\nAction Input: {"query": "capital of Italy"}' in text
+    assert text.endswith('Action Input: {"expression": "100 - 58"}\nObservation: <untrusted source="calculate#1">42'
+                         '</untrusted>\nThought: The observation says 42\nFinal Answer: 42\n\nQuestion: What is 2 + 2?\nThought:')
+    assert [e.question for e in calculate.examples][-1] == "What is the population of Rome times 3?"
 
 
 def test_demo_tasks_are_twenty_and_each_answerable_from_the_tools() -> None:

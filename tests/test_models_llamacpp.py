@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import loopwright as lw
-from loopwright.demo_tools import DEMO_TASKS, demo_prompts, demo_registry
+from loopwright.demo_tools import DEMO_TASKS, demo_registry
 from loopwright.models.llamacpp import default_threads
 
 
@@ -105,8 +105,9 @@ def test_a_prompt_longer_than_the_context_is_a_model_error() -> None:
 @pytest.mark.slow
 def test_a_constrained_step_closes_even_when_max_tokens_is_too_small(model: Any) -> None:
     schemas = tuple(demo_registry().schemas())
-    prompt = demo_prompts().react_json.format(
-        tools=lw.prompts.describe_tools(schemas), task="When was Alan Turing born?"
+    prompt = lw.prompts.REACT_JSON.format(
+        tools=lw.prompts.describe_tools(schemas), task="When was Alan Turing born?",
+        examples=lw.prompts.worked_examples(list(demo_registry())),
     )
     request = lw.ModelRequest(prompt, lw.prompts.STOP_JSON, "react", schemas, max_tokens=4)
     out = model.complete(request)
@@ -199,7 +200,7 @@ def test_with_grammars_twenty_tasks_give_no_parse_error_in_react(dialect: str) -
     # small. No reset between tasks: the shared instructions stay cached.
     for task, _ in DEMO_TASKS if dialect == "json" else DEMO_TASKS[::2]:
         trace = lw.run_react(
-            task, model, demo_registry(), prompts=demo_prompts(), max_steps=3, dialect=dialect
+            task, model, demo_registry(), max_steps=3, dialect=dialect
         )
         failures += _parse_failures(trace)
         assert trace.stopped_reason in ("final", "max_steps", "repeated_call"), trace
@@ -211,7 +212,7 @@ def test_with_grammars_twenty_tasks_give_no_parse_error_in_rewoo() -> None:
     model = lw.models.LlamaCpp(n_ctx=2048, max_tokens=160, plan_max_steps=3)
     failures = []
     for task, _ in DEMO_TASKS:  # no reset: the planner's instructions stay cached
-        trace = lw.run_rewoo(task, model, demo_registry(), prompts=demo_prompts(), max_steps=3)
+        trace = lw.run_rewoo(task, model, demo_registry(), max_steps=3)
         failures += _parse_failures(trace)
         assert trace.llm_calls == 2 and trace.stopped_reason == "final", trace
     assert failures == []

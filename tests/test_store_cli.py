@@ -138,15 +138,14 @@ def test_resume_builds_model_and_tools_as_loopwright_run_does(tmp_path):
     from the same flags (here a cassette of an uninterrupted run, which answers only
     prompts identical to the ones that run sent)."""
     from loopwright import cli, store_cli
-    from loopwright.demo_tools import demo_prompts, demo_registry
+    from loopwright.demo_tools import demo_registry
 
     script = [act("calculate", '{"expression": "17 * 23"}'), final("391")]
     cassette, path = tmp_path / "calls.jsonl", tmp_path / "runs.db"
-    lw.run("What is 17 * 23?", lw.models.Recorder(lw.ScriptedPolicy(script), cassette), demo_registry(),
-           prompts=demo_prompts())
+    lw.run("What is 17 * 23?", lw.models.Recorder(lw.ScriptedPolicy(script), cassette), demo_registry())
     with SQLiteStore(path) as store, pytest.raises(lw.RunInterrupted):
         lw.run("What is 17 * 23?", lw.ScriptedPolicy([script[0], KeyboardInterrupt()]), demo_registry(),
-               prompts=demo_prompts(), store=store, run_id="cut")
+               store=store, run_id="cut")
 
     store_cli.register()
     assert cli.main(["runs", "resume", "cut", "--db", str(path), "--replay", str(cassette)]) == 0

@@ -48,7 +48,7 @@ from loopwright.wire.parsing import (
     parse_tool_calls,
     substitute,
 )
-from loopwright.wire.tools import Tool, ToolError, ToolRegistry, ToolResult, tool
+from loopwright.wire.tools import Tool, ToolError, ToolExample, ToolRegistry, ToolResult, tool
 
 __version__ = "0.1.0"
 
@@ -96,6 +96,7 @@ __all__ = [
     "ToolCall",
     "ToolDefinitionError",
     "ToolError",
+    "ToolExample",
     "ToolRegistry",
     "ToolResult",
     "Trace",

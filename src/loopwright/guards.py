@@ -23,7 +23,9 @@ class Limits:
     token_budget: prompt tokens sent plus completion tokens, checked after each call.
     timeout_s: the run's wall clock. max_replans: plan-execute's recovery bound.
     on_parse_error / on_repeat: ReAct only. max_parse_errors: consecutive parse errors
-    tolerated under "observe" before the run stops with "error".
+    tolerated under "observe" before the run stops with "error". max_nudges: under
+    on_repeat="nudge", identical calls nudged in a row before the run stops with
+    "repeated_call" (the next identical call ends it).
     """
 
     max_steps: int = 10
@@ -34,6 +36,7 @@ class Limits:
     on_repeat: OnRepeat = "nudge"
     max_parse_errors: int = 3
     repeat_threshold: int = 3
+    max_nudges: int = 2
 
     def __post_init__(self) -> None:
         _positive_int("max_steps", self.max_steps)
@@ -54,6 +57,8 @@ class Limits:
         if self.on_repeat not in ("nudge", "stop", "off"):
             raise ValueError(f"on_repeat must be 'nudge', 'stop' or 'off', got {self.on_repeat!r}")
         _positive_int("max_parse_errors", self.max_parse_errors)
+        if isinstance(self.max_nudges, bool) or not isinstance(self.max_nudges, int) or self.max_nudges < 0:
+            raise ValueError(f"max_nudges must be an integer >= 0, got {self.max_nudges!r}")
         if isinstance(self.repeat_threshold, bool) or not isinstance(self.repeat_threshold, int) or self.repeat_threshold < 2:
             raise ValueError(f"repeat_threshold must be an integer >= 2, got {self.repeat_threshold!r}")
 

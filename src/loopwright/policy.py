@@ -53,6 +53,10 @@ class ModelRequest:
     dialect: the ReAct step format: "json" (`Action:` / `Action Input:`), "brackets"
       (`Action k: name[arg]`) or "native" (the backend's own tool calling; `prompt` then
       still holds the JSON-dialect transcript for the record).
+    known_calls: ReAct calls whose results the prompt already holds, the latest per tool
+      (`(tool, args)`); a backend that constrains decoding may exclude repeating them.
+    output_schema: the JSON Schema a final answer must fit (`run(..., output_type=...)`),
+      for backends that constrain it; None for a free-text answer.
     """
 
     prompt: str
@@ -62,6 +66,8 @@ class ModelRequest:
     messages: tuple[dict[str, Any], ...] = ()
     max_tokens: int | None = None
     dialect: str = "json"
+    known_calls: tuple[tuple[str, dict[str, Any]], ...] = ()
+    output_schema: dict[str, Any] | None = None
 
 
 @runtime_checkable

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import loopwright as lw
-from loopwright.demo_tools import demo_prompts, demo_registry
+from loopwright.demo_tools import demo_registry
 
 HERE = Path(__file__).parent
 
@@ -43,10 +43,10 @@ CASES: dict[str, dict[str, Any]] = {
 
 
 def run_case(policy: Any, case: dict[str, Any]) -> lw.Trace:
-    """The run a case describes, on `policy`, with the demo tools and prompts."""
+    """The run a case describes, on `policy`, with the demo tools (and the prompts built from their examples)."""
     options = dict(case)
     task = options.pop("task")
-    return lw.run(task, policy, demo_registry(), prompts=demo_prompts(), **options)
+    return lw.run(task, policy, demo_registry(), **options)
 
 
 def main(names: list[str]) -> None:

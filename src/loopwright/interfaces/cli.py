@@ -176,10 +176,6 @@ def _run(args: argparse.Namespace) -> int:
     registry = load_tools(args.tools)
     model = make_model(args)
     limits: dict[str, Any] = {"max_steps": args.max_steps}
-    if not args.tools:
-        from loopwright.interfaces.demo_tools import demo_prompts
-
-        limits["prompts"] = demo_prompts()
     if args.token_budget is not None:
         limits["token_budget"] = args.token_budget
     if args.timeout_s is not None:

@@ -18,7 +18,6 @@ from functools import cache
 from importlib import resources
 from typing import Any, Final
 
-from loopwright.prompts import REACT_BRACKETS, REACT_JSON, with_examples
 from loopwright.wire.tools import Tool, ToolRegistry, tool
 
 MAX_EXPRESSION_CHARS: Final = 300
@@ -97,7 +96,21 @@ def find_facts(query: str) -> list[str]:
     return out
 
 
-@tool
+# The demo tools declare their worked examples like any user's tools: the default
+# prompts are built from them (the shared question makes a two-step example).
+_TIMES_THREE = "What is the population of Rome times 3?"
+
+
+@tool(
+    examples=[
+        {"question": "What is the capital of Italy?", "args": {"query": "capital of Italy"},
+         "result": "The capital of Italy is Rome."},
+        {"question": "When was Ada Lovelace born?", "args": {"query": "Ada Lovelace born"},
+         "result": "Ada Lovelace was born in 1815."},
+        {"question": _TIMES_THREE, "args": {"query": "population of Rome"},
+         "result": "The population of Rome is about 2800000."},
+    ]
+)  # fmt: skip
 def lookup(query: str) -> str:
     """Look up a fact about a city, country, landmark, event or person, e.g. "population of Paris"."""
     facts = find_facts(query)
@@ -174,7 +187,13 @@ def _eval_node(node: ast.AST) -> int | float:
     raise ValueError(f"{type(node).__name__} is not allowed in an expression; allowed: {allowed}")
 
 
-@tool
+@tool(
+    examples=[
+        {"question": "What is 12 * 34?", "args": {"expression": "12 * 34"}, "result": 408},
+        {"question": "What is 100 - 58?", "args": {"expression": "100 - 58"}, "result": 42},
+        {"question": _TIMES_THREE, "args": {"expression": "2800000 * 3"}, "result": 8400000},
+    ]
+)  # fmt: skip
 def calculate(expression: str) -> int | float:
     """Evaluate an arithmetic expression such as "17 * 23" or "(2 + 3) ** 2"."""
     return evaluate(expression)
@@ -188,138 +207,6 @@ DEMO_TOOLS: Final[tuple[Tool, ...]] = (calculate, lookup)
 def demo_registry() -> ToolRegistry:
     """A registry holding the demo tools."""
     return ToolRegistry(list(DEMO_TOOLS))
-
-
-# Prompts for the demo tools: the default templates with worked examples that use these
-# very tools, which a small model copies far better than the generic example.
-_DEMO_REACT_JSON = with_examples(
-    REACT_JSON,
-    """\
-Example:
-Question: What is the population of Rome times 3?
-Thought: I need the population of Rome, so I look it up
-Action: lookup
-Action Input: {{"query": "population of Rome"}}
-Observation: <untrusted source="lookup#1">The population of Rome is about 2800000.</untrusted>
-Thought: 2800000 * 3 is arithmetic, so I calculate it
-Action: calculate
-Action Input: {{"expression": "2800000 * 3"}}
-Observation: <untrusted source="calculate#2">8400000</untrusted>
-Thought: The observation says 8400000
-Final Answer: 8400000
-
-Example:
-Question: What is the capital of Italy?
-Thought: Italy is a country, so I look it up
-Action: lookup
-Action Input: {{"query": "capital of Italy"}}
-Observation: <untrusted source="lookup#1">The capital of Italy is Rome.</untrusted>
-Thought: The observation says Rome
-Final Answer: Rome
-
-Example:
-Question: What is 100 - 58?
-Thought: 100 - 58 is arithmetic, so I calculate it
-Action: calculate
-Action Input: {{"expression": "100 - 58"}}
-Observation: <untrusted source="calculate#1">42</untrusted>
-Thought: The observation says 42
-Final Answer: 42
-
-Example:
-Question: When was Ada Lovelace born?
-Thought: Ada Lovelace is a person, so I look it up
-Action: lookup
-Action Input: {{"query": "Ada Lovelace born"}}
-Observation: <untrusted source="lookup#1">Ada Lovelace was born in 1815.</untrusted>
-Thought: The observation says 1815
-Final Answer: 1815
-
-Example:
-Question: What is 12 * 34?
-Thought: 12 * 34 is arithmetic, so I calculate it
-Action: calculate
-Action Input: {{"expression": "12 * 34"}}
-Observation: <untrusted source="calculate#1">408</untrusted>
-Thought: The observation says 408
-Final Answer: 408
-""",
-)
-
-_DEMO_REACT_BRACKETS = with_examples(
-    REACT_BRACKETS,
-    """\
-Example:
-Question: What is the population of Rome times 3?
-Thought 1: I need the population of Rome, so I look it up
-Action 1: lookup[population of Rome]
-Observation 1: <untrusted source="lookup#1">The population of Rome is about 2800000.</untrusted>
-Thought 2: 2800000 * 3 is arithmetic, so I calculate it
-Action 2: calculate[2800000 * 3]
-Observation 2: <untrusted source="calculate#2">8400000</untrusted>
-Thought 3: The observation says 8400000
-Action 3: finish[8400000]
-
-Example:
-Question: What is the capital of Italy?
-Thought 1: Italy is a country, so I look it up
-Action 1: lookup[capital of Italy]
-Observation 1: <untrusted source="lookup#1">The capital of Italy is Rome.</untrusted>
-Thought 2: The observation says Rome
-Action 2: finish[Rome]
-
-Example:
-Question: What is 12 * 34?
-Thought 1: 12 * 34 is arithmetic, so I calculate it
-Action 1: calculate[12 * 34]
-Observation 1: <untrusted source="calculate#1">408</untrusted>
-Thought 2: The observation says 408
-Action 2: finish[408]
-""",
-)
-
-_DEMO_PLANNER = """\
-Make a plan to answer the question with the tools below. Write the whole plan now, before
-any tool runs, as JSON: {{"plan": [{{"id": "E1", "tool": "<tool>", "args": {{...}}}}, ...]}}.
-Ids are E1, E2, ... in order. To use the result of an earlier step, write "#E1" as an
-argument value. Use as few steps as the question needs.
-
-Tools:
-{tools}
-
-Example:
-Question: What is the capital of Italy?
-Plan: {{"plan": [{{"id": "E1", "tool": "lookup", "args": {{"query": "capital of Italy"}}}}]}}
-
-Example:
-Question: What is 100 - 58?
-Plan: {{"plan": [{{"id": "E1", "tool": "calculate", "args": {{"expression": "100 - 58"}}}}]}}
-
-Example:
-Question: When was Ada Lovelace born?
-Plan: {{"plan": [{{"id": "E1", "tool": "lookup", "args": {{"query": "Ada Lovelace born"}}}}]}}
-
-Example:
-Question: What is 12 * 34?
-Plan: {{"plan": [{{"id": "E1", "tool": "calculate", "args": {{"expression": "12 * 34"}}}}]}}
-
-Question: {task}
-Plan:"""
-
-
-def demo_prompts() -> Any:
-    """The default PromptSet with worked examples written for the demo tools."""
-    from dataclasses import replace
-
-    from loopwright.prompts import DEFAULT_PROMPTS
-
-    return replace(
-        DEFAULT_PROMPTS,
-        react_json=_DEMO_REACT_JSON,
-        react_brackets=_DEMO_REACT_BRACKETS,
-        rewoo_planner=_DEMO_PLANNER,
-        planner=_DEMO_PLANNER,
-    )
 
 
 DEMO_TASKS: Final[tuple[tuple[str, str], ...]] = (

@@ -22,7 +22,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from loopwright.durable.resume import resume
 from loopwright.durable.store import RunRecord, SQLiteStore
@@ -190,13 +190,8 @@ def _resume(
     for key in args.deny:
         store.decide(args.run_id, key, Decision(False, args.reason or "denied by approver"))
     args.dialect = record.config.get("dialect") or "json"  # what make_model reads
-    options: dict[str, Any] = {}
-    if not args.tools:  # `loopwright run` pairs the demo tools with their prompts
-        from loopwright.interfaces.demo_tools import demo_prompts
-
-        options["prompts"] = demo_prompts()
     trace = resume(args.run_id, policy_factory(args), registry_factory(args), store=store,
-                   rerun_unfinished=args.rerun_unfinished, **options)
+                   rerun_unfinished=args.rerun_unfinished)
     print(trace, file=out)
     record = store.load_run(args.run_id)
     if record.status == "paused":

@@ -19,6 +19,7 @@ model's vocabulary, which is the backend's job.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -101,15 +102,58 @@ class _Values:
         if step is not None:
             self.string, self.ref = _plan_strings(rules, step)
 
-    def value(self, schema: Any, name: str) -> str:
+    def value(self, schema: Any, name: str, required: bool = False) -> str:
         """The rule for one JSON value matching `schema`; generic JSON where not modelled.
-        In a plan, a whole-value `"#E<n>"` reference is accepted in place of any value."""
-        rule = self._typed(schema, name)
+        In a plan, a whole-value `"#E<n>"` reference is accepted in place of any value.
+        A required string is non-empty unless the schema allows "" (minLength 0, a ""
+        default)."""
+        rule = self._typed(schema, name, required)
         if self.ref is None or rule == self.string:
             return rule
         return self.rules.add(f"{name}-or-ref", f"{rule} | {self.ref}")
 
-    def _typed(self, schema: Any, name: str) -> str:
+    def _string(self, schema: Mapping[str, Any], required: bool) -> str:
+        low, high = string_bounds(schema, required)
+        if self.step is not None:  # a plan's strings: only whether one may be empty
+            if low == 0:
+                return self.string
+            k = self.step
+            ids = f"[1-{k - 1}]"
+            if k == 1:
+                body = f'"\\"" plain-char{{1,{STRING_MAX_CHARS}}} "\\""'
+            else:
+                body = f'"\\"" (p{k}-seg{{1,{STRING_MAX_CHARS}}} ("#E" {ids})? | "#E" {ids}) "\\""'
+            return self.rules.add(f"p{k}-string-nonempty", body)
+        if (low, high) == (0, STRING_MAX_CHARS):
+            return "json-string"
+        return self.rules.add(f"json-string-{low}-{high}", f'"\\"" json-char{{{low},{high}}} "\\""')
+
+    def _number(self, schema: Mapping[str, Any], kind: str, name: str) -> str:
+        """Numbers within the schema's bounds where GBNF can say so: a small integer range
+        as its values, a bound at zero as the sign, a non-negative maximum as the most
+        digits; other bounds are left to validation."""
+        low, high = number_bounds(schema, kind == "integer")
+        if kind == "integer" and low is not None and high is not None and 0 <= high - low <= 64:
+            return self.rules.add(name, " | ".join(f'"{v}"' for v in range(int(low), int(high) + 1)))
+        digits = "([0-9] | [1-9] [0-9]{1,15})"
+        if high is not None and high >= 0 and kind == "integer" and (low is not None and low >= 0):
+            width = len(str(int(high)))
+            digits = "[0-9]" if width == 1 else f"([0-9] | [1-9] [0-9]{{1,{width - 1}}})"
+        sign = '"-"?'
+        if low is not None and low >= 0:
+            sign = ""
+        elif high is not None and high < 0:
+            sign = '"-"'
+        if sign == '"-"?' and digits.startswith("(["):
+            if kind == "integer":
+                return "json-integer"
+            return "json-number"
+        body = f"{sign} {digits}".strip()
+        if kind == "number":
+            body += ' ("." [0-9]{1,15})? ([eE] [-+]? [0-9]{1,3})?'
+        return self.rules.add(f"{name}-n", body)
+
+    def _typed(self, schema: Any, name: str, required: bool = False) -> str:
         if not isinstance(schema, Mapping):
             return self._generic()
         if isinstance(schema.get("enum"), list) and schema["enum"]:
@@ -118,8 +162,10 @@ class _Values:
             return self.rules.add(name, _json_literal(schema["const"]))
         kind = schema.get("type")
         if kind == "string":
-            return self.string
-        if kind in ("integer", "number", "boolean", "null"):
+            return self._string(schema, required)
+        if kind in ("integer", "number"):
+            return self._number(schema, kind, name)
+        if kind in ("boolean", "null"):
             return f"json-{kind}"
         if kind == "array":
             item = self.value(schema.get("items"), f"{name}-item")
@@ -149,7 +195,7 @@ class _Values:
         optional = [k for k in keys if k not in required_set]
 
         def pair(key: str) -> str:
-            value = self.value(props[key], f"{name}-p{keys.index(key)}")
+            value = self.value(props[key], f"{name}-p{keys.index(key)}", key in required_set)
             return f"{_json_literal(key)} {gbnf_literal(': ')} {value}"
 
         if required:
@@ -167,6 +213,38 @@ class _Values:
         else:
             return '"{}"'
         return f'"{{" {inner} "}}"'
+
+
+def string_bounds(schema: Mapping[str, Any], required: bool) -> tuple[int, int]:
+    """The least and most characters a string value gets in a grammar."""
+    allows_empty = schema.get("minLength") == 0 or schema.get("default") == ""
+    low = schema.get("minLength")
+    low = low if isinstance(low, int) and not isinstance(low, bool) else (1 if required and not allows_empty else 0)
+    high = schema.get("maxLength")
+    high = high if isinstance(high, int) and not isinstance(high, bool) else STRING_MAX_CHARS
+    high = max(1, min(high, STRING_MAX_CHARS))
+    return min(low, high), high
+
+
+def number_bounds(schema: Mapping[str, Any], integer: bool) -> tuple[float | None, float | None]:
+    """A number schema's inclusive bounds (exclusive ones moved inward for integers)."""
+
+    def num(key: str) -> float | None:
+        value = schema.get(key)
+        return None if isinstance(value, bool) or not isinstance(value, (int, float)) else value
+
+    low, high = num("minimum"), num("maximum")
+    exclusive_low, exclusive_high = num("exclusiveMinimum"), num("exclusiveMaximum")
+    if exclusive_low is not None:
+        bound = math.floor(exclusive_low) + 1 if integer else exclusive_low
+        low = bound if low is None else max(low, bound)
+    if exclusive_high is not None:
+        bound = math.ceil(exclusive_high) - 1 if integer else exclusive_high
+        high = bound if high is None else min(high, bound)
+    if integer:
+        low = None if low is None else math.ceil(low)
+        high = None if high is None else math.floor(high)
+    return low, high
 
 
 def _plan_strings(rules: _Rules, step: int) -> tuple[str, str | None]:
@@ -204,6 +282,116 @@ def _args_rule(values: _Values, tool: Mapping[str, Any], name: str) -> str:
     )
 
 
+def _args_avoiding(
+    values: _Values, tool: Mapping[str, Any], name: str, known: Mapping[str, Any] | None
+) -> str | None:
+    """The tool's arguments rule without the one call `known` (its result is already in
+    the scratchpad): some required argument differs, written as "the same values up to
+    key i, then a different value at key i". String, enum and boolean values can be
+    excluded this way; a call that differs only in numbers or nested values, or in
+    optional arguments when `known` has some, is left possible (validation and the
+    repeat guard still see it). None when the known call is the tool's only call."""
+    rule = _args_rule(values, tool, name)
+    params = tool.get("parameters")
+    if known is None or not isinstance(params, Mapping) or not isinstance(params.get("properties"), Mapping):
+        return rule
+    props: Mapping[str, Any] = params["properties"]
+    required_set = set(params.get("required") or ())
+    keys = list(props)
+    required = [k for k in keys if k in required_set]
+    optional = [k for k in keys if k not in required_set]
+    if set(known) - set(keys) or any(k not in known for k in required):
+        return rule  # a call this grammar never generates anyway
+    rules = values.rules
+
+    def free(key: str) -> str:
+        return values.value(props[key], f"{name}-p{keys.index(key)}", key in required_set)
+
+    def pair(key: str, value: str) -> str:
+        return f"{_json_literal(key)} {gbnf_literal(': ')} {value}"
+
+    alternatives = []
+    for i, key in enumerate(required):
+        other = _value_avoiding(rules, props[key], known[key], f"{name}-x{i}")
+        if other is None:
+            continue
+        parts = [pair(k, _json_literal(known[k])) for k in required[:i]]
+        parts += [pair(key, other)] + [pair(k, free(k)) for k in required[i + 1 :]]
+        tail = " ".join(f'(", " {pair(k, free(k))})?' for k in optional)
+        alternatives.append(' ", " '.join(parts) + (f" {tail}" if tail else ""))
+    if optional and not any(k in known for k in optional):
+        same = [pair(k, _json_literal(known[k])) for k in required]
+        for j, key in enumerate(optional):  # the same required values and some optional one
+            rest = " ".join(f'(", " {pair(k, free(k))})?' for k in optional[j + 1 :])
+            alternatives.append(" \", \" ".join([*same, pair(key, free(key))]) + (f" {rest}" if rest else ""))
+    if not alternatives:
+        if required or optional:
+            return rule  # nothing here can be told apart at decode time
+        return None
+    return rules.add(f"{name}-new", '"{" (' + " | ".join(f"({a})" for a in alternatives) + ') "}"')
+
+
+def _value_avoiding(rules: _Rules, schema: Any, known: Any, name: str) -> str | None:
+    """A rule for a value of `schema` other than `known`, where one can be written."""
+    if not isinstance(schema, Mapping):
+        return None
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        others = [v for v in schema["enum"] if v != known or type(v) is not type(known)]
+        return rules.add(name, " | ".join(_json_literal(v) for v in others)) if others else None
+    kind = schema.get("type")
+    if kind == "boolean" and isinstance(known, bool):
+        return _json_literal(not known)
+    if kind == "string" and isinstance(known, str):
+        text = json.dumps(known, ensure_ascii=False)[1:-1]
+        if "\\" in text:
+            return None  # escapes have several spellings: not excluded
+        low, high = string_bounds(schema, True)
+        inner = _text_avoiding(rules, name, text, "json-char", '"\\\\\\x00-\\x1f', low, high, " | json-escape")
+        return None if inner is None else rules.add(f"{name}-s", f'"\\"" {inner} "\\""')
+    return None
+
+
+def _text_avoiding(
+    rules: _Rules, name: str, text: str, any_char: str, excluded: str, low: int, high: int, extra: str = ""
+) -> str | None:
+    """A rule for `low`..`high` characters (each matching `any_char`) that spell anything
+    but `text`: the same first i characters, then a different one, or stopping early, or
+    going on past the end. `excluded` is what `any_char` leaves out, as class content."""
+    n = len(text)
+    if n > high:
+        return None
+    nxt: str | None = None
+    if n < high:
+        nxt = rules.add(f"{name}-{n}", f"{any_char}{{1,{high - n}}}")
+    for i in range(n - 1, -1, -1):
+        ch = text[i]
+        klass = "[^" + _class_char(ch) + excluded + "]" + extra
+        left = high - i - 1
+        diff = f"({klass})" + (f" {any_char}{{0,{left}}}" if left else "")
+        body = diff if nxt is None else f"{diff} | {gbnf_literal(ch)} {nxt}"
+        if i >= low:  # stopping here spells a shorter text
+            body = f"({body})?"
+        nxt = rules.add(f"{name}-{i}", body)
+    return nxt
+
+
+def _class_char(ch: str) -> str:
+    """One character as GBNF character-class content."""
+    if ch in "]\\^-[":
+        return "\\" + ch
+    return gbnf_literal(ch)[1:-1]
+
+
+def _single_text_value(tool: Mapping[str, Any], known: Mapping[str, Any] | None) -> str | None:
+    """The bare text a brackets call `name[text]` wrote for `known`, if that is its form."""
+    if not known or len(known) != 1:
+        return None
+    value = next(iter(known.values()))
+    if not isinstance(value, str) or set(value) & set("[]\n") or not value:
+        return None
+    return value
+
+
 def _single_text_param(tool: Mapping[str, Any]) -> bool:
     """Whether the brackets dialect passes this tool's argument as plain text: one
     parameter (or one required one), of type string."""
@@ -232,7 +420,11 @@ def _named(tools: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 
 
 def react_grammar(
-    tools: Sequence[Mapping[str, Any]], dialect: str = "json", *, with_thought_label: bool = False
+    tools: Sequence[Mapping[str, Any]],
+    dialect: str = "json",
+    *,
+    with_thought_label: bool = False,
+    avoid: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> str:
     """The GBNF grammar of one ReAct step in `dialect` ("json" or "brackets").
 
@@ -241,33 +433,47 @@ def react_grammar(
     json: ` thought\\nAction: name\\nAction Input: {args}` or ` thought\\nFinal Answer: text`.
     brackets: ` thought\\nAction <k>: name[text or {args}]` or `... finish[answer]`.
     A thought holds no colon, so nothing in it can read as a new `Action:` or
-    `Observation:` line.
+    `Observation:` line. `avoid` maps a tool name to arguments whose result is already
+    known: that exact call cannot be generated (see `_args_avoiding`).
     """
     named = _named(tools)
     rules = _Rules()
     values = _Values(rules)
+    avoid = avoid or {}
     if dialect == "json":
         label = '"Thought: " ' if with_thought_label else ""
-        rules.add("root", f'{label}thought "\\n" (action | final)')
+        rules.add("root", "")  # first, as llama.cpp prints it; its body follows the tools
         alts = []
         for i, tool in enumerate(named):
-            args = _args_rule(values, tool, f"tool{i}-args")
+            args = _args_avoiding(values, tool, f"tool{i}-args", avoid.get(str(tool["name"])))
+            if args is None:
+                continue  # its only possible call is the known one
             head = gbnf_literal(f"{tool['name']}\nAction Input: ")
             alts.append(rules.add(f"tool{i}", f'{head} {args} "\\n"?'))
-        rules.add("action", '"Action: " (' + " | ".join(alts) + ")")
+        rules.add("root", f'{label}thought "\\n" ({"action | " if alts else ""}final)')
+        if alts:
+            rules.add("action", '"Action: " (' + " | ".join(alts) + ")")
         rules.add("final", '"Final Answer: " answer "\\n"?')
         rules.add("answer", f"[^\\n]{{1,{ANSWER_MAX_CHARS}}}")
     elif dialect == "brackets":
         label = '"Thought " [0-9]{1,2} ": " ' if with_thought_label else ""
-        rules.add("root", f'{label}thought "\\n" "Action " [0-9]{{1,2}} ": " (call | final)')
+        rules.add("root", "")
         alts = []
         for i, tool in enumerate(named):
+            known = avoid.get(str(tool["name"]))
             if _single_text_param(tool):
-                arg = "bracket-text"
+                arg: str | None = "bracket-text"
+                text = _single_text_value(tool, known)
+                if text is not None:
+                    arg = _text_avoiding(rules, f"tool{i}-text", text, "[^\\[\\]\\n]", "\\[\\]\\n", 1, STRING_MAX_CHARS)
             else:
-                arg = _args_rule(values, tool, f"tool{i}-args")
-            alts.append(rules.add(f"tool{i}", f'{gbnf_literal(str(tool["name"]))} "[" {arg} "]"'))
-        rules.add("call", " | ".join(alts))
+                arg = _args_avoiding(values, tool, f"tool{i}-args", known)
+            if arg is not None:
+                alts.append(rules.add(f"tool{i}", f'{gbnf_literal(str(tool["name"]))} "[" {arg} "]"'))
+        step = "(call | final)" if alts else "final"
+        rules.add("root", f'{label}thought "\\n" "Action " [0-9]{{1,2}} ": " {step}')
+        if alts:
+            rules.add("call", " | ".join(alts))
         rules.add("final", '"finish[" bracket-answer "]" "\\n"?')
         rules.add("bracket-text", f"[^\\[\\]\\n]{{1,{STRING_MAX_CHARS}}}")
         rules.add("bracket-answer", f"[^\\[\\]\\n]{{1,{ANSWER_MAX_CHARS}}}")

@@ -60,12 +60,13 @@ def default_model_path() -> Path:
     )
 
 
-def grammar_for(request: ModelRequest, *, plan_max_steps: int = 4) -> str | None:
+def grammar_for(request: ModelRequest, *, plan_max_steps: int = 4, exclude_known: bool = True) -> str | None:
     """The GBNF text that constrains this request, or None when it is free text.
 
     ReAct steps in the text dialects get react_grammar and plans and replans get
     plan_grammar with at most `plan_max_steps` steps (both need the tools); a solver's
     reply is held to one line; summaries and native tool calling are unconstrained.
+    With `exclude_known`, a ReAct step cannot repeat the request's `known_calls`.
     """
     if request.purpose == "solve":
         return answer_grammar()
@@ -73,7 +74,8 @@ def grammar_for(request: ModelRequest, *, plan_max_steps: int = 4) -> str | None
         return None
     if request.purpose == "react" and request.dialect in ("json", "brackets"):
         labelled = _THOUGHT_LABEL_AT_END.search(request.prompt[-40:]) is not None
-        return react_grammar(request.tools, request.dialect, with_thought_label=not labelled)
+        avoid = dict(request.known_calls) if exclude_known else None
+        return react_grammar(request.tools, request.dialect, with_thought_label=not labelled, avoid=avoid)
     if request.purpose in ("plan", "replan"):
         return plan_grammar(request.tools, max_steps=plan_max_steps)
     return None
@@ -113,7 +115,9 @@ class LlamaCpp:
     until the grammar's limit); a constrained call may generate up to
     CONSTRAINED_MIN_TOKENS even past max_tokens, so that its step always closes.
     prefix_cache False resets the KV cache before every call
-    (to measure what the cache saves). The model loads on first use, once per instance;
+    (to measure what the cache saves). exclude_known: a ReAct step's grammar cannot
+    repeat the latest call of each tool whose result the prompt already holds (the
+    request's `known_calls`), so a greedy model stuck on one call must change it. The model loads on first use, once per instance;
     calls are serialised by a lock.
     """
 
@@ -129,6 +133,7 @@ class LlamaCpp:
         grammar: bool = True,
         plan_max_steps: int = 4,
         prefix_cache: bool = True,
+        exclude_known: bool = True,
         verbose: bool = False,
     ) -> None:
         self.model_path = Path(model_path) if model_path is not None else default_model_path()
@@ -142,6 +147,7 @@ class LlamaCpp:
         self.grammar = grammar
         self.plan_max_steps = plan_max_steps
         self.prefix_cache = prefix_cache
+        self.exclude_known = exclude_known
         self.verbose = verbose
         self.name = self.model_path.name
         self._llm: Llama | None = None
@@ -294,7 +300,11 @@ class LlamaCpp:
     def complete(self, request: ModelRequest) -> Completion:
         """One raw completion of request.prompt with its stop strings (and its grammar
         when grammars are on)."""
-        gbnf = grammar_for(request, plan_max_steps=self.plan_max_steps) if self.grammar else None
+        gbnf = (
+            grammar_for(request, plan_max_steps=self.plan_max_steps, exclude_known=self.exclude_known)
+            if self.grammar
+            else None
+        )
         with self._lock:
             llm = self.llm
             grammar = self.compiled_grammar(gbnf) if gbnf else None

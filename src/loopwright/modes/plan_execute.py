@@ -11,9 +11,9 @@ from typing import Any
 
 from loopwright.guards import Limits
 from loopwright.modes._core import Run, RunContext, StepGen, open_context
-from loopwright.modes.rewoo import plan_call
+from loopwright.modes.rewoo import plan_call, plan_examples
 from loopwright.policy import Policy
-from loopwright.prompts import describe_tools, render_evidence
+from loopwright.prompts import describe_tools, fill, render_evidence
 from loopwright.trace import Step
 from loopwright.wire.parsing import PlanStep, substitute
 from loopwright.wire.tools import ToolRegistry
@@ -30,12 +30,13 @@ def iter_plan_execute(
     max_replans: int = 2,
     on_parse_error: str | None = None,
     on_repeat: str | None = None,
+    max_nudges: int | None = None,
     dialect: str | None = None,
     **options: Any,
 ) -> Run:
     """Start a plan-execute-replan run; iterate the result to get each Step.
 
-    on_parse_error, on_repeat and dialect are ReAct limits, accepted and ignored here.
+    on_parse_error, on_repeat, max_nudges and dialect are ReAct limits, accepted and ignored here.
     """
     limits = Limits(max_steps=max_steps, token_budget=token_budget, timeout_s=timeout_s,
                     max_replans=max_replans)
@@ -52,7 +53,7 @@ def run_plan_execute(task: str, policy: Policy, registry: ToolRegistry, **limits
 
 def _plan_execute(ctx: RunContext, max_tokens: int | None) -> StepGen:
     tools_text = describe_tools(ctx.schemas)
-    prompt = ctx.prompts.planner.format(tools=tools_text, task=ctx.task)
+    prompt = fill(ctx.prompts.planner, "planner", tools=tools_text, task=ctx.task, examples=plan_examples(ctx))
     kind = "plan"
     history: list[tuple[str, str, str]] = []  # (label, tool, observation) across attempts
     transcript = [f"Question: {ctx.task}"]

@@ -15,7 +15,7 @@ from loopwright.errors import ParseError
 from loopwright.guards import Limits, RepeatDetector
 from loopwright.modes._core import PolicyFailed, Run, RunContext, StepGen, first_line, open_context
 from loopwright.policy import ModelRequest, Policy
-from loopwright.prompts import describe_tools, example_call, fence
+from loopwright.prompts import describe_tools, example_call, fence, fill, worked_examples
 from loopwright.trace import Step, estimate_tokens
 from loopwright.wire.parsing import Action, FinalAnswer, parse_react_step
 from loopwright.wire.toolcalls import parse_tool_calls
@@ -36,8 +36,12 @@ class _Scratchpad:
         self.dialect = dialect
         prompts = ctx.prompts
         template = prompts.react_brackets if dialect == "brackets" else prompts.react_json
-        tools, fields = ctx.registry.memo("react_prompt", _tool_fields)
-        self.text = template.format(tools=tools, task=ctx.task, **fields)
+        shape = "brackets" if dialect == "brackets" else "json"
+        tools, fields = ctx.registry.memo(
+            f"react_prompt:{shape}:{prompts.example_tokens}:{prompts.tool_examples}",
+            lambda registry: _tool_fields(registry, shape, prompts.example_tokens, prompts.tool_examples),
+        )
+        self.text = fill(template, f"react_{shape}", tools=tools, task=ctx.task, **fields)
         self.stop = prompts.stop_brackets if dialect == "brackets" else prompts.stop_json
         self.transcript = f"Question: {ctx.task}\n"
         self.task = ctx.task
@@ -121,10 +125,11 @@ class _Scratchpad:
                 "prompt_tokens_after": estimate_tokens(self.text), "memory_tokens": estimate_tokens(section)}
 
 
-def _tool_fields(registry: ToolRegistry) -> tuple[str, dict[str, str]]:
-    """The prompt's tool list and worked-example fields (memoised on the registry)."""
+def _tool_fields(registry: ToolRegistry, dialect: str, budget: int, from_tools: bool) -> tuple[str, dict[str, str]]:
+    """The prompt's tool list and worked examples (memoised on the registry)."""
     schemas = registry.schemas()
-    return describe_tools(schemas), example_call(schemas)
+    examples = worked_examples(list(registry), dialect, budget=budget, from_tools=from_tools)
+    return describe_tools(schemas), {**example_call(schemas), "examples": examples}
 
 
 _MEMORY_OVERHEAD = 64  # the "Memory of earlier steps" label, the fence, and rounding
@@ -156,6 +161,7 @@ def iter_react(
     on_repeat: str = "nudge",
     dialect: str = "json",
     max_replans: int | None = None,
+    max_nudges: int = 2,
     **options: Any,
 ) -> Run:
     """Start a ReAct run; iterate the result to get each Step as it happens.
@@ -171,9 +177,10 @@ def iter_react(
         timeout_s=timeout_s,
         on_parse_error=on_parse_error,  # type: ignore[arg-type]
         on_repeat=on_repeat,  # type: ignore[arg-type]
+        max_nudges=max_nudges,
     )
     config = {"max_steps": max_steps, "token_budget": token_budget, "timeout_s": timeout_s,
-              "on_parse_error": on_parse_error, "on_repeat": on_repeat, "dialect": dialect,
+              "on_parse_error": on_parse_error, "on_repeat": on_repeat, "dialect": dialect, "max_nudges": max_nudges,
               "max_tokens": options.get("max_tokens")}
     ctx = open_context(task, "react", policy, registry, limits, config, options)
     pad = _Scratchpad(ctx, dialect, options.get("memory"), options.get("context_tokens"))
@@ -190,6 +197,7 @@ def _react(ctx: RunContext, pad: _Scratchpad, max_tokens: int | None) -> StepGen
     dialect = pad.dialect
     plain = ctx.plain_policy and dialect != "native"
     repeats = RepeatDetector()
+    known: dict[str, dict[str, Any]] = {}  # the latest executed call of each tool
     parse_errors = 0
     tools = () if plain else tuple(ctx.schemas)  # a plain policy only gets the prompt
     guarded = limits.token_budget is not None or limits.timeout_s is not None
@@ -212,6 +220,7 @@ def _react(ctx: RunContext, pad: _Scratchpad, max_tokens: int | None) -> StepGen
                     call = ctx.call_model(
                         ModelRequest(
                             pad.text, pad.stop, "react", tools, tuple(pad.messages), max_tokens, dialect,
+                            tuple(known.items()),
                         )
                     )
             except PolicyFailed as failed:
@@ -272,10 +281,12 @@ def _react(ctx: RunContext, pad: _Scratchpad, max_tokens: int | None) -> StepGen
 
             count = repeats.see(name, args) if limits.on_repeat != "off" else 1
             if count >= limits.repeat_threshold:
-                if limits.on_repeat == "stop":
+                nudged = count - limits.repeat_threshold  # nudges already given for this call
+                if limits.on_repeat == "stop" or nudged >= limits.max_nudges:
+                    after = f", after {nudged} nudges" if limits.on_repeat == "nudge" else ""
                     yield ctx.record(
                         Step(k, "nudge", raw=raw, thought=parsed.thought, tool=name, args=args,
-                             error=f"repeated call: {name} proposed {count} times in a row",
+                             error=f"repeated call: {name} proposed {count} times in a row{after}",
                              duration_s=time.perf_counter() - t0, usage=call.usage, prompt_chars=prompt, prompt=copy)
                     )
                     ctx.stop("repeated_call")
@@ -296,6 +307,9 @@ def _react(ctx: RunContext, pad: _Scratchpad, max_tokens: int | None) -> StepGen
             result = executed.result
             observation = result.observation
             repeats.executed(observation)
+            if type(args) is dict:
+                known.pop(name, None)
+                known[name] = args
             meta = {"tool_s": result.duration_s, "model_s": call.seconds}
             if call.completion is not None and (retries := call.retries):
                 meta["retries"] = retries  # the backend retried transient HTTP errors

@@ -20,7 +20,7 @@ from loopwright.errors import ParseError
 from loopwright.guards import Limits
 from loopwright.modes._core import PolicyFailed, Run, RunContext, StepGen, open_context
 from loopwright.policy import ModelRequest, Policy, Purpose
-from loopwright.prompts import describe_tools, render_evidence
+from loopwright.prompts import describe_tools, fill, render_evidence, worked_examples
 from loopwright.trace import Step
 from loopwright.wire.parsing import PlanStep, parse_plan, substitute
 from loopwright.wire.tools import ToolRegistry
@@ -39,12 +39,13 @@ def iter_rewoo(
     max_replans: int | None = None,
     on_parse_error: str | None = None,
     on_repeat: str | None = None,
+    max_nudges: int | None = None,
     dialect: str | None = None,
     **options: Any,
 ) -> Run:
     """Start a ReWOO run; iterate the result to get each Step as it happens.
 
-    max_replans, on_parse_error, on_repeat and dialect are ReAct / plan-execute limits,
+    max_replans, on_parse_error, on_repeat, max_nudges and dialect are ReAct / plan-execute limits,
     accepted and ignored here so one set of limits works in every mode.
     """
     limits = Limits(max_steps=max_steps, token_budget=token_budget, timeout_s=timeout_s)
@@ -61,7 +62,8 @@ def run_rewoo(task: str, policy: Policy, registry: ToolRegistry, **limits: Any) 
 
 def _rewoo(ctx: RunContext, max_tokens: int | None) -> StepGen:
     tools = tuple(ctx.schemas)
-    plan_prompt = ctx.prompts.rewoo_planner.format(tools=describe_tools(tools), task=ctx.task)
+    plan_prompt = fill(ctx.prompts.rewoo_planner, "rewoo_planner", tools=describe_tools(tools),
+                       task=ctx.task, examples=plan_examples(ctx))
     plan, error = yield from plan_call(ctx, plan_prompt, "plan", max_tokens)
     if plan is None:
         if error is not None:
@@ -99,6 +101,15 @@ def _rewoo(ctx: RunContext, max_tokens: int | None) -> StepGen:
     )
     ctx.trace.transcript = _transcript(ctx.task, plan, evidence_lines, answer)
     ctx.stop("final", answer)
+
+
+def plan_examples(ctx: RunContext) -> str:
+    """The planner prompt's worked examples, from the run's tools (memoised on the registry)."""
+    budget, from_tools = ctx.prompts.example_tokens, ctx.prompts.tool_examples
+    return ctx.registry.memo(
+        f"plan_examples:{budget}:{from_tools}",
+        lambda registry: worked_examples(list(registry), "plan", budget=budget, from_tools=from_tools),
+    )
 
 
 def plan_call(ctx: RunContext, prompt: str, kind: str, max_tokens: int | None) -> Any:

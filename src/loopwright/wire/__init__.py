@@ -12,7 +12,7 @@ from loopwright.wire.parsing import (
     parse_tool_calls,
     substitute,
 )
-from loopwright.wire.tools import Tool, ToolError, ToolRegistry, ToolResult, tool
+from loopwright.wire.tools import Tool, ToolError, ToolExample, ToolRegistry, ToolResult, tool
 
 __all__ = [
     "Action",
@@ -20,6 +20,7 @@ __all__ = [
     "PlanStep",
     "Tool",
     "ToolError",
+    "ToolExample",
     "ToolRegistry",
     "ToolResult",
     "parse_plan",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import inspect
 import re
 
-__all__ = ["parse_docstring"]
+__all__ = ["docstring_examples", "parse_docstring"]
 
 _GOOGLE_HEADER = re.compile(
     r"(?:args|arguments|parameters|params|keyword args|keyword arguments|other parameters)\s*:",
@@ -17,6 +17,7 @@ _GOOGLE_ANY_HEADER = re.compile(
     r"returns?|yields?|raises|examples?|notes?|attributes|warnings?|see also|todo)\s*:",
     re.IGNORECASE,
 )
+_EXAMPLES_HEADER = re.compile(r"examples?\s*:?", re.IGNORECASE)
 _GOOGLE_ENTRY = re.compile(r"\**(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)")
 _NUMPY_RULE = re.compile(r"\s*-{3,}\s*")
 _NUMPY_ENTRY = re.compile(r"\**(\w+(?:\s*,\s*\**\w+)*)\s*(?::.*)?")
@@ -101,3 +102,30 @@ def _numpy_section(lines: list[str], start: int, params: dict[str, str]) -> int:
                 params[name] = f"{params[name]} {line.strip()}".strip()
         i += 1
     return i
+
+
+def docstring_examples(doc: str | None) -> list[str]:
+    """The lines of a docstring's examples section, dedented ("" for a blank line): a
+    Google `Examples:` header and its indented body, or a numpy `Examples` title over a
+    rule, up to the next section. [] when there is none."""
+    lines = inspect.cleandoc(doc or "").splitlines()
+    for i, line in enumerate(lines):
+        text = line.strip()
+        if not _EXAMPLES_HEADER.fullmatch(text):
+            continue
+        body: list[str] = []
+        if text.endswith(":"):  # Google: the indented block under the header
+            for following in lines[i + 1 :]:
+                if following.strip() and _indent(following) <= _indent(line):
+                    break
+                body.append(following)
+        elif i + 1 < len(lines) and _NUMPY_RULE.fullmatch(lines[i + 1]):
+            rest = lines[i + 2 :]
+            for j, following in enumerate(rest):
+                if following.strip() and j + 1 < len(rest) and _NUMPY_RULE.fullmatch(rest[j + 1]):
+                    break
+                body.append(following)
+        else:
+            continue
+        return [b.strip() for b in inspect.cleandoc("\n".join(body)).splitlines()]
+    return []

@@ -16,14 +16,17 @@ from __future__ import annotations
 
 import copy
 import inspect
+import json
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial, update_wrapper
 from types import CoroutineType
 from typing import Any, Final, Literal, TypeVar, overload
 
 from loopwright.errors import ToolDefinitionError, describe
+from loopwright.wire.docstrings import docstring_examples
+from loopwright.wire.examples import ToolExample, check_examples, eg_value, parse_docstring_examples
 from loopwright.wire.results import (
     ToolError,
     ToolErrorKind,
@@ -59,6 +62,7 @@ __all__ = [
     "ToolArgumentError",
     "ToolError",
     "ToolErrorKind",
+    "ToolExample",
     "ToolRegistry",
     "ToolResult",
     "parse_docstring",
@@ -93,6 +97,7 @@ class Tool:
     idempotent: bool
     requires_approval: bool
     idempotency_key: IdempotencyKey
+    examples: tuple[ToolExample, ...]
 
     def __init__(
         self,
@@ -105,17 +110,21 @@ class Tool:
         idempotent: bool | None = None,
         requires_approval: bool | None = None,
         idempotency_key: IdempotencyKey = None,
+        examples: Sequence[Mapping[str, Any] | ToolExample] | None = None,
     ) -> None:
         if not callable(func):
             raise ToolDefinitionError(f"a tool needs a callable, got {describe(func)}")
         tool_name = name if name is not None else getattr(func, "__name__", "")
-        summary, param_docs = parse_docstring(inspect.getdoc(func))
+        doc = inspect.getdoc(func)
+        summary, param_docs = parse_docstring(doc)
         self._setup(
             tool_name, description if description is not None else summary, func,
             timeout_s, side_effects, idempotent, requires_approval, idempotency_key,
         )  # fmt: skip
         self._use(typed_arguments(func, tool_name, param_docs))
         self._check_key()
+        documented = parse_docstring_examples(docstring_examples(doc), tool_name, self._names)
+        self._set_examples(examples, documented)
         try:
             update_wrapper(self, func, updated=())
         except (AttributeError, TypeError):  # e.g. a callable object without __name__
@@ -134,8 +143,12 @@ class Tool:
         idempotent: bool | None = None,
         requires_approval: bool | None = None,
         idempotency_key: IdempotencyKey = None,
+        examples: Sequence[Mapping[str, Any] | ToolExample] | None = None,
     ) -> Tool:
         """A tool declared by a JSON Schema object (MCP, OpenAPI, BFCL function docs).
+
+        `examples` are known calls (`{"args": {...}, "question": ..., "result": ...}`);
+        the schema's own JSON Schema `examples` (argument objects) count as examples too.
 
         BFCL's type aliases (`dict`, `float`, `tuple`, `any`) are mapped to JSON Schema.
         Strict: unless the schema says otherwise (`additionalProperties`,
@@ -151,6 +164,9 @@ class Tool:
         )  # fmt: skip
         self._use(schema_arguments(parameters, name))
         self._check_key()
+        listed = parameters.get("examples") if isinstance(parameters, Mapping) else None
+        in_schema = [{"args": a} for a in listed if isinstance(a, Mapping)] if isinstance(listed, list) else []
+        self._set_examples(examples, in_schema)
         return self
 
     def _setup(
@@ -204,6 +220,33 @@ class Tool:
             f"got {describe(key)}"
         )
 
+    def _set_examples(
+        self, declared: object, documented: Sequence[Mapping[str, Any]]
+    ) -> None:
+        """Declared examples first, then the docstring's (or the schema's), then one made
+        of the parameters' `e.g.` values when every required parameter has one."""
+        found = list(check_examples(self.name, declared, self.validate))
+        found += check_examples(self.name, list(documented), self.validate, "docstring")
+        props = self.parameters.get("properties") or {}
+        hinted = {}
+        for key, spec in props.items():
+            ok, value = eg_value(spec.get("description") if isinstance(spec, Mapping) else None, spec)
+            if not ok and len(props) == 1 and isinstance(spec, Mapping):
+                ok, value = eg_value(self.description, spec)  # "Look up a fact, e.g. ..."
+            if ok:
+                hinted[key] = value
+        if hinted and all(k in hinted for k in self._required):
+            try:
+                self.validate(hinted)
+            except ValueError:
+                pass
+            else:
+                found.append(ToolExample(hinted, source="docstring"))
+        unique: dict[str, ToolExample] = {}
+        for example in found:
+            unique.setdefault(json.dumps(example.args, sort_keys=True, default=str), example)
+        self.examples = tuple(unique.values())
+
     def _use(self, spec: ArgumentSpec) -> None:
         self.parameters = spec.parameters
         self._names = spec.names
@@ -231,12 +274,13 @@ class Tool:
         return self.func(*args, **kwargs)
 
     def schema(self) -> dict[str, Any]:
-        """The OpenAI function shape, for grammars and native tool calls."""
-        return {
-            "name": self.name,
-            "description": self.description,
-            "parameters": copy.deepcopy(self.parameters),
-        }
+        """The OpenAI function shape, for grammars and native tool calls. Examples travel
+        as the JSON Schema `examples` of the parameters (argument objects), the way
+        tool-definition APIs take input examples."""
+        parameters = copy.deepcopy(self.parameters)
+        if self.examples:
+            parameters["examples"] = [copy.deepcopy(e.args) for e in self.examples]
+        return {"name": self.name, "description": self.description, "parameters": parameters}
 
     def input_param(self) -> str | None:
         """The parameter a bare `name[text]` action binds to: the only parameter, or the
@@ -262,6 +306,7 @@ def tool(
     idempotent: bool | None = None,
     requires_approval: bool | None = None,
     idempotency_key: IdempotencyKey = None,
+    examples: Sequence[Mapping[str, Any] | ToolExample] | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 def tool(
     func: Callable[..., Any] | None = None,
@@ -273,14 +318,19 @@ def tool(
     idempotent: bool | None = None,
     requires_approval: bool | None = None,
     idempotency_key: IdempotencyKey = None,
+    examples: Sequence[Mapping[str, Any] | ToolExample] | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
-    """Make a Tool from a typed function; usable as `@tool` and `@tool(...)`."""
+    """Make a Tool from a typed function; usable as `@tool` and `@tool(...)`.
+
+    examples: known calls, `[{"args": {...}, "question": "...", "result": ...}]`, checked
+    against the schema now; worked examples in the default prompts are built from them."""
 
     def make(f: Callable[..., Any]) -> Tool:
         return Tool(
             f, name=name, description=description, timeout_s=timeout_s,
             side_effects=side_effects, idempotent=idempotent,
             requires_approval=requires_approval, idempotency_key=idempotency_key,
+            examples=examples,
         )  # fmt: skip
 
     return make if func is None else make(func)
