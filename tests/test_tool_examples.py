@@ -337,3 +337,42 @@ def test_older_templates_with_single_example_fields_still_fill() -> None:
     policy = lw.ScriptedPolicy(["Thought: t\nFinal Answer: x"])
     lw.run("q", policy, lw.ToolRegistry([_weekday]), prompts=dataclasses.replace(lw.prompts.DEFAULT_PROMPTS, react_json=old))
     assert 'Example: _weekday {"date": "2024-03-15"}' in policy.prompts[0]
+
+
+def test_loopwright_run_with_a_user_module_gets_prompts_from_its_tool_examples(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pathlib import Path
+
+    from loopwright import cli
+
+    folder = Path(str(tmp_path))
+    (folder / "shop_tools.py").write_text('''
+import loopwright as lw
+
+@lw.tool(examples=[{"question": "How many bolts are left?", "args": {"sku": "bolt"}, "result": 40}])
+def stock(sku: str) -> int:
+    """Count the units of an item in stock."""
+    return 7
+
+def price(sku: str) -> float:
+    """Price of one unit.
+
+    Examples:
+        What does a nut cost?
+        >>> price("nut")
+        0.25
+    """
+    return 1.5
+
+TOOLS = [stock, lw.tool(price)]
+''')
+    monkeypatch.syspath_prepend(str(folder))
+    policy = lw.ScriptedPolicy(['Thought: t\nAction: stock\nAction Input: {"sku": "nut"}', "Thought: t\nFinal Answer: 7"])
+    monkeypatch.setattr(cli, "make_model", lambda args: policy)
+    assert cli.main(["run", "How many nuts are in stock?", "--tools", "shop_tools:TOOLS", "--quiet"]) == 0
+    prompt = policy.prompts[0]
+    assert 'Question: How many bolts are left?\nThought: I need to count the units of an item in stock, so I use stock\n' in prompt
+    assert 'Action: price\nAction Input: {"sku": "nut"}\nObservation: <untrusted source="price#1">0.25</untrusted>' in prompt
+    assert "lookup" not in prompt and "calculate" not in prompt
+    capsys.readouterr()

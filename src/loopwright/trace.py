@@ -237,6 +237,9 @@ class Trace:
     run_id: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     scratchpad: str = ""
+    output: Any = None
+    """With `run(..., output_type=T)`: the final answer validated as T (after from_dict,
+    its JSON data). None otherwise, or when no answer fit."""
 
     @property
     def answered(self) -> bool:
@@ -251,6 +254,12 @@ class Trace:
         return None
 
     def to_dict(self) -> dict[str, Any]:
+        out = self._to_dict()
+        if self.output is not None:
+            out["output"] = _output_data(self.output)
+        return out
+
+    def _to_dict(self) -> dict[str, Any]:
         return {
             "version": 1,
             "task": self.task,
@@ -288,6 +297,7 @@ class Trace:
             run_id=d.get("run_id"),
             meta=dict(d.get("meta") or {}),
             scratchpad=d.get("scratchpad", ""),
+            output=d.get("output"),
         )
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -374,3 +384,15 @@ def _check_shape(trace: Trace) -> None:
             raise TypeError(f"{where}: args must be an object or null")
         if step.prompt_chars is not None and not isinstance(step.prompt_chars, int):
             raise TypeError(f"{where}: prompt_chars must be an integer or null")
+
+
+def _output_data(value: Any) -> Any:
+    """A typed output as JSON data: a pydantic model dumped, a dataclass as a dict."""
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return json_safe(dump(mode="json"))
+    import dataclasses
+
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return json_safe(dataclasses.asdict(value))
+    return json_safe(value)

@@ -142,7 +142,7 @@ class _Values:
         sign = '"-"?'
         if low is not None and low >= 0:
             sign = ""
-        elif high is not None and high < 0:
+        elif high is not None and (high < 0 or (high == 0 and _exclusive_zero(schema))):
             sign = '"-"'
         if sign == '"-"?' and digits.startswith("(["):
             if kind == "integer":
@@ -213,6 +213,11 @@ class _Values:
         else:
             return '"{}"'
         return f'"{{" {inner} "}}"'
+
+
+def _exclusive_zero(schema: Mapping[str, Any]) -> bool:
+    value = schema.get("exclusiveMaximum")
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and value <= 0
 
 
 def string_bounds(schema: Mapping[str, Any], required: bool) -> tuple[int, int]:
@@ -425,6 +430,7 @@ def react_grammar(
     *,
     with_thought_label: bool = False,
     avoid: Mapping[str, Mapping[str, Any]] | None = None,
+    answer_schema: Mapping[str, Any] | None = None,
 ) -> str:
     """The GBNF grammar of one ReAct step in `dialect` ("json" or "brackets").
 
@@ -434,7 +440,8 @@ def react_grammar(
     brackets: ` thought\\nAction <k>: name[text or {args}]` or `... finish[answer]`.
     A thought holds no colon, so nothing in it can read as a new `Action:` or
     `Observation:` line. `avoid` maps a tool name to arguments whose result is already
-    known: that exact call cannot be generated (see `_args_avoiding`).
+    known: that exact call cannot be generated (see `_args_avoiding`). `answer_schema`
+    (a typed run's output) holds a json-dialect final answer to one line of JSON in it.
     """
     named = _named(tools)
     rules = _Rules()
@@ -454,7 +461,10 @@ def react_grammar(
         if alts:
             rules.add("action", '"Action: " (' + " | ".join(alts) + ")")
         rules.add("final", '"Final Answer: " answer "\\n"?')
-        rules.add("answer", f"[^\\n]{{1,{ANSWER_MAX_CHARS}}}")
+        if answer_schema is not None:
+            rules.add("answer", values.value(answer_schema, "out", True))
+        else:
+            rules.add("answer", f"[^\\n]{{1,{ANSWER_MAX_CHARS}}}")
     elif dialect == "brackets":
         label = '"Thought " [0-9]{1,2} ": " ' if with_thought_label else ""
         rules.add("root", "")
@@ -507,7 +517,12 @@ def plan_grammar(tools: Sequence[Mapping[str, Any]], *, max_steps: int = PLAN_MA
     return rules.text()
 
 
-def answer_grammar() -> str:
+def answer_grammar(schema: Mapping[str, Any] | None = None) -> str:
     """The GBNF grammar of a one-line answer (a solver's reply): at most
-    ANSWER_MAX_CHARS characters, then the end."""
-    return f'root ::= " "? [^\\n]{{1,{ANSWER_MAX_CHARS}}} "\\n"?\n'
+    ANSWER_MAX_CHARS characters, then the end; with `schema`, one line of JSON in it."""
+    if schema is None:
+        return f'root ::= " "? [^\\n]{{1,{ANSWER_MAX_CHARS}}} "\\n"?\n'
+    rules = _Rules()
+    rules.add("root", "")
+    rules.add("root", f'" "? {_Values(rules).value(schema, "out", True)} "\\n"?')
+    return rules.text()

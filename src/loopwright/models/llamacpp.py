@@ -69,13 +69,15 @@ def grammar_for(request: ModelRequest, *, plan_max_steps: int = 4, exclude_known
     With `exclude_known`, a ReAct step cannot repeat the request's `known_calls`.
     """
     if request.purpose == "solve":
-        return answer_grammar()
+        return answer_grammar(request.output_schema)
     if not request.tools:
         return None
     if request.purpose == "react" and request.dialect in ("json", "brackets"):
         labelled = _THOUGHT_LABEL_AT_END.search(request.prompt[-40:]) is not None
         avoid = dict(request.known_calls) if exclude_known else None
-        return react_grammar(request.tools, request.dialect, with_thought_label=not labelled, avoid=avoid)
+        answer = request.output_schema if request.dialect == "json" else None
+        return react_grammar(request.tools, request.dialect, with_thought_label=not labelled, avoid=avoid,
+                             answer_schema=answer)
     if request.purpose in ("plan", "replan"):
         return plan_grammar(request.tools, max_steps=plan_max_steps)
     return None

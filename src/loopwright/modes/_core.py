@@ -13,6 +13,7 @@ from typing import Any, Literal, Protocol
 
 from loopwright.errors import RunInterrupted
 from loopwright.guards import Deadline, Limits, call_key
+from loopwright.outputs import output_spec
 from loopwright.policy import Completion, ModelRequest, Policy, call_policy
 from loopwright.prompts import DEFAULT_PROMPTS, PromptSet
 from loopwright.safety import (
@@ -112,6 +113,7 @@ class RunContext:
         journal: Journal | None = None,
         run_id: str | None = None,
         rerun_unfinished: bool = False,
+        output_type: Any = None,
     ) -> None:
         if not isinstance(task, str):
             raise TypeError(f"task must be a str, got {type(task).__name__}")
@@ -142,6 +144,7 @@ class RunContext:
         self.on_deny = on_deny
         self.journal = journal
         self.rerun_unfinished = rerun_unfinished
+        self.output = output_spec(output_type)  # a typed final answer, or None
         self.trace.run_id = run_id
         self._ledger: dict[str, tuple[str, ToolResult]] = {}
         self._key_locks: dict[str, threading.Lock] = {}
@@ -375,7 +378,8 @@ def _idempotency_key(tool: Any, args: dict[str, Any]) -> str:
 
 
 RUN_OPTIONS = frozenset(
-    {"prompts", "tools", "approver", "on_deny", "store", "run_id", "max_tokens", "memory", "context_tokens"}
+    {"prompts", "tools", "approver", "on_deny", "store", "run_id", "max_tokens", "memory", "context_tokens",
+     "output_type"}
 )
 
 
@@ -424,6 +428,7 @@ def open_context(
         journal=journal,
         run_id=run_id,
         rerun_unfinished=rerun_unfinished,
+        output_type=options.get("output_type"),
     )
 
 

@@ -53,7 +53,8 @@ def run_plan_execute(task: str, policy: Policy, registry: ToolRegistry, **limits
 
 def _plan_execute(ctx: RunContext, max_tokens: int | None) -> StepGen:
     tools_text = describe_tools(ctx.schemas)
-    prompt = fill(ctx.prompts.planner, "planner", tools=tools_text, task=ctx.task, examples=plan_examples(ctx))
+    task = ctx.task if ctx.output is None else f"{ctx.task}\n{ctx.output.instruction()}"
+    prompt = fill(ctx.prompts.planner, "planner", tools=tools_text, task=task, examples=plan_examples(ctx))
     kind = "plan"
     history: list[tuple[str, str, str]] = []  # (label, tool, observation) across attempts
     transcript = [f"Question: {ctx.task}"]
@@ -71,6 +72,12 @@ def _plan_execute(ctx: RunContext, max_tokens: int | None) -> StepGen:
             if outcome is None:
                 return
             failed_step, error, answer, done = outcome
+            if done and ctx.output is not None:  # a typed answer that does not fit: replan
+                try:
+                    ctx.trace.output = ctx.output.parse(answer)
+                except ValueError as exc:
+                    failed_step, done = "the answer", False
+                    error = f"the last step's result does not fit the output type: {exc}"
             if done:
                 transcript.append(f"Final Answer: {answer}")
                 ctx.trace.transcript = "\n".join(transcript)
@@ -84,7 +91,7 @@ def _plan_execute(ctx: RunContext, max_tokens: int | None) -> StepGen:
         ctx.trace.replans += 1
         kind = "replan"
         prompt = ctx.prompts.replanner.format(
-            tools=tools_text, task=ctx.task, failed_step=failed_step, error=error,
+            tools=tools_text, task=task, failed_step=failed_step, error=error,
             evidence=render_evidence(history),
         )
 

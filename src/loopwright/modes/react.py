@@ -41,7 +41,8 @@ class _Scratchpad:
             f"react_prompt:{shape}:{prompts.example_tokens}:{prompts.tool_examples}",
             lambda registry: _tool_fields(registry, shape, prompts.example_tokens, prompts.tool_examples),
         )
-        self.text = fill(template, f"react_{shape}", tools=tools, task=ctx.task, **fields)
+        task = ctx.task if ctx.output is None else f"{ctx.task}\n{ctx.output.instruction()}"
+        self.text = fill(template, f"react_{shape}", tools=tools, task=task, **fields)
         self.stop = prompts.stop_brackets if dialect == "brackets" else prompts.stop_json
         self.transcript = f"Question: {ctx.task}\n"
         self.task = ctx.task
@@ -220,7 +221,7 @@ def _react(ctx: RunContext, pad: _Scratchpad, max_tokens: int | None) -> StepGen
                     call = ctx.call_model(
                         ModelRequest(
                             pad.text, pad.stop, "react", tools, tuple(pad.messages), max_tokens, dialect,
-                            tuple(known.items()),
+                            tuple(known.items()), None if ctx.output is None else ctx.output.schema,
                         )
                     )
             except PolicyFailed as failed:
@@ -255,6 +256,27 @@ def _react(ctx: RunContext, pad: _Scratchpad, max_tokens: int | None) -> StepGen
                 pad.append(k, "", f"(unusable reply) {fence(first_line(raw), 'model')}", observation)
                 _native_text(pad, raw, observation)
                 continue
+
+            if isinstance(parsed, FinalAnswer) and ctx.output is not None:
+                try:
+                    ctx.trace.output = ctx.output.parse(parsed.answer)
+                except ValueError as exc:  # the answer does not fit: the model reads why
+                    parse_errors += 1
+                    message = f"the final answer does not fit the output type: {exc}"
+                    observation = f"{message}. {ctx.output.instruction()}"
+                    yield ctx.record(
+                        Step(k, "parse_error", raw=raw, thought=parsed.thought, error=message,
+                             observation=observation, duration_s=time.perf_counter() - t0,
+                             usage=call.usage, prompt_chars=prompt, prompt=copy)
+                    )
+                    stop = ctx.guard_after_call()
+                    if stop or parse_errors >= limits.max_parse_errors:
+                        ctx.stop(stop or "error")
+                        return
+                    said = f"finish[{parsed.answer}]" if dialect == "brackets" else f"Final Answer: {parsed.answer}"
+                    pad.append(k, parsed.thought, said, observation)
+                    _native_text(pad, raw, observation)
+                    continue
 
             if isinstance(parsed, FinalAnswer):
                 yield ctx.record(

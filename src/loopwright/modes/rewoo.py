@@ -86,21 +86,41 @@ def _rewoo(ctx: RunContext, max_tokens: int | None) -> StepGen:
         ctx.stop("timeout")
         return
 
-    solve_prompt = ctx.prompts.rewoo_solver.format(task=ctx.task, evidence=render_evidence(evidence_lines))
-    t0 = time.perf_counter()
-    try:
-        call = ctx.call_model(ModelRequest(solve_prompt, (), "solve", tools, (), max_tokens))
-    except PolicyFailed as failed:
-        yield ctx.record(Step(ctx.next_index, "error", error=failed.message, prompt=solve_prompt))
-        ctx.stop(failed.reason)
-        return
-    answer = solver_answer(call.text)
-    yield ctx.record(
-        Step(ctx.next_index, "solve", raw=call.text, observation=None,
-             duration_s=time.perf_counter() - t0, usage=call.usage, prompt=solve_prompt)
-    )
-    ctx.trace.transcript = _transcript(ctx.task, plan, evidence_lines, answer)
-    ctx.stop("final", answer)
+    spec = ctx.output
+    task = ctx.task if spec is None else f"{ctx.task}\n{spec.instruction()}"
+    solve_prompt = fill(ctx.prompts.rewoo_solver, "rewoo_solver", task=task, evidence=render_evidence(evidence_lines))
+    schema = None if spec is None else spec.schema
+    # A typed answer that does not fit gets one retry of the solve call, told why: then a
+    # run costs 3 model calls instead of 2; a second misfit ends it with "error".
+    for _attempt in range(1 if spec is None else 2):
+        t0 = time.perf_counter()
+        try:
+            call = ctx.call_model(ModelRequest(solve_prompt, (), "solve", tools, (), max_tokens, output_schema=schema))
+        except PolicyFailed as failed:
+            yield ctx.record(Step(ctx.next_index, "error", error=failed.message, prompt=solve_prompt))
+            ctx.stop(failed.reason)
+            return
+        answer = solver_answer(call.text)
+        error = None
+        if spec is not None:
+            try:
+                ctx.trace.output = spec.parse(answer)
+            except ValueError as exc:
+                error = f"the final answer does not fit the output type: {exc}"
+        yield ctx.record(
+            Step(ctx.next_index, "solve", raw=call.text, observation=None, error=error,
+                 duration_s=time.perf_counter() - t0, usage=call.usage, prompt=solve_prompt)
+        )
+        ctx.trace.transcript = _transcript(ctx.task, plan, evidence_lines, answer)
+        if error is None:
+            ctx.stop("final", answer)
+            return
+        stop = ctx.guard_after_call()
+        if stop:
+            ctx.stop(stop)
+            return
+        solve_prompt = f"{solve_prompt} {call.text.strip()}\n{error}. Reply with the JSON only.\nFinal Answer:"
+    ctx.stop("error")
 
 
 def plan_examples(ctx: RunContext) -> str:

@@ -1,0 +1,318 @@
+"""Answer quality with the user's own tools: three tool sets that are not the demo tools.
+
+    .venv/bin/python benchmarks/quality.py [--split heldout|dev|all] [--modes react,rewoo]
+        [--configs default,examples_off,exclusion_off,grammar_off] [--sets units,inventory,facts]
+        [--max-steps 4] [--markdown out.md]
+
+Each set has 21 labelled questions; every third is held out (7 per set): develop on the
+rest, report the held-out figures. Runs the embedded model with the default prompts:
+correct answers, parse errors, runs stopped by `repeated_call`, mean model calls, and
+prompt tokens sent vs evaluated (after KV-cache prefix reuse; the cache is kept across a
+set's questions, which share the prompt's head). Ablations, one technique off each:
+`examples_off` (worked examples from the schemas only, as a registry without examples
+gets), `exclusion_off` (no decode-time exclusion of a known call), `grammar_off`.
+
+Run with another checkout's `src` first on PYTHONPATH (for example the main branch
+before tool examples) to get its baseline: the tools are declared the same way, their
+examples only where `lw.tool` takes them, and configurations that checkout cannot run
+are skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import inspect
+import time
+from collections.abc import Callable
+from typing import Any
+
+import loopwright as lw
+from loopwright.demo_tools import evaluate, is_correct
+
+HAS_EXAMPLES = "examples" in inspect.signature(lw.tool).parameters
+
+
+def _tool(func: Callable[..., Any], examples: list[dict[str, Any]], **options: Any) -> lw.Tool:
+    if HAS_EXAMPLES:
+        options["examples"] = examples
+    return lw.tool(**options)(func)
+
+
+# --- unit conversion and a calendar --------------------------------------------------------
+
+_METRES = {"mm": 0.001, "cm": 0.01, "m": 1.0, "km": 1000.0, "in": 0.0254, "ft": 0.3048, "mi": 1609.344}
+
+
+def convert_length(value: float, from_unit: str, to_unit: str) -> float:
+    """Convert a length from one unit to another.
+
+    Args:
+        value: the length to convert
+        from_unit: the unit it is given in: mm, cm, m, km, in, ft or mi
+        to_unit: the unit wanted: mm, cm, m, km, in, ft or mi
+    """
+    if from_unit not in _METRES or to_unit not in _METRES:
+        raise ValueError(f"units must be one of {', '.join(_METRES)}")
+    return round(value * _METRES[from_unit] / _METRES[to_unit], 4)
+
+
+def day_of_week(date: str) -> str:
+    """The day of the week of a date written YYYY-MM-DD."""
+    return dt.date.fromisoformat(date).strftime("%A")
+
+
+def shift_date(date: str, days: int) -> str:
+    """The date a number of days after (or, if negative, before) a date written YYYY-MM-DD."""
+    return (dt.date.fromisoformat(date) + dt.timedelta(days=days)).isoformat()
+
+
+def units_tools() -> list[lw.Tool]:
+    return [
+        _tool(convert_length, [{"question": "How many metres is 2 km?", "args": {"value": 2, "from_unit": "km", "to_unit": "m"}, "result": 2000.0}]),
+        _tool(day_of_week, [{"question": "What day of the week was 2023-07-04?", "args": {"date": "2023-07-04"}, "result": "Tuesday"}]),
+        _tool(shift_date, [{"question": "What date is 3 days after 2023-01-30?", "args": {"date": "2023-01-30", "days": 3}, "result": "2023-02-02"}]),
+    ]  # fmt: skip
+
+
+UNITS = [
+    ("How many metres is 3 km?", "3000"),
+    ("How many centimetres are in 2 m?", "200"),
+    ("What day of the week was 2024-03-15?", "Friday"),
+    ("What date is 10 days after 2024-02-25?", "2024-03-06"),
+    ("How many feet is 3.048 m?", "10"),
+    ("What day of the week was 2000-01-01?", "Saturday"),
+    ("What date is 7 days before 2024-01-03?", "2023-12-27"),
+    ("How many metres is 5 mi?", "8046.72"),
+    ("What day of the week is 2025-12-25?", "Thursday"),
+    ("How many millimetres are in 4 cm?", "40"),
+    ("What date is 30 days after 2024-01-15?", "2024-02-14"),
+    ("How many km is 2500 m?", "2.5"),
+    ("What day of the week was 1969-07-20?", "Sunday"),
+    ("What date is 1 day after 2024-02-28?", "2024-02-29"),
+    ("How many inches is 0.254 m?", "10"),
+    ("What day of the week was 2012-12-21?", "Friday"),
+    ("What date is 100 days after 2024-01-01?", "2024-04-10"),
+    ("How many metres is 12 ft?", "3.6576"),
+    ("What day of the week was 1989-11-09?", "Thursday"),
+    ("What date is 14 days before 2024-03-01?", "2024-02-16"),
+    ("How many cm is 1 in?", "2.54"),
+]
+
+# --- an inventory with lookup and update -------------------------------------------------
+
+_START = {"bolt": 40, "nut": 120, "washer": 75, "screw": 300, "hinge": 12, "bracket": 8}
+
+
+class Inventory:
+    """Stock levels that restocking changes; a fresh one per question."""
+
+    def __init__(self) -> None:
+        self.levels = dict(_START)
+
+    def tools(self) -> list[lw.Tool]:
+        def stock_level(item: str) -> int:
+            """How many units of an item are in stock (bolt, nut, washer, screw, hinge, bracket)."""
+            if item not in self.levels:
+                raise ValueError(f"unknown item {item!r}; known: {', '.join(self.levels)}")
+            return self.levels[item]
+
+        def restock(item: str, quantity: int) -> int:
+            """Add units of an item to the stock; returns the new stock level."""
+            if item not in self.levels:
+                raise ValueError(f"unknown item {item!r}; known: {', '.join(self.levels)}")
+            if quantity < 1:
+                raise ValueError("quantity must be at least 1")
+            self.levels[item] += quantity
+            return self.levels[item]
+
+        return [
+            _tool(stock_level, [{"question": "How many gaskets are in stock?", "args": {"item": "gasket"}, "result": 17}]),
+            _tool(restock, [{"question": "Add 5 gaskets to the stock. How many are there now?", "args": {"item": "gasket", "quantity": 5}, "result": 22}],
+                  side_effects="write"),
+        ]  # fmt: skip
+
+
+INVENTORY = [
+    ("How many bolts are in stock?", "40"),
+    ("How many nuts are in stock?", "120"),
+    ("Add 10 bolts to the stock. How many bolts are there now?", "50"),
+    ("How many washers are in stock?", "75"),
+    ("How many hinges are in stock?", "12"),
+    ("Add 5 brackets to the stock. How many brackets are there now?", "13"),
+    ("How many screws are in stock?", "300"),
+    ("How many brackets are in stock?", "8"),
+    ("Add 25 washers to the stock. How many washers are there now?", "100"),
+    ("What is the stock level of nuts?", "120"),
+    ("Restock 3 hinges. What is the new stock level?", "15"),
+    ("How many units of screw are in stock?", "300"),
+    ("Add 100 nuts to the stock. How many nuts are there now?", "220"),
+    ("What is the stock level of bolts?", "40"),
+    ("Restock 2 brackets. What is the new stock level?", "10"),
+    ("How many bracket units are there?", "8"),
+    ("Add 1 hinge to the stock. How many hinges are there now?", "13"),
+    ("What is the stock level of washers?", "75"),
+    ("Restock 50 screws. What is the new stock level?", "350"),
+    ("How many hinge units are in stock?", "12"),
+    ("Add 60 bolts to the stock. How many bolts are there now?", "100"),
+]
+
+# --- facts and arithmetic, other names and docstrings ------------------------------------
+
+_FACTS = {
+    "mars": "Mars has 2 moons and is the fourth planet from the Sun.",
+    "jupiter": "Jupiter has 95 known moons and is the largest planet.",
+    "earth": "Earth has 1 moon and is the third planet from the Sun.",
+    "carbon": "Carbon has atomic number 6.",
+    "oxygen": "Oxygen has atomic number 8.",
+    "iron": "Iron has atomic number 26.",
+    "gold": "Gold has atomic number 79.",
+    "nile": "The Nile is about 6650 km long.",
+    "amazon": "The Amazon is about 6400 km long.",
+    "everest": "Mount Everest is 8849 m high.",
+    "k2": "K2 is 8611 m high.",
+}
+
+
+def encyclopedia(topic: str) -> str:
+    """Read the encyclopedia entry for a topic: a planet, a chemical element, a river or a mountain."""
+    words = topic.lower().replace("mount ", "").split()
+    for word in words:
+        if word.strip("?.,") in _FACTS:
+            return _FACTS[word.strip("?.,")]
+    return f"No entry for {topic!r}. Entries: {', '.join(sorted(_FACTS))}."
+
+
+def compute(formula: str) -> int | float:
+    """Work out the value of a formula with numbers and + - * / ( )."""
+    return evaluate(formula)
+
+
+def facts_tools() -> list[lw.Tool]:
+    return [
+        _tool(encyclopedia, [{"question": "How long is the Danube?", "args": {"topic": "Danube"}, "result": "The Danube is about 2850 km long."}]),
+        _tool(compute, [{"question": "What is 25 * 4?", "args": {"formula": "25 * 4"}, "result": 100}]),
+    ]  # fmt: skip
+
+
+FACTS = [
+    ("How many moons does Mars have?", "2"),
+    ("What is 45 * 3?", "135"),
+    ("What is the atomic number of carbon?", "6"),
+    ("How long is the Nile in km?", "6650"),
+    ("What is 1200 / 4?", "300"),
+    ("How high is Mount Everest in metres?", "8849"),
+    ("What is the atomic number of gold?", "79"),
+    ("What is 17 + 26?", "43"),
+    ("How many moons does Jupiter have?", "95"),
+    ("What is the atomic number of iron?", "26"),
+    ("What is 99 - 45?", "54"),
+    ("How high is K2 in metres?", "8611"),
+    ("How long is the Amazon in km?", "6400"),
+    ("What is 12 * 12?", "144"),
+    ("What is the atomic number of oxygen?", "8"),
+    ("How many moons does Earth have?", "1"),
+    ("What is 7 * 8 + 4?", "60"),
+    ("What is 1000 - 385?", "615"),
+    ("What is 360 / 12?", "30"),
+    ("What is 2 * (3 + 4)?", "14"),
+    ("What is 81 / 9?", "9"),
+]
+
+SETS: dict[str, tuple[Callable[[], list[lw.Tool]] | None, list[tuple[str, str]]]] = {
+    "units": (units_tools, UNITS),
+    "inventory": (None, INVENTORY),  # a fresh inventory per question
+    "facts": (facts_tools, FACTS),
+}
+
+
+def split(questions: list[tuple[str, str]], which: str) -> list[tuple[str, str]]:
+    if which == "all":
+        return questions
+    held = [q for i, q in enumerate(questions) if i % 3 == 2]
+    return held if which == "heldout" else [q for i, q in enumerate(questions) if i % 3 != 2]
+
+
+def make_model(config: str) -> Any | None:
+    options: dict[str, Any] = {}
+    if config == "grammar_off":
+        options["grammar"] = False
+    if config == "exclusion_off":
+        if "exclude_known" not in inspect.signature(lw.models.LlamaCpp).parameters:
+            return None
+        options["exclude_known"] = False
+    return lw.models.LlamaCpp(**options)
+
+
+def prompts_for(config: str) -> Any | None:
+    if config != "examples_off":
+        return lw.prompts.DEFAULT_PROMPTS
+    if not hasattr(lw.prompts.DEFAULT_PROMPTS, "tool_examples"):
+        return None
+    return dataclasses.replace(lw.prompts.DEFAULT_PROMPTS, tool_examples=False)
+
+
+def run_row(name: str, mode: str, config: str, which: str, max_steps: int) -> dict[str, Any] | None:
+    model, prompts = make_model(config), prompts_for(config)
+    if model is None or prompts is None:
+        return None
+    factory, questions = SETS[name]
+    row = {"set": name, "mode": mode, "config": config, "n": 0, "correct": 0, "parse_errors": 0,
+           "repeat_stops": 0, "calls": 0, "sent": 0, "evaluated": 0, "seconds": 0.0}  # fmt: skip
+    started = time.perf_counter()
+    for question, expected in split(questions, which):
+        tools = factory() if factory is not None else Inventory().tools()
+        trace = lw.run(question, model, lw.ToolRegistry(tools), mode=mode, max_steps=max_steps, prompts=prompts)
+        row["n"] += 1
+        row["correct"] += is_correct(trace.final_answer, expected)
+        row["parse_errors"] += sum(s.kind == "parse_error" for s in trace.steps)
+        row["repeat_stops"] += trace.stopped_reason == "repeated_call"
+        row["calls"] += trace.llm_calls
+        row["sent"] += trace.usage.prompt_tokens
+        row["evaluated"] += trace.usage.evaluated_tokens
+    row["seconds"] = time.perf_counter() - started
+    model.close()
+    return row
+
+
+def table(rows: list[dict[str, Any]], label: str) -> str:
+    lines = [
+        f"| tool set | mode | configuration ({label}) | correct | parse errors | repeated_call stops | mean model calls | tokens sent | evaluated |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['set']} | {r['mode']} | {r['config']} | {r['correct']}/{r['n']} | {r['parse_errors']} | "
+            f"{r['repeat_stops']} | {r['calls'] / max(r['n'], 1):.1f} | {r['sent']} | {r['evaluated']} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--split", default="heldout", choices=("heldout", "dev", "all"))
+    parser.add_argument("--modes", default="react,rewoo")
+    parser.add_argument("--configs", default="default,examples_off,exclusion_off,grammar_off")
+    parser.add_argument("--sets", default=",".join(SETS))
+    parser.add_argument("--max-steps", type=int, default=4)
+    parser.add_argument("--label", default="this checkout")
+    parser.add_argument("--markdown", help="also write the table here")
+    args = parser.parse_args()
+    rows = []
+    for config in args.configs.split(","):
+        for mode in args.modes.split(","):
+            for name in args.sets.split(","):
+                row = run_row(name, mode, config, args.split, args.max_steps)
+                if row is not None:
+                    rows.append(row)
+                    print(f"{name} {mode} {config}: {row['correct']}/{row['n']} in {row['seconds']:.0f}s", flush=True)
+    text = table(rows, f"{args.label}, {args.split}")
+    print(text)
+    if args.markdown:
+        with open(args.markdown, "w", encoding="utf-8") as out:
+            out.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
