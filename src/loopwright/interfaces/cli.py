@@ -258,7 +258,8 @@ def _run(args: argparse.Namespace) -> int:
     run = lw.iter_run(args.task, model, registry, mode=args.mode, **limits)
     interrupted = False
     try:
-        with LiveLine(console, run, enabled=not args.quiet):
+        # not with --approve: its questions use the terminal, which the live line redraws
+        with LiveLine(console, run, enabled=not (args.quiet or args.approve)):
             for step in run:
                 if not args.quiet:
                     print_step(console, step)

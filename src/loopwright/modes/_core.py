@@ -144,9 +144,8 @@ class RunContext:
         self.journal = journal
         self.rerun_unfinished = rerun_unfinished
         self.trace.run_id = run_id
-        # calls in flight, by key ("model", or a tool call's key): (tool or None, args,
-        # start). An entry is removed when its call returns, so after Ctrl-C what is left
-        # is the call that was cut off (see Run._end); the CLI's live line reads it too.
+        # calls in flight by key ("model", or a tool call's key): (tool or None, args, start);
+        # removed when the call returns, so after Ctrl-C what is left was cut off (Run._end)
         self.in_flight: dict[str, tuple[str | None, dict[str, Any] | None, float]] = {}
         self._ledger: dict[str, tuple[str, ToolResult]] = {}
         self._key_locks: dict[str, threading.Lock] = {}
@@ -522,7 +521,9 @@ class Run(Iterator[Step]):
         elif isinstance(exc, KeyboardInterrupt):
             if self.trace.stopped_reason is None:
                 self._ctx.stop("interrupted")
-            self._note_in_flight()
+            if self._ctx.in_flight:  # what Ctrl-C cut off goes in the partial trace
+                self.trace.meta["in_flight"] = self.in_flight
+                self._ctx.in_flight.clear()
             self._finish()
             raise RunInterrupted(self.trace) from exc
         elif isinstance(exc, Exception):  # a defect in a mode: keep the partial trace, say why
@@ -541,21 +542,10 @@ class Run(Iterator[Step]):
 
     @property
     def in_flight(self) -> list[dict[str, Any]]:
-        """The calls running now: {"call": "model" | "tool", "tool", "args", "key",
-        "elapsed_s"} each (a snapshot; the live display reads it)."""
+        """The calls running now (a snapshot): {"call": "model" | "tool", "tool", "args", "key", "elapsed_s"}."""
         now = time.perf_counter()
-        out = []
-        for key, (tool, args, start) in list(self._ctx.in_flight.items()):
-            out.append({"call": "model" if tool is None else "tool", "tool": tool, "args": args,
-                        "key": key, "elapsed_s": round(now - start, 3)})
-        return out
-
-    def _note_in_flight(self) -> None:
-        """Record in the trace's meta["in_flight"] the calls an interrupt cut off."""
-        cut = self.in_flight
-        if cut:
-            self.trace.meta["in_flight"] = cut
-            self._ctx.in_flight.clear()
+        return [{"call": "model" if tool is None else "tool", "tool": tool, "args": args, "key": key,
+                 "elapsed_s": round(now - start, 3)} for key, (tool, args, start) in list(self._ctx.in_flight.items())]
 
     def _finish(self) -> None:
         if not self._finished:
