@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from loopwright.errors import LoopwrightError
-from loopwright.interfaces.common import UsageError, output_path
+from loopwright.interfaces.common import ArgumentParser, UsageError, output_path
 from loopwright.trace import STEP_KINDS, Step, Trace, load_trace
 
 __all__ = ["load_trace", "render_html", "run_view", "setup_view_parser", "view_main", "write_html"]
@@ -540,7 +540,7 @@ def run_view(args: argparse.Namespace) -> int:
 
 def view_main(argv: Sequence[str] | None = None) -> int:
     """`loopwright view TRACE.json|RUN_ID [--out PATH] [--open] [--db PATH]` as a function."""
-    parser = argparse.ArgumentParser(prog="loopwright view", description=VIEW_HELP)
+    parser = ArgumentParser(prog="loopwright view", description=VIEW_HELP)
     setup_view_parser(parser)
     try:
         args = parser.parse_args(argv)

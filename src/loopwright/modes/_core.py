@@ -198,14 +198,14 @@ class RunContext:
                 completion = call_policy(self.policy, request)
             else:
                 completion = _call_within(self.policy, request, remaining)
-            del in_flight["model"]
+            in_flight.pop("model", None)
         except _PolicyTimeout:
-            del in_flight["model"]
+            in_flight.pop("model", None)
             raise PolicyFailed(
                 f"model call outlived the run's timeout_s={self.limits.timeout_s}", "timeout"
             ) from None
         except Exception as exc:  # the choke point: any policy failure ends the run cleanly
-            del in_flight["model"]
+            in_flight.pop("model", None)
             raise PolicyFailed(f"policy raised {type(exc).__name__}: {exc}") from exc
         usage = completion.usage or Usage.estimate(request.prompt, completion.text)
         if self.journal is not None:  # written before it is used
@@ -223,9 +223,9 @@ class RunContext:
         try:
             out = self.policy(prompt)  # type: ignore[operator]
         except Exception as exc:  # the same choke point as call_model
-            del in_flight["model"]
+            in_flight.pop("model", None)
             raise PolicyFailed(f"policy raised {type(exc).__name__}: {exc}") from exc
-        del in_flight["model"]
+        in_flight.pop("model", None)
         if type(out) is str:
             text, completion = out, None
         elif isinstance(out, Completion):
@@ -270,7 +270,7 @@ class RunContext:
             in_flight = self.in_flight
             in_flight[key] = (name, args, time.perf_counter())
             result = self.registry.execute(name, args, timeout_s=self.deadline.remaining())
-            del in_flight[key]
+            in_flight.pop(key, None)
             with self._lock:
                 self.trace.tool_calls += 1
             return Executed(result)
