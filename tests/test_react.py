@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import pytest
@@ -358,3 +359,21 @@ def test_a_finished_run_has_nothing_in_flight(registry):
     run = lw.iter_run("t", lw.ScriptedPolicy([act("add", '{"x": 1, "y": 2}'), final("3")]), registry)
     assert [s.kind for s in run] == ["action", "final"]
     assert run.in_flight == [] and "in_flight" not in run.trace.meta
+
+
+def test_a_tool_call_cut_off_by_the_run_timeout_is_recorded_with_its_tool_and_args():
+    release = threading.Event()
+
+    @lw.tool
+    def slow(q: str) -> str:
+        """Waits until released."""
+        release.wait(30)
+        return "late"
+
+    try:
+        trace = lw.run("t", lw.ScriptedPolicy([act("slow", '{"q": "y"}'), final("z")]), lw.ToolRegistry([slow]),
+                       timeout_s=0.3)
+    finally:
+        release.set()
+    step = trace.steps[0]
+    assert (step.tool, step.args) == ("slow", {"q": "y"}) and (step.error or "").startswith("timeout after")
