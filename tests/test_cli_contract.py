@@ -122,7 +122,7 @@ def record(path: Path, argv: Sequence[str], replies: Sequence[str]) -> Path:
     command's own code, on a scripted policy, through a Recorder."""
     args = cli.build_parser().parse_args(["run", *argv])
     registry = load_tools(args.tools, args.tool_timeout_s)
-    options = cli.run_options(args, registry)
+    options = cli.run_options(args)
     lw.run(args.task, lw.models.Recorder(lw.ScriptedPolicy(list(replies)), path), registry, mode=args.mode,
            **options)
     return path
@@ -230,6 +230,7 @@ def test_a_model_file_that_is_not_a_model_is_a_usage_error(tmp_path: Path) -> No
         (["run", "q", "--tools", "nocolon"], "takes MODULE:ATTR"),
         (["run", "q", "--prompts", "absent.json"], "no such file"),
         (["run", "q", "--run-id", "x"], "--run-id needs --db"),
+        (["run", "q", "--db", "runs.db", "--run-id", "a\nb", "--replay", REACT_CASSETTE], "run_id must be"),
         (["runs", "resume"], "required"),
     ],
 )

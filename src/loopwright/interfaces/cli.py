@@ -164,7 +164,7 @@ def _setup_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no header, live steps or summary: only the answer")
 
 
-def run_options(args: argparse.Namespace, registry: lw.ToolRegistry) -> dict[str, Any]:
+def run_options(args: argparse.Namespace) -> dict[str, Any]:
     """The limits and run options `loopwright run` passes to lw.iter_run for these flags
     (no store, no approver: those need the terminal and the journal)."""
     options: dict[str, Any] = {"max_steps": args.max_steps}
@@ -231,7 +231,7 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError('the task is empty; give the question to run, e.g. loopwright run "What is 17 * 23?"')
     _check_outputs(args)
     registry = load_tools(args.tools, args.tool_timeout_s)
-    limits = run_options(args, registry)
+    limits = run_options(args)
     if args.approve:
         from loopwright.safety import terminal_approver
 
@@ -247,6 +247,13 @@ def _run(args: argparse.Namespace) -> int:
         limits.update(store=store, journal_meta=journal_meta(args))
         if args.run_id:
             limits["run_id"] = args.run_id
+    started = time.perf_counter()
+    try:  # starting the run journals it: a run id the journal refuses is a usage error
+        run = lw.iter_run(args.task, model, registry, mode=args.mode, **limits)
+    except LoopwrightError as exc:
+        if store is not None:
+            store.close()
+        raise UsageError(str(exc)) from None
     if not args.quiet:
         console.print(
             f"[bold]{escape(_clip(args.task, TASK_SHOWN))}[/]"
@@ -254,8 +261,6 @@ def _run(args: argparse.Namespace) -> int:
             + f"  [dim]mode {args.mode} · model {escape(str(getattr(model, 'name', model)))} · "
             f"tools {', '.join(registry.names)}[/]"
         )
-    started = time.perf_counter()
-    run = lw.iter_run(args.task, model, registry, mode=args.mode, **limits)
     interrupted = False
     try:
         # not with --approve: its questions use the terminal, which the live line redraws
