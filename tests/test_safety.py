@@ -20,7 +20,7 @@ from loopwright.safety import (
     decisions_approver,
     deny,
 )
-from loopwright.store import SQLiteStore
+from loopwright.durable.store import SQLiteStore
 
 
 def make_tools(log: list[tuple[str, dict]]) -> lw.ToolRegistry:
