@@ -116,7 +116,7 @@ def run_tests(tests: tuple[str, ...]) -> tuple[bool, str]:
             [sys.executable, "-m", "pytest", *tests, "-x", "-q", "-p", "no:cacheprovider", "-m", "not slow"],
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
         )
-    failed = re.search(r"^(?:FAILED|ERROR) (\S+)", done.stdout, re.MULTILINE)
+    failed = re.search(r"^(?:FAILED|ERROR) (.+?)(?: - .*)?$", done.stdout, re.MULTILINE)
     if done.returncode == 0:
         return True, ""
     if failed:

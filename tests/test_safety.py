@@ -11,6 +11,7 @@ import pytest
 
 import loopwright as lw
 from conftest import act, final
+from loopwright.durable.store import SQLiteStore
 from loopwright.safety import (
     ApprovalPending,
     ApprovalRequest,
@@ -20,7 +21,6 @@ from loopwright.safety import (
     decisions_approver,
     deny,
 )
-from loopwright.durable.store import SQLiteStore
 
 
 def make_tools(log: list[tuple[str, dict]]) -> lw.ToolRegistry:
