@@ -75,6 +75,12 @@ MUTATIONS = [
              ("tests/test_prompts.py",)),
     Mutation("fence: < not escaped (injection suite alone)", "prompts.py",
              '.replace("<", "&lt;")', "", ("tests/test_injection.py",)),
+    # the injection suite's containments can fail
+    Mutation("scope ignored (injection suite alone)", CORE,
+             "self.registry = registry if tools is None else registry.subset(tools)", "self.registry = registry",
+             ("tests/test_injection.py",)),
+    Mutation("approval gate skipped (injection suite alone)", CORE,
+             "if tool is not None and tool.requires_approval:", "if False:", ("tests/test_injection.py",)),
     # boundaries
     Mutation("token budget: >= becomes >", CORE,
              "self.trace.usage.total_tokens >= budget", "self.trace.usage.total_tokens > budget",
@@ -86,6 +92,9 @@ MUTATIONS = [
              "parse_errors = 0", "pass", ("tests/test_react.py",), nth=2),
     Mutation("ReAct: nudge text says count, not count - 1", "modes/react.py",
              "count=count - 1", "count=count", ("tests/test_react.py",)),
+    # the store's listing
+    Mutation("list_runs: newest first by id, not by creation", "durable/store.py",
+             '" ORDER BY created_at DESC, id DESC"', '" ORDER BY id DESC"', ("tests/test_store.py",)),
     # approval fails closed
     Mutation("approval: a truthy non-bool answer approves", "safety.py",
              'return Decision(False, f"approver returned {type(out).__name__}, not a Decision or bool")',
