@@ -17,8 +17,8 @@ from loopwright.memory.sqlite import MemoryStore
 from loopwright.modes import MODES, run
 from loopwright.policy import Policy
 from loopwright.prompts import fence
-from loopwright.tools import ToolRegistry
 from loopwright.trace import Trace, estimate_tokens
+from loopwright.wire.tools import ToolRegistry
 
 SESSION_TASK = """\
 {task}

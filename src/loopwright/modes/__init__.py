@@ -1,4 +1,5 @@
-"""The three loops behind one facade: `run(task, policy, registry, mode=...)`."""
+"""The loops behind one facade: `run(task, policy, registry, mode=...)`. ReAct, ReWOO and
+plan-execute-replan, and the run context they share (the model and tool choke points)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from loopwright.modes.plan_execute import iter_plan_execute, run_plan_execute
 from loopwright.modes.react import iter_react, run_react
 from loopwright.modes.rewoo import iter_rewoo, run_rewoo
 from loopwright.policy import Policy
-from loopwright.tools import ToolRegistry
 from loopwright.trace import Trace
+from loopwright.wire.tools import ToolRegistry
 
 MODES: dict[str, Callable[..., Run]] = {
     "react": iter_react,
