@@ -117,3 +117,23 @@ def test_recall_of_any_text_returns_at_most_k_live_turns(
     assert len(hits) <= k
     assert all(h.id != 0 and h.score > 0 for h in hits)
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+
+
+def test_default_recall_needs_neither_torch_nor_scipy() -> None:
+    """In a fresh interpreter where torch and scipy cannot be imported, the default
+    memory files and recalls (bm25s falls back to its numpy backend)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys; sys.modules['torch'] = None; sys.modules['scipy'] = None\n"
+        "import loopwright as lw\n"
+        "m = lw.memory.default_memory()\n"
+        "m.add_many([f'routine note {i}' for i in range(300)] + ['the vault code is 4411'])\n"
+        "m.add_many([f'later note {i}' for i in range(10)])\n"
+        "assert '4411' in m.context('what is the vault code', 300)\n"
+        "assert 'torch' not in [k for k, v in sys.modules.items() if v is not None]\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
