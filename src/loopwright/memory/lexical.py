@@ -119,6 +119,9 @@ class BM25Memory:
         if metadatas is not None and len(metadatas) != len(texts):
             raise ValueError(f"got {len(texts)} texts but {len(metadatas)} metadata entries")
         start = len(self._texts)
+        rebuild = start + len(texts) - self._indexed >= max(
+            self.min_rebuild, self.rebuild_fraction * self._indexed
+        )
         for i, text in enumerate(texts):
             meta = None if metadatas is None else metadatas[i]
             if meta is not None and not isinstance(meta, Mapping):
@@ -134,11 +137,10 @@ class BM25Memory:
             self._total_len += len(tokens)
             counts = Counter(tokens)
             self._df.update(counts.keys())
-            for term, tf in counts.items():
-                self._postings.setdefault(term, []).append((doc, tf))
-        if len(self._texts) - self._indexed >= max(
-            self.min_rebuild, self.rebuild_fraction * self._indexed
-        ):
+            if not rebuild:  # a batch that triggers a rebuild needs no delta postings
+                for term, tf in counts.items():
+                    self._postings.setdefault(term, []).append((doc, tf))
+        if rebuild:
             self.rebuild()
         return list(range(start, start + len(texts)))
 
