@@ -101,8 +101,8 @@ def _rewoo(ctx: RunContext, max_tokens: int | None) -> StepGen:
             ctx.stop(failed.reason)
             return
         answer = solver_answer(call.text)
-        error = None
-        if spec is not None:
+        error = None if answer else "the solver's reply holds no answer"
+        if spec is not None and error is None:
             try:
                 ctx.trace.output = spec.parse(answer)
             except ValueError as exc:
@@ -115,6 +115,8 @@ def _rewoo(ctx: RunContext, max_tokens: int | None) -> StepGen:
         if error is None:
             ctx.stop("final", answer)
             return
+        if spec is None:  # an empty answer is not an answer: the run ends with "error"
+            break
         stop = ctx.guard_after_call()
         if stop:
             ctx.stop(stop)
