@@ -306,7 +306,7 @@ def main() -> None:
                 row = run_row(name, mode, config, args.split, args.max_steps)
                 if row is not None:
                     rows.append(row)
-                    print(f"{name} {mode} {config}: {row['correct']}/{row['n']} in {row['seconds']:.0f}s", flush=True)
+                    print(table([row], args.label).splitlines()[-1] + f" {row['seconds']:.0f}s", flush=True)
     text = table(rows, f"{args.label}, {args.split}")
     print(text)
     if args.markdown:
