@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from loopwright.batch import PolicyFactory, arun_many, policy_factory, run_many
 from loopwright.errors import (
     LoopwrightError,
     ModelError,
@@ -23,7 +24,10 @@ from loopwright.errors import (
 )
 from loopwright.guards import Limits
 from loopwright.modes import (
+    AsyncRun,
     Run,
+    aiter_run,
+    arun,
     iter_plan_execute,
     iter_react,
     iter_rewoo,
@@ -58,6 +62,14 @@ def __getattr__(name: str) -> Any:
     # Submodules with heavy optional dependencies load on first use, not on import.
     if name in _LAZY:
         return importlib.import_module(f"loopwright.{name}")
+    if name == "RayExecutor":  # Ray itself is imported only when a batch runs on it
+        from loopwright.ray_executor import RayExecutor
+
+        return RayExecutor
+    if name in ("evaluate", "EvalReport"):
+        from loopwright import evaluation
+
+        return getattr(evaluation, name)
     if name == "Session":  # imports memory (numpy)
         from loopwright.session import Session
 
@@ -68,7 +80,9 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "STOP_REASONS",
     "Action",
+    "AsyncRun",
     "Completion",
+    "EvalReport",
     "FinalAnswer",
     "Limits",
     "LoopwrightError",
@@ -79,7 +93,9 @@ __all__ = [
     "ParseError",
     "PlanStep",
     "Policy",
+    "PolicyFactory",
     "PromptSet",
+    "RayExecutor",
     "ReplayMissError",
     "Run",
     "RunInterrupted",
@@ -97,6 +113,10 @@ __all__ = [
     "ToolResult",
     "Trace",
     "Usage",
+    "aiter_run",
+    "arun",
+    "arun_many",
+    "evaluate",
     "iter_plan_execute",
     "iter_react",
     "iter_rewoo",
@@ -104,8 +124,10 @@ __all__ = [
     "parse_plan",
     "parse_react_step",
     "parse_tool_calls",
+    "policy_factory",
     "resume",
     "run",
+    "run_many",
     "run_plan_execute",
     "run_react",
     "run_rewoo",

@@ -39,9 +39,14 @@ def run(task: str, policy: Policy, registry: ToolRegistry, mode: str = "react", 
     return iter_run(task, policy, registry, mode, **limits).run()
 
 
+from loopwright.modes.asyncrun import AsyncRun, aiter_run, arun  # noqa: E402 - uses iter_run
+
 __all__ = [
     "MODES",
+    "AsyncRun",
     "Run",
+    "aiter_run",
+    "arun",
     "iter_plan_execute",
     "iter_react",
     "iter_rewoo",

@@ -9,11 +9,11 @@ import threading
 import time
 import traceback
 from collections.abc import Generator, Iterable, Iterator
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from loopwright.errors import RunInterrupted
 from loopwright.guards import Deadline, Limits, call_key
-from loopwright.policy import Completion, ModelRequest, Policy, call_policy
+from loopwright.policy import Completion, ModelRequest, Policy, call_policy, is_async_policy
 from loopwright.prompts import DEFAULT_PROMPTS, PromptSet
 from loopwright.safety import (
     ApprovalPending,
@@ -26,6 +26,9 @@ from loopwright.safety import (
 )
 from loopwright.tools import Tool, ToolError, ToolRegistry, ToolResult
 from loopwright.trace import Step, Trace, Usage, estimate_tokens
+
+if TYPE_CHECKING:
+    from loopwright.modes.asyncrun import Bridge
 
 StepGen = Generator[Step, None, None]
 
@@ -117,7 +120,8 @@ class RunContext:
             raise TypeError(f"task must be a str, got {type(task).__name__}")
         if not isinstance(registry, ToolRegistry):
             raise TypeError(f"registry must be a loopwright.ToolRegistry, got {type(registry).__name__}")
-        if not (callable(policy) or callable(getattr(policy, "complete", None))):
+        if not (callable(policy) or callable(getattr(policy, "complete", None))
+                or callable(getattr(policy, "acomplete", None))):
             raise TypeError(
                 f"policy must be a callable str -> str or have complete(request), got {type(policy).__name__}"
             )
@@ -135,7 +139,10 @@ class RunContext:
             not callable(getattr(policy, "complete", None))
             and journal is None
             and limits.timeout_s is None
+            and not is_async_policy(policy)
         )
+        # set by attach() when the run is driven from an event loop (modes/asyncrun.py)
+        self.bridge: Bridge | None = None
         if on_deny not in ("observe", "stop"):
             raise ValueError(f"on_deny must be 'observe' or 'stop', got {on_deny!r}")
         self.approver = approver
@@ -146,6 +153,12 @@ class RunContext:
         self._ledger: dict[str, tuple[str, ToolResult]] = {}
         self._key_locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
+
+    def attach(self, bridge: Bridge) -> None:
+        """Drive this run from an event loop: model and tool calls go through `bridge`
+        (awaited on the loop, cancellable); call before the first step."""
+        self.bridge = bridge
+        self.plain_policy = False
 
     @property
     def schemas(self) -> list[dict[str, Any]]:
@@ -187,11 +200,16 @@ class RunContext:
                 self.trace.usage = self.trace.usage + usage
                 return ModelCall(completion.text, completion, usage, 0.0)
         remaining = self.deadline.remaining()
+        bridge = self.bridge
         try:
-            if remaining is None:
+            if bridge is not None:
+                completion = bridge.complete(self.policy, request, remaining)
+            elif remaining is None:
                 completion = call_policy(self.policy, request)
             else:
                 completion = _call_within(self.policy, request, remaining)
+        except StopRun:  # cancelled from the event loop
+            raise
         except _PolicyTimeout:
             raise PolicyFailed(
                 f"model call outlived the run's timeout_s={self.limits.timeout_s}", "timeout"
@@ -254,7 +272,7 @@ class RunContext:
         journal = self.journal
         if journal is None and (tool is None or (tool.idempotent and not tool.requires_approval)):
             # nothing to gate, record or deduplicate: straight to the registry
-            result = self.registry.execute(name, args, timeout_s=self.deadline.remaining())
+            result = self._call_tool(name, args)
             with self._lock:
                 self.trace.tool_calls += 1
             return Executed(result)
@@ -317,12 +335,17 @@ class RunContext:
         journal = self.journal
         if journal is not None:
             journal.record_tool_start(key, name, args)
-        result = self.registry.execute(name, args, timeout_s=self.deadline.remaining())
+        result = self._call_tool(name, args)
         with self._lock:
             self.trace.tool_calls += 1
         if journal is not None:
             journal.record_tool_result(key, result)
         return Executed(result)
+
+    def _call_tool(self, name: str, args: dict[str, Any]) -> ToolResult:
+        if self.bridge is None:
+            return self.registry.execute(name, args, timeout_s=self.deadline.remaining())
+        return self.bridge.execute(self.registry, name, args, self.deadline.remaining())
 
     async def aexecute(self, name: str, args: dict[str, Any], key: str) -> Executed:
         """execute() for the concurrent ReWOO scheduler. A plain call goes straight to the
@@ -336,7 +359,10 @@ class RunContext:
         )
         if gated:
             return await asyncio.to_thread(self.execute, name, args, key)
-        result = await self.registry.aexecute(name, args, timeout_s=self.deadline.remaining())
+        if self.bridge is not None:
+            result = await self.bridge.aexecute(self.registry, name, args, self.deadline.remaining())
+        else:
+            result = await self.registry.aexecute(name, args, timeout_s=self.deadline.remaining())
         self.trace.tool_calls += 1
         return Executed(result)
 
