@@ -78,7 +78,8 @@ def add_subcommand(
 
 def _register_provided() -> None:
     """Add the subcommands other modules provide, where present: `runs` (the run
-    journal, loopwright.store_cli) and `view` (the trace viewer, loopwright.viewer)."""
+    journal, loopwright.store_cli), `batch` and `eval` (loopwright.batch_cli) and `view`
+    (the trace viewer, loopwright.viewer)."""
     if "runs" not in SUBCOMMANDS:
         try:
             from loopwright import store_cli
@@ -88,6 +89,10 @@ def _register_provided() -> None:
             register = getattr(store_cli, "register", None)
             if callable(register):
                 register()
+    if "batch" not in SUBCOMMANDS:
+        from loopwright import batch_cli
+
+        batch_cli.register()
     if "view" not in SUBCOMMANDS:
         try:
             from loopwright import viewer
