@@ -8,9 +8,9 @@ from functools import partial
 from typing import Any
 
 import pytest
-from conftest import act, final, make_registry
 
 import loopwright as lw
+from conftest import act, final, make_registry
 from loopwright.batch import task_run_id
 
 

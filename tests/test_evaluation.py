@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.batch_policies import adder, either
 
 import loopwright as lw
+from helpers.batch_policies import adder, either
 from loopwright.cli import main
 from loopwright.demo_tools import demo_registry
 from loopwright.evaluation import contains, exact, first_number, load_dataset, numeric

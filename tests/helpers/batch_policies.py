@@ -3,6 +3,7 @@ and picklable for Ray workers."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import loopwright as lw
@@ -22,7 +23,7 @@ def adder(prompt: str) -> str:
     if "Observation:" in after:
         value = re.findall(r"Observation: <untrusted[^>]*>(-?[\d.]+)<", after)
         return f"Thought: done\nFinal Answer: {value[-1] if value else 'unknown'}"
-    return act("calculate", '{"expression": "%s + %s"}' % (numbers[0], numbers[1]))
+    return act("calculate", json.dumps({"expression": f"{numbers[0]} + {numbers[1]}"}))
 
 
 def planner(prompt: str) -> str:
@@ -34,7 +35,7 @@ def planner(prompt: str) -> str:
     if "fail" in asked:
         raise RuntimeError(f"cannot plan {asked!r}")
     a, b = re.findall(r"\d+", asked)[:2]
-    return '[{"id": "E1", "tool": "calculate", "args": {"expression": "%s + %s"}}]' % (a, b)
+    return json.dumps([{"id": "E1", "tool": "calculate", "args": {"expression": f"{a} + {b}"}}])
 
 
 def either(prompt: str) -> str:
