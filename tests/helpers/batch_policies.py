@@ -4,6 +4,7 @@ and picklable for Ray workers."""
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import loopwright as lw
@@ -44,6 +45,16 @@ def either(prompt: str) -> str:
 
 def close_enough(answer: str | None, expected: object) -> float:
     return 1.0 if answer is not None and answer.strip() == str(expected) else 0.0
+
+
+class PidAdder:
+    """adder, signing its final thought with its process id (which worker made it)."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+
+    def __call__(self, prompt: str) -> str:
+        return adder(prompt).replace("Thought: done", f"Thought: done pid={self.pid}")
 
 
 scripted = lw.policy_factory(lambda: lw.ScriptedPolicy(["Thought: t\nFinal Answer: 4"]))
