@@ -10,9 +10,10 @@ import pytest
 
 import loopwright as lw
 from helpers.batch_policies import adder, either
+from loopwright.batch.evaluation import contains, exact, first_number, load_dataset, numeric
 from loopwright.cli import main
 from loopwright.demo_tools import demo_registry
-from loopwright.evaluation import contains, exact, first_number, load_dataset, numeric
+from loopwright.interfaces.batch_cli import report_html
 
 DATASET = [
     {"task": "add 2 and 3", "answer": 5},
@@ -96,7 +97,7 @@ def test_the_report_renders_as_a_table_and_as_html_with_each_trace() -> None:
     console.print(report.table())
     text = console.export_text()
     assert "react" in text and "66.7%" in text
-    page = report.html()
+    page = report_html(report)
     assert page.count("<details>") == 3
     assert "wrong-on-purpose: wrong" in page and "srcdoc=" in page
 

@@ -7,10 +7,11 @@ backend sees the same prompt the trace records.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import inspect
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from loopwright.errors import ScriptExhaustedError
@@ -91,12 +92,27 @@ def call_policy(policy: Policy, request: ModelRequest) -> Completion:
     else:
         out = policy(request.prompt)  # type: ignore[operator]
     if inspect.isawaitable(out):  # an async policy in a sync run: awaited on a private loop
-        from loopwright.toolrun import run_coroutine, run_job
-
-        ok, out = run_job(partial(run_coroutine, out, None), None, "policy")
-        if not ok:
-            raise out
+        out = _await_here(out)
     return as_completion(out)
+
+
+def _await_here(awaitable: Any) -> Any:
+    """Await on a private event loop: in this thread, or in a helper thread when this
+    one already runs a loop (a sync run called from a notebook)."""
+
+    async def wait() -> Any:
+        return await awaitable
+
+    def run() -> Any:
+        with asyncio.Runner(loop_factory=asyncio.new_event_loop) as runner:
+            return runner.run(wait())
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return run()
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="loopwright-policy") as pool:
+        return pool.submit(run).result()
 
 
 def as_completion(out: Any) -> Completion:

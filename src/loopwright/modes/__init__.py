@@ -1,4 +1,5 @@
-"""The three loops behind one facade: `run(task, policy, registry, mode=...)`."""
+"""The loops behind one facade: `run(task, policy, registry, mode=...)`. ReAct, ReWOO and
+plan-execute-replan, and the run context they share (the model and tool choke points)."""
 
 from __future__ import annotations
 
@@ -6,12 +7,13 @@ from collections.abc import Callable
 from typing import Any
 
 from loopwright.modes._core import Run
+from loopwright.modes.asyncrun import AsyncRun
 from loopwright.modes.plan_execute import iter_plan_execute, run_plan_execute
 from loopwright.modes.react import iter_react, run_react
 from loopwright.modes.rewoo import iter_rewoo, run_rewoo
 from loopwright.policy import Policy
-from loopwright.tools import ToolRegistry
 from loopwright.trace import Trace
+from loopwright.wire.tools import ToolRegistry
 
 MODES: dict[str, Callable[..., Run]] = {
     "react": iter_react,
@@ -39,7 +41,17 @@ def run(task: str, policy: Policy, registry: ToolRegistry, mode: str = "react", 
     return iter_run(task, policy, registry, mode, **limits).run()
 
 
-from loopwright.modes.asyncrun import AsyncRun, aiter_run, arun  # noqa: E402 - uses iter_run
+def aiter_run(task: str, policy: Policy, registry: ToolRegistry, mode: str = "react", **limits: Any) -> AsyncRun:
+    """Start a run to drive from an event loop: `async for step in aiter_run(...)`, or
+    `await aiter_run(...).run()`. Same arguments as `run`."""
+    return AsyncRun(iter_run(task, policy, registry, mode, **limits))
+
+
+async def arun(task: str, policy: Policy, registry: ToolRegistry, mode: str = "react", **limits: Any) -> Trace:
+    """`run`, awaited: async policies and tools are awaited on this loop, sync ones run
+    in threads, so the event loop is never blocked. Same arguments and trace as `run`;
+    cancelling the awaiting task ends the run "interrupted" (see modes/asyncrun.py)."""
+    return await aiter_run(task, policy, registry, mode, **limits).run()
 
 __all__ = [
     "MODES",

@@ -9,7 +9,7 @@ import threading
 import time
 import traceback
 from collections.abc import Generator, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from loopwright.errors import RunInterrupted
 from loopwright.guards import Deadline, Limits, call_key
@@ -24,11 +24,8 @@ from loopwright.safety import (
     ask,
     denial_observation,
 )
-from loopwright.tools import Tool, ToolError, ToolRegistry, ToolResult
 from loopwright.trace import Step, Trace, Usage, estimate_tokens
-
-if TYPE_CHECKING:
-    from loopwright.modes.asyncrun import Bridge
+from loopwright.wire.tools import Tool, ToolError, ToolRegistry, ToolResult
 
 StepGen = Generator[Step, None, None]
 
@@ -44,7 +41,7 @@ class StopRun(Exception):
 
 class Journal(Protocol):
     """Where a durable run writes every model call, tool call and step before using it,
-    and where a resumed run finds them again (see loopwright.store)."""
+    and where a resumed run finds them again (see loopwright.durable.store)."""
 
     def recorded_completion(self, n: int) -> tuple[Completion, Usage] | None: ...
     def record_completion(self, n: int, request: ModelRequest, completion: Completion, usage: Usage) -> None: ...
@@ -56,6 +53,15 @@ class Journal(Protocol):
     def record_pending(self, request: ApprovalRequest) -> None: ...
     def record_step(self, step: Step) -> None: ...
     def record_end(self, trace: Trace) -> None: ...
+
+
+class Bridge(Protocol):
+    """Where a run driven from an event loop sends its model and tool calls (see
+    modes/asyncrun.py). Each raises StopRun("interrupted") once the run is cancelled."""
+
+    def complete(self, policy: Policy, request: ModelRequest, timeout: float | None) -> Completion: ...
+    def execute(self, registry: ToolRegistry, name: str, args: dict[str, Any], timeout: float | None) -> ToolResult: ...
+    async def aexecute(self, registry: ToolRegistry, name: str, args: dict[str, Any], timeout: float | None) -> ToolResult: ...
 
 
 class Executed:

@@ -25,9 +25,9 @@ from typing import Any, TypeVar
 
 from loopwright.modes._core import Run, StopRun, _PolicyTimeout
 from loopwright.policy import Completion, ModelRequest, Policy, as_completion, is_async_policy
-from loopwright.toolrun import Timeout, call_capturing, guard, in_thread
-from loopwright.tools import ToolRegistry, ToolResult
 from loopwright.trace import Step, Trace
+from loopwright.wire.toolrun import Timeout, call_capturing, guard, in_thread
+from loopwright.wire.tools import ToolRegistry, ToolResult
 
 T = TypeVar("T")
 
@@ -222,18 +222,4 @@ class AsyncRun:
         return self.trace
 
 
-def aiter_run(task: str, policy: Policy, registry: ToolRegistry, mode: str = "react", **limits: Any) -> AsyncRun:
-    """Start a run to drive from an event loop: `async for step in aiter_run(...)`, or
-    `await aiter_run(...).run()`. Same arguments as `run`."""
-    from loopwright.modes import iter_run
-
-    return AsyncRun(iter_run(task, policy, registry, mode, **limits))
-
-
-async def arun(task: str, policy: Policy, registry: ToolRegistry, mode: str = "react", **limits: Any) -> Trace:
-    """`run`, awaited: async policies and tools are awaited on this loop, sync ones run
-    in threads; the event loop is never blocked. Same arguments and trace as `run`."""
-    return await aiter_run(task, policy, registry, mode, **limits).run()
-
-
-__all__ = ["AsyncRun", "Bridge", "acall_policy", "aiter_run", "arun"]
+__all__ = ["AsyncRun", "Bridge", "acall_policy"]

@@ -14,12 +14,12 @@ from typing import Any
 from loopwright.errors import ParseError
 from loopwright.guards import Limits, RepeatDetector
 from loopwright.modes._core import PolicyFailed, Run, RunContext, StepGen, first_line, open_context
-from loopwright.parsing import Action, FinalAnswer, parse_react_step
 from loopwright.policy import ModelRequest, Policy
 from loopwright.prompts import describe_tools, example_call, fence
-from loopwright.toolcalls import parse_tool_calls
-from loopwright.tools import ToolRegistry
 from loopwright.trace import Step, estimate_tokens
+from loopwright.wire.parsing import Action, FinalAnswer, parse_react_step
+from loopwright.wire.toolcalls import parse_tool_calls
+from loopwright.wire.tools import ToolRegistry
 
 DIALECTS = ("json", "brackets", "native")
 

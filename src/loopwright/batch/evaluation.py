@@ -10,12 +10,12 @@ answer), or a function (answer, expected) -> bool | float in [0, 1].
 
 The report has one summary per mode (accuracy, model and tool calls, tokens sent,
 evaluated and generated, wall time, stop reasons) and one row per item and mode; it
-renders as a rich table, as JSON, and as an HTML page with each item's trace.
+renders as a rich table and as JSON here, and as an HTML page with each item's trace in
+`loopwright.interfaces.batch_cli.report_html` (`loopwright eval --html`).
 """
 
 from __future__ import annotations
 
-import html
 import json
 import math
 import re
@@ -26,9 +26,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loopwright.batch import PolicySource, Progress, arun_many
-from loopwright.tools import ToolRegistry
+from loopwright.batch.runner import PolicySource, Progress, arun_many
 from loopwright.trace import Trace
+from loopwright.wire.tools import ToolRegistry
 
 Scorer = Callable[[str | None, Any], "bool | float"]
 _NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?|[-+]?\.\d+")
@@ -185,34 +185,6 @@ class EvalReport:
                           f"{s.wall_s:.2f}", stopped)
         return table
 
-    def html(self) -> str:
-        """A self-contained HTML page: the comparison, then every item per mode with its
-        trace rendered by the trace viewer."""
-        from loopwright.viewer import render_html
-
-        head = "".join(f"<th>{html.escape(h)}</th>" for h in
-                       ("mode", "items", "accuracy", "llm calls", "tool calls", "tokens sent",
-                        "tokens evaluated", "wall s"))
-        rows = "".join(
-            f"<tr><td>{html.escape(s.mode)}</td><td>{s.items}</td><td>{s.accuracy:.1%}</td>"
-            f"<td>{s.llm_calls}</td><td>{s.tool_calls}</td><td>{s.prompt_tokens}</td>"
-            f"<td>{s.evaluated_tokens}</td><td>{s.wall_s:.2f}</td></tr>"
-            for s in self.summaries.values()
-        )
-        parts = [f"<h1>Evaluation ({html.escape(self.scorer)})</h1><table border=1><tr>{head}</tr>{rows}</table>"]
-        for mode, items in self.results.items():
-            parts.append(f"<h2>{html.escape(mode)}</h2>")
-            for row, trace in zip(items, self.traces[mode], strict=True):
-                mark = "correct" if row.score >= 1 else "wrong" if row.score <= 0 else f"{row.score:.2f}"
-                page = render_html(trace)
-                parts.append(
-                    f"<details><summary>{html.escape(row.id)}: {mark}: {html.escape(row.task)} "
-                    f"(expected {html.escape(str(row.expected))}, got {html.escape(str(row.answer))})</summary>"
-                    f"<iframe style='width:100%;height:480px' srcdoc=\"{html.escape(page, quote=True)}\"></iframe>"
-                    f"</details>"
-                )
-        return "<!doctype html><meta charset=utf-8><title>loopwright evaluation</title>" + "".join(parts)
-
 
 def _json_safe(row: dict[str, Any]) -> dict[str, Any]:
     safe: dict[str, Any] = json.loads(json.dumps(row, default=str))
@@ -297,7 +269,7 @@ def evaluate(
     ends. Returns an EvalReport (`.summaries`, `.results`, `.table()`, `.to_dict()`,
     `.html()`).
     """
-    from loopwright.batch import _run_sync
+    from loopwright.batch.runner import _run_sync
 
     report: EvalReport = _run_sync(aevaluate(dataset, policy, registry, **options))
     return report

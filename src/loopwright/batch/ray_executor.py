@@ -25,7 +25,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from loopwright.batch import BatchSpec, PolicyFactory, Progress, run_task
+from loopwright.batch.runner import BatchSpec, PolicyFactory, Progress, run_task
 from loopwright.policy import Policy
 from loopwright.trace import Trace
 
@@ -39,7 +39,7 @@ class _Worker:
         if store_path is not None:
             from dataclasses import replace
 
-            from loopwright.store import SQLiteStore
+            from loopwright.durable.store import SQLiteStore
 
             spec = replace(spec, store=SQLiteStore(store_path))
         self.spec = spec
@@ -123,7 +123,7 @@ class RayExecutor:
                     try:
                         trace = Trace.from_dict(ray.get(ref))
                     except Exception as exc:  # the actor died: this task's trace says why
-                        from loopwright.batch import failed_trace
+                        from loopwright.batch.runner import failed_trace
 
                         trace = failed_trace(tasks[index], spec.mode, exc)
                     loop.call_soon_threadsafe(done, index, trace)

@@ -28,13 +28,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from loopwright.errors import StoreError
-from loopwright.modes.asyncrun import AsyncRun, arun
+from loopwright.modes import AsyncRun, arun
 from loopwright.policy import Policy
-from loopwright.tools import ToolRegistry
 from loopwright.trace import Step, Trace
+from loopwright.wire.tools import ToolRegistry
 
 if TYPE_CHECKING:
-    from loopwright.store import SQLiteStore
+    from loopwright.durable.store import SQLiteStore
 
 Progress = Callable[[int, Trace], None]
 """Called with the task's index and its trace as each task ends (from the event loop)."""
@@ -145,7 +145,7 @@ async def arun_task(spec: BatchSpec, index: int, task: str, shared: Policy | Non
         if state == "finished" and spec.store is not None and run_id is not None:
             trace = spec.store.trace(run_id)
         elif state == "resumable" and spec.store is not None and run_id is not None:
-            from loopwright.resume import iter_resume
+            from loopwright.durable.resume import iter_resume
 
             options = {k: v for k, v in limits.items() if k not in ("store", "run_id", "mode")}
             trace = await AsyncRun(

@@ -14,6 +14,7 @@ would use (--model, --base-url, --replay), or --policy MODULE:ATTR (a policy, or
 from __future__ import annotations
 
 import argparse
+import html
 import importlib
 import json
 import sys
@@ -24,7 +25,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from loopwright.batch import run_many
-from loopwright.cli import (
+from loopwright.batch.evaluation import EvalReport
+from loopwright.interfaces.common import (
     EXIT_ANSWERED,
     EXIT_NO_ANSWER,
     UsageError,
@@ -148,7 +150,7 @@ class _Bar:
 def _store(args: argparse.Namespace) -> Any:
     if not args.db:
         return None
-    from loopwright.store import SQLiteStore
+    from loopwright.durable.store import SQLiteStore
 
     return SQLiteStore(args.db)
 
@@ -191,7 +193,7 @@ def run_batch(args: argparse.Namespace) -> int:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from loopwright.evaluation import evaluate, load_dataset
+    from loopwright.batch.evaluation import evaluate, load_dataset
 
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     unknown = [m for m in modes if m not in MODES]
@@ -221,8 +223,36 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(report.to_dict(), indent=2, default=str), encoding="utf-8")
     if args.html:
-        Path(args.html).write_text(report.html(), encoding="utf-8")
+        Path(args.html).write_text(report_html(report), encoding="utf-8")
     return EXIT_ANSWERED
+
+
+def report_html(report: EvalReport) -> str:
+    """A self-contained HTML page: the comparison, then every item per mode with its
+    trace rendered by the trace viewer."""
+    from loopwright.interfaces.viewer import render_html
+
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in
+                   ("mode", "items", "accuracy", "llm calls", "tool calls", "tokens sent",
+                    "tokens evaluated", "wall s"))
+    rows = "".join(
+        f"<tr><td>{html.escape(s.mode)}</td><td>{s.items}</td><td>{s.accuracy:.1%}</td>"
+        f"<td>{s.llm_calls}</td><td>{s.tool_calls}</td><td>{s.prompt_tokens}</td>"
+        f"<td>{s.evaluated_tokens}</td><td>{s.wall_s:.2f}</td></tr>"
+        for s in report.summaries.values()
+    )
+    parts = [f"<h1>Evaluation ({html.escape(report.scorer)})</h1><table border=1><tr>{head}</tr>{rows}</table>"]
+    for mode, items in report.results.items():
+        parts.append(f"<h2>{html.escape(mode)}</h2>")
+        for row, trace in zip(items, report.traces[mode], strict=True):
+            mark = "correct" if row.score >= 1 else "wrong" if row.score <= 0 else f"{row.score:.2f}"
+            parts.append(
+                f"<details><summary>{html.escape(row.id)}: {mark}: {html.escape(row.task)} "
+                f"(expected {html.escape(str(row.expected))}, got {html.escape(str(row.answer))})</summary>"
+                f"<iframe style='width:100%;height:480px' srcdoc=\"{html.escape(render_html(trace), quote=True)}\">"
+                f"</iframe></details>"
+            )
+    return "<!doctype html><meta charset=utf-8><title>loopwright evaluation</title>" + "".join(parts)
 
 
 def register() -> None:
