@@ -8,8 +8,9 @@ reference, anything else by value). A policy that holds a native handle (LlamaCp
 cannot be pickled: give `policy_factory(LlamaCpp, per="worker")`, and each actor loads
 the model once and keeps it for every task it runs; `per="run"` makes one per task.
 
-Each task on an actor is one ordinary run (`run_task`), with the same results, failure
-isolation and journaling as the local executor. The journal: a SQLiteStore is reopened
+The actors are async: each keeps up to concurrency / num_workers runs in flight on its
+own event loop. Each task is one ordinary run (`arun_task`), with the same results,
+failure isolation and journaling as the local executor. The journal: a SQLiteStore is reopened
 by path on each actor, so it works for actors on the machine that holds the file; on
 several machines the journal must be a database every machine reaches (the
 durable-operations issue adds Postgres).
@@ -25,7 +26,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from loopwright.batch.runner import BatchSpec, PolicyFactory, Progress, run_task
+from loopwright.batch.runner import BatchSpec, PolicyFactory, Progress, arun_task
 from loopwright.policy import Policy
 from loopwright.trace import Trace
 
@@ -48,8 +49,10 @@ class _Worker:
             policy.make() if isinstance(policy, PolicyFactory) and policy.per == "worker" else None
         )
 
-    def run(self, index: int, task: str) -> dict[str, Any]:
-        return run_task(self.spec, index, task, self.shared).to_dict()
+    async def run(self, index: int, task: str) -> dict[str, Any]:
+        # An async actor: Ray runs its calls concurrently on the actor's event loop, so
+        # one worker keeps many runs in flight (each an ordinary arun).
+        return (await arun_task(self.spec, index, task, self.shared)).to_dict()
 
 
 class RayExecutor:
