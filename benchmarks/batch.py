@@ -215,7 +215,31 @@ def client_langgraph(url: str, runs: int, concurrency: int) -> dict[str, Any]:
     return _measure(lambda: asyncio.run(main()), runs, concurrency)
 
 
-CLIENTS = {"loopwright": client_loopwright, "pydantic_ai": client_pydantic_ai, "langgraph": client_langgraph}
+def client_sdk(url: str, runs: int, concurrency: int) -> dict[str, Any]:
+    """The floor: the same 4 requests per run straight through openai.AsyncOpenAI, with
+    no agent runtime at all (what the model client alone costs on this machine)."""
+    import openai
+
+    client = openai.AsyncOpenAI(base_url=url, api_key="x", max_retries=0)
+
+    async def one(i: int, gate: asyncio.Semaphore) -> float:
+        async with gate:
+            start = time.perf_counter()
+            prompt = f"Question: {TASK.format(i=i)}\nThought:"
+            for _ in range(CALLS_PER_RUN):
+                out = await client.completions.create(model="bench", prompt=prompt, max_tokens=64)
+                prompt += out.choices[0].text + "\nObservation: 1\nThought:"
+            return time.perf_counter() - start
+
+    async def main() -> list[float]:
+        await client.completions.create(model="bench", prompt="warm up", max_tokens=1)
+        gate = asyncio.Semaphore(concurrency)
+        return list(await asyncio.gather(*(one(i, gate) for i in range(runs))))
+
+    return _measure(lambda: asyncio.run(main()), runs, concurrency)
+
+
+CLIENTS = {"sdk": client_sdk, "loopwright": client_loopwright, "pydantic_ai": client_pydantic_ai, "langgraph": client_langgraph}
 
 
 def run_client(python: str, name: str, url: str, runs: int, concurrency: int, ray: bool = False) -> dict[str, Any]:
@@ -251,7 +275,8 @@ def main() -> None:
     parser.add_argument("--serial-runs", type=int, default=50, help="runs at concurrency 1 (1,000 would take 200 s)")
     parser.add_argument("--latency", type=float, default=0.05)
     parser.add_argument("--levels", default="1,16,64,256")
-    parser.add_argument("--peers", default="pydantic_ai,langgraph")
+    parser.add_argument("--peers", default="pydantic_ai,langgraph,sdk",
+                        help="sdk: the bare openai client, no runtime (the floor)")
     parser.add_argument("--no-ray", action="store_true")
     parser.add_argument("--markdown", metavar="PATH")
     parser.add_argument("--json", metavar="PATH")
@@ -279,11 +304,12 @@ def main() -> None:
             print(markdown(rows[-1:], args.latency).splitlines()[-1], flush=True)
         top = max(levels)
         for peer in [p for p in args.peers.split(",") if p]:
-            python = PEERS / f"{peer}_http" / "bin" / "python"
+            python = Path(sys.executable) if peer == "sdk" else PEERS / f"{peer}_http" / "bin" / "python"
             if not python.exists():
                 rows.append((peer, {"error": f"no venv: run benchmarks/peers/setup.sh {peer}_http"}))
             else:
-                rows.append((peer, run_client(str(python), peer, url, args.runs, top)))
+                label = "openai SDK alone (no runtime)" if peer == "sdk" else peer
+                rows.append((label, run_client(str(python), peer, url, args.runs, top)))
             print(markdown(rows[-1:], args.latency).splitlines()[-1], flush=True)
         if not args.no_ray:
             rows.append(("loopwright + Ray (2 workers)", run_client(sys.executable, "loopwright", url, args.runs, top, True)))

@@ -82,7 +82,7 @@ class RayExecutor:
         except ImportError as exc:
             raise ImportError(f"RayExecutor needs Ray ({exc}); install it with: {INSTALL_HINT}") from exc
         if not ray.is_initialized():
-            ray.init(address=self.address, log_to_driver=False, **self.init_options)
+            ray.init(address=self.address, **{"log_to_driver": False, **self.init_options})
         return ray
 
     async def run_tasks(
