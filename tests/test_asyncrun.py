@@ -177,6 +177,7 @@ def test_cancelling_mid_tool_ends_the_run_interrupted_with_a_consistent_journal(
         assert run.trace.stopped_reason == "interrupted"
         assert [s.kind for s in run.trace.steps] == ["action"]  # the step in flight is not recorded
         assert run.trace.llm_calls == 2 and run.trace.tool_calls == 1
+        assert [c["tool"] for c in run.trace.meta["in_flight"]] == ["wait_here"]  # what was cut off
         record = store.load_run("r1")
         assert record.status == "interrupted" and record.resumable
         # the journal is consistent: resuming replays step 1, reruns the idempotent tool
@@ -219,6 +220,7 @@ def test_cancelling_mid_model_call_ends_the_run_interrupted() -> None:
             run = run_async(cancel_during(p))
             assert run.trace.stopped_reason == "interrupted"
             assert run.trace.llm_calls == 1 and run.trace.steps == []
+            assert [c["call"] for c in run.trace.meta["in_flight"]] == ["model"]
             assert run.trace.final_answer is None
     finally:
         release.set()

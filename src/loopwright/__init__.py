@@ -24,6 +24,7 @@ from loopwright.errors import (
     ScriptExhaustedError,
     StoreError,
     ToolDefinitionError,
+    ToolSetChangedError,
 )
 from loopwright.guards import Limits
 from loopwright.modes import (
@@ -111,6 +112,7 @@ __all__ = [
     "Tool",
     "ToolCall",
     "ToolDefinitionError",
+    "ToolSetChangedError",
     "ToolError",
     "ToolRegistry",
     "ToolResult",

@@ -26,6 +26,7 @@ from loopwright.safety import (
 )
 from loopwright.trace import Step, Trace, Usage, estimate_tokens
 from loopwright.wire.tools import Tool, ToolError, ToolRegistry, ToolResult
+from loopwright.wire.toolset import tool_set
 
 StepGen = Generator[Step, None, None]
 
@@ -56,8 +57,7 @@ class Journal(Protocol):
 
 
 class Bridge(Protocol):
-    """Where a run driven from an event loop sends its model and tool calls (see
-    modes/asyncrun.py). Each raises StopRun("interrupted") once the run is cancelled."""
+    """Where a run driven from an event loop sends its calls (modes/asyncrun.py)."""
 
     def complete(self, policy: Policy, request: ModelRequest, timeout: float | None) -> Completion: ...
     def execute(self, registry: ToolRegistry, name: str, args: dict[str, Any], timeout: float | None) -> ToolResult: ...
@@ -147,8 +147,7 @@ class RunContext:
             and limits.timeout_s is None
             and not is_async_policy(policy)
         )
-        # set by attach() when the run is driven from an event loop (modes/asyncrun.py)
-        self.bridge: Bridge | None = None
+        self.bridge: Bridge | None = None  # set when an event loop drives the run (asyncrun.py)
         if on_deny not in ("observe", "stop"):
             raise ValueError(f"on_deny must be 'observe' or 'stop', got {on_deny!r}")
         self.approver = approver
@@ -156,15 +155,12 @@ class RunContext:
         self.journal = journal
         self.rerun_unfinished = rerun_unfinished
         self.trace.run_id = run_id
+        # calls in flight by key ("model", or a tool call's key): (tool or None, args, start);
+        # removed when the call returns, so after Ctrl-C what is left was cut off (Run._end)
+        self.in_flight: dict[str, tuple[str | None, dict[str, Any] | None, float]] = {}
         self._ledger: dict[str, tuple[str, ToolResult]] = {}
         self._key_locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
-
-    def attach(self, bridge: Bridge) -> None:
-        """Drive this run from an event loop: model and tool calls go through `bridge`
-        (awaited on the loop, cancellable); call before the first step."""
-        self.bridge = bridge
-        self.plain_policy = False
 
     @property
     def schemas(self) -> list[dict[str, Any]]:
@@ -207,6 +203,8 @@ class RunContext:
                 return ModelCall(completion.text, completion, usage, 0.0)
         remaining = self.deadline.remaining()
         bridge = self.bridge
+        in_flight = self.in_flight
+        in_flight["model"] = (None, None, start)
         try:
             if bridge is not None:
                 completion = bridge.complete(self.policy, request, remaining)
@@ -214,13 +212,16 @@ class RunContext:
                 completion = call_policy(self.policy, request)
             else:
                 completion = _call_within(self.policy, request, remaining)
-        except StopRun:  # cancelled from the event loop
+            in_flight.pop("model", None)
+        except StopRun:  # cancelled from the event loop; the call stays in in_flight
             raise
         except _PolicyTimeout:
+            in_flight.pop("model", None)
             raise PolicyFailed(
                 f"model call outlived the run's timeout_s={self.limits.timeout_s}", "timeout"
             ) from None
         except Exception as exc:  # the choke point: any policy failure ends the run cleanly
+            in_flight.pop("model", None)
             raise PolicyFailed(f"policy raised {type(exc).__name__}: {exc}") from exc
         usage = completion.usage or Usage.estimate(request.prompt, completion.text)
         if self.journal is not None:  # written before it is used
@@ -233,10 +234,14 @@ class RunContext:
         wall clock: the policy gets the prompt directly, with no ModelRequest to build."""
         self.trace.llm_calls += 1
         start = time.perf_counter()
+        in_flight = self.in_flight
+        in_flight["model"] = (None, None, start)
         try:
             out = self.policy(prompt)  # type: ignore[operator]
         except Exception as exc:  # the same choke point as call_model
+            in_flight.pop("model", None)
             raise PolicyFailed(f"policy raised {type(exc).__name__}: {exc}") from exc
+        in_flight.pop("model", None)
         if type(out) is str:
             text, completion = out, None
         elif isinstance(out, Completion):
@@ -278,7 +283,10 @@ class RunContext:
         journal = self.journal
         if journal is None and (tool is None or (tool.idempotent and not tool.requires_approval)):
             # nothing to gate, record or deduplicate: straight to the registry
+            in_flight = self.in_flight
+            in_flight[key] = (name, args, time.perf_counter())
             result = self._call_tool(name, args)
+            in_flight.pop(key, None)
             with self._lock:
                 self.trace.tool_calls += 1
             return Executed(result)
@@ -291,7 +299,7 @@ class RunContext:
 
         if tool is not None and tool.requires_approval:
             decision = self._approval(name, args, key, tool.side_effects, tool.description)
-            if not decision.approved:
+            if decision.approved is not True:  # fail closed on anything but an approval
                 observation = denial_observation(name, decision.reason)
                 denied = ToolResult(name, args, None, observation, ToolError(name, decision.reason, "denied"), 0.0)
                 if self.on_deny == "stop":
@@ -341,7 +349,9 @@ class RunContext:
         journal = self.journal
         if journal is not None:
             journal.record_tool_start(key, name, args)
+        self.in_flight[key] = (name, args, time.perf_counter())
         result = self._call_tool(name, args)
+        self.in_flight.pop(key, None)
         with self._lock:
             self.trace.tool_calls += 1
         if journal is not None:
@@ -365,10 +375,12 @@ class RunContext:
         )
         if gated:
             return await asyncio.to_thread(self.execute, name, args, key)
+        self.in_flight[key] = (name, args, time.perf_counter())
         if self.bridge is not None:
             result = await self.bridge.aexecute(self.registry, name, args, self.deadline.remaining())
         else:
             result = await self.registry.aexecute(name, args, timeout_s=self.deadline.remaining())
+        self.in_flight.pop(key, None)
         self.trace.tool_calls += 1
         return Executed(result)
 
@@ -407,7 +419,8 @@ def _idempotency_key(tool: Any, args: dict[str, Any]) -> str:
 
 
 RUN_OPTIONS = frozenset(
-    {"prompts", "tools", "approver", "on_deny", "store", "run_id", "max_tokens", "memory", "context_tokens"}
+    {"prompts", "tools", "approver", "on_deny", "store", "run_id", "max_tokens", "memory", "context_tokens",
+     "journal_meta"}
 )
 
 
@@ -423,8 +436,10 @@ def open_context(
     """Build a RunContext from a mode's limits and the run options shared by all modes.
 
     options: prompts, tools (the names this run may use), approver, on_deny, store (a
-    durable journal: the run's config is saved so `resume` can rebuild it), run_id,
-    max_tokens. Unknown names are a TypeError, not silently ignored.
+    durable journal: the run's config is saved so `resume` can rebuild it, with the tool
+    set: each tool's name and schema fingerprint), run_id, max_tokens, journal_meta (JSON
+    data saved with a journaled run's config under "meta": the CLI saves how it loaded
+    the tools). Unknown names are a TypeError, not silently ignored.
     """
     options = dict(options)
     journal: Journal | None = options.pop("_journal", None)  # set by resume()
@@ -435,12 +450,16 @@ def open_context(
     run_id = options.get("run_id")
     store = options.get("store")
     if store is not None and journal is None:
+        scope = options.get("tools")
         config = {
             **config,
-            "tools": None if options.get("tools") is None else list(options["tools"]),
+            "tools": None if scope is None else list(scope),
             "approver": options.get("approver") is not None,  # resume needs to know one was used
             "on_deny": options.get("on_deny", "observe"),
+            "tool_set": tool_set(registry if scope is None else registry.subset(scope)),
         }
+        if options.get("journal_meta") is not None:
+            config["meta"] = dict(options["journal_meta"])
         run_id, journal = store.start_run(run_id, task, mode, config)
     tools = options.get("tools")
     return RunContext(
@@ -523,9 +542,15 @@ class Run(Iterator[Step]):
         recorded on the trace; Ctrl-C becomes RunInterrupted; anything else propagates."""
         if isinstance(exc, StopRun):
             self._ctx.stop(exc.reason)
+            if exc.reason == "interrupted" and self._ctx.in_flight:  # cancelled from the event loop
+                self.trace.meta["in_flight"] = self.in_flight
+                self._ctx.in_flight.clear()
         elif isinstance(exc, KeyboardInterrupt):
             if self.trace.stopped_reason is None:
                 self._ctx.stop("interrupted")
+            if self._ctx.in_flight:  # what Ctrl-C cut off goes in the partial trace
+                self.trace.meta["in_flight"] = self.in_flight
+                self._ctx.in_flight.clear()
             self._finish()
             raise RunInterrupted(self.trace) from exc
         elif isinstance(exc, Exception):  # a defect in a mode: keep the partial trace, say why
@@ -541,6 +566,13 @@ class Run(Iterator[Step]):
         else:
             raise exc
         self._finish()
+
+    @property
+    def in_flight(self) -> list[dict[str, Any]]:
+        """The calls running now (a snapshot): {"call": "model" | "tool", "tool", "args", "key", "elapsed_s"}."""
+        now = time.perf_counter()
+        return [{"call": "model" if tool is None else "tool", "tool": tool, "args": args, "key": key,
+                 "elapsed_s": round(now - start, 3)} for key, (tool, args, start) in list(self._ctx.in_flight.items())]
 
     def _finish(self) -> None:
         if not self._finished:

@@ -145,7 +145,8 @@ class AsyncRun:
     def _attach(self) -> Bridge:
         if self._bridge is None:
             self._bridge = Bridge(asyncio.get_running_loop())
-            self._run._ctx.attach(self._bridge)
+            ctx = self._run._ctx  # before the first step: every call goes through the bridge
+            ctx.bridge, ctx.plain_policy = self._bridge, False
         return self._bridge
 
     async def _in_worker(self, job: Callable[[], T]) -> T:
