@@ -327,4 +327,5 @@ def main() -> None:
 
 if __name__ == "__main__":
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # no token written to ~/.ray
     main()
