@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from loopwright.durable.store import SQLiteStore
+from loopwright.durable.base import RunRecord, StoreBase
 from loopwright.modes import Run, iter_run
 from loopwright.policy import Policy
 from loopwright.safety import Approver, Decision, decisions_approver
@@ -35,7 +35,7 @@ def iter_resume(
     policy: Policy,
     registry: ToolRegistry,
     *,
-    store: SQLiteStore,
+    store: StoreBase,
     approver: Approver | None = None,
     decisions: Mapping[str, Decision | bool] | None = None,
     rerun_unfinished: bool = False,
@@ -46,6 +46,28 @@ def iter_resume(
     if fixed:
         raise TypeError(f"resume continues the recorded run; it does not take {', '.join(fixed)}")
     record, journal = store.reopen(run_id)
+    try:
+        limits, tools, approver = recorded_options(store, record, options, approver, decisions)
+        run = iter_run(
+            record.task, policy, registry, record.mode, **limits,
+            tools=tools, approver=approver, run_id=run_id,
+            _journal=journal, _rerun_unfinished=rerun_unfinished,
+        )  # fmt: skip
+    except BaseException:
+        store.release_lease(run_id)  # it never started: the next resume may
+        raise
+    journal.mark_resumed()
+    return run
+
+
+def recorded_options(
+    store: StoreBase,
+    record: RunRecord,
+    options: dict[str, Any],
+    approver: Approver | None,
+    decisions: Mapping[str, Decision | bool] | None,
+) -> tuple[dict[str, Any], Any, Approver | None]:
+    """The run's limits (the recorded ones, replaced by `options`), tool scope and approver."""
     config = dict(record.config)
     tools = options.pop("tools", config.get("tools"))
     limits = {k: v for k, v in config.items() if k not in _NOT_LIMITS}
@@ -56,17 +78,11 @@ def iter_resume(
     # that had none is denied such calls, as it was (the gate fails closed either way).
     had_approver = config.get("approver")
     if had_approver is None:
-        had_approver = bool(store.approvals(run_id))
+        had_approver = bool(store.approvals(record.id))
     if decisions or approver is not None or had_approver:
         approver = decisions_approver(dict(decisions or {}), fallback=approver)
     limits.update(options)
-    run = iter_run(
-        record.task, policy, registry, record.mode, **limits,
-        tools=tools, approver=approver, run_id=run_id,
-        _journal=journal, _rerun_unfinished=rerun_unfinished,
-    )  # fmt: skip
-    journal.mark_resumed()
-    return run
+    return limits, tools, approver
 
 
 def resume(
@@ -74,7 +90,7 @@ def resume(
     policy: Policy,
     registry: ToolRegistry,
     *,
-    store: SQLiteStore,
+    store: StoreBase,
     approver: Approver | None = None,
     decisions: Mapping[str, Decision | bool] | None = None,
     rerun_unfinished: bool = False,

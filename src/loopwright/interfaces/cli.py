@@ -40,6 +40,7 @@ from loopwright.interfaces.common import (
     add_subcommand,
     load_tools,
     make_model,
+    open_store,
 )
 from loopwright.modes import MODES
 from loopwright.trace import Step, Trace
@@ -194,7 +195,7 @@ def _run(args: argparse.Namespace) -> int:
         limits["approver"] = terminal_approver(write=lambda text: console.print(escape(text), end=""))
     if args.db:
         try:
-            limits["store"] = lw.SQLiteStore(args.db)
+            limits["store"] = open_store(args.db)
         except LoopwrightError as exc:
             raise UsageError(str(exc)) from None
         if args.run_id:
