@@ -36,9 +36,9 @@ def iter_fork(
     **options: Any,
 ) -> Run:
     """`fork`, as a Run to iterate for each Step as it is replayed or made."""
-    fixed = sorted({"_journal", "_rerun_unfinished", "run_id", "store"} & set(options))
+    fixed = sorted({"_journal", "_rerun_unfinished"} & set(options))
     if fixed:
-        raise TypeError(f"fork names its own run; it does not take {', '.join(fixed)} (use new_run_id=)")
+        raise TypeError(f"fork names its own run; it does not take {', '.join(fixed)}")
     record = store.load_run(run_id)
     if isinstance(at_step, bool) or not isinstance(at_step, int) or not 0 <= at_step <= record.step_count:
         raise StoreError(f"at_step must be a step number from 0 to {record.step_count} "
