@@ -60,7 +60,7 @@ class PostgresStore(StoreBase):
         try:
             conn = psycopg.connect(dsn, autocommit=True, connect_timeout=connect_timeout_s)
         except psycopg.Error as exc:
-            raise StoreError(f"cannot connect to run journal {self.path}: {str(exc).strip()}") from exc
+            raise StoreError(f"cannot connect to run journal {self.path}: {_first_line(exc)}") from exc
         try:
             with conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_ID,))
@@ -75,7 +75,7 @@ class PostgresStore(StoreBase):
                     conn.execute("UPDATE meta SET value = %s WHERE key = 'version'", (str(len(_SCHEMAS)),))
         except psycopg.Error as exc:
             conn.close()
-            raise StoreError(f"cannot open run journal {self.path}: {str(exc).strip()}; nothing was changed") from exc
+            raise StoreError(f"cannot open run journal {self.path}: {_first_line(exc)}; nothing was changed") from exc
         except BaseException:
             conn.close()
             raise
@@ -170,6 +170,10 @@ def _check_schema(conn: Any, where: str) -> int:
             f"reads up to {len(_SCHEMAS)}); nothing was changed. Upgrade loopwright to open it."
         )
     return version
+
+
+def _first_line(exc: Exception) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def redact(dsn: str) -> str:
