@@ -14,7 +14,7 @@ import pytest
 
 import loopwright as lw
 from conftest import STORE_KINDS, act, final, make_registry, open_journal
-from loopwright.durable.base import LEASE_OWNER
+from loopwright.durable.base import lease_owner
 
 HELPERS = Path(__file__).parent / "helpers"
 HOST = socket.gethostname()
@@ -105,11 +105,11 @@ def test_a_run_holds_its_lease_while_it_runs_renews_it_as_it_writes_and_releases
         return [act("add", '{"x": 1, "y": 2}'), final("3")][len(seen) - 1]
 
     lw.run("t", policy, make_registry(), store=store, run_id="live")
-    assert seen[0][0] == LEASE_OWNER and seen[0][1] > time.time()
+    assert seen[0][0] == lease_owner() and seen[0][1] > time.time()
     assert lease(store, "live") == (None, None)
 
     _, journal = store.start_run("renew", "t", "react", {})
-    hold(store, LEASE_OWNER, 1.0, "renew")  # about to expire
+    hold(store, lease_owner(), 1.0, "renew")  # about to expire
     journal._renew_at = 0.0  # due: the next write renews it
     journal.record_step(lw.Step(1, "action", tool="add", args={}, observation="3"))
     assert lease(store, "renew")[1] > time.time() + store.lease_s / 2

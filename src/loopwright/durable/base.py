@@ -30,9 +30,18 @@ SCHEMA_NAME: Final = "loopwright-journal"
 DEFAULT_LEASE_S: Final = 300.0
 _MISSING: Final = object()
 _HOST: Final = socket.gethostname()
-LEASE_OWNER: Final = f"{_HOST}:{os.getpid()}:{secrets.token_hex(4)}"
-"""Who holds a run's lease: this host, this process and a random tag (a new process,
-even one that reuses the pid, is another owner)."""
+_OWNER: list[str] = []
+
+
+def lease_owner() -> str:
+    """Who holds a run's lease from this process: the host, the pid and a random tag (a
+    new process, even one that reuses the pid or was forked from this one, is another owner)."""
+    if not _OWNER:
+        _OWNER.append(f"{_HOST}:{os.getpid()}:{secrets.token_hex(4)}")
+    return _OWNER[0]
+
+
+os.register_at_fork(after_in_child=_OWNER.clear)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +156,7 @@ class StoreBase:
             self._execute(
                 "INSERT INTO runs (id, task, mode, config, status, created_at, updated_at, lease_owner, "
                 "lease_expires, forked_from, forked_at_step) VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?)",
-                (run_id, task, mode, _dumps(dict(config)), now, now, LEASE_OWNER, now + self.lease_s,
+                (run_id, task, mode, _dumps(dict(config)), now, now, lease_owner(), now + self.lease_s,
                  forked_from, forked_at_step),
             )
         except self._unique_errors:
@@ -156,7 +165,7 @@ class StoreBase:
                 "(use loopwright.durable.resume to continue it, or pick another id)"
             ) from None
         fork_of = None if forked_from is None else (forked_from, forked_at_step or 0)
-        return run_id, RunJournal(self, run_id, lease_owner=LEASE_OWNER, fork_of=fork_of)
+        return run_id, RunJournal(self, run_id, lease_owner=lease_owner(), fork_of=fork_of)
 
     def load_run(self, run_id: str) -> RunRecord:
         """The run's record; an unknown id is a StoreError naming it."""
@@ -181,7 +190,7 @@ class StoreBase:
         self.take_lease(run_id)
         record = self.load_run(run_id)
         fork_of = None if record.forked_from is None else (record.forked_from, record.forked_at_step or 0)
-        return record, RunJournal(self, run_id, preload=True, lease_owner=LEASE_OWNER, fork_of=fork_of)
+        return record, RunJournal(self, run_id, preload=True, lease_owner=lease_owner(), fork_of=fork_of)
 
     # -- the lease ------------------------------------------------------------------
 
@@ -193,7 +202,7 @@ class StoreBase:
         if self._execute(
             "UPDATE runs SET lease_owner = ?, lease_expires = ? WHERE id = ? AND "
             "(lease_owner IS NULL OR lease_owner = ? OR lease_expires < ?)",
-            (LEASE_OWNER, now + self.lease_s, run_id, LEASE_OWNER, now),
+            (lease_owner(), now + self.lease_s, run_id, lease_owner(), now),
         ):
             return
         row = self._one("SELECT lease_owner, lease_expires FROM runs WHERE id = ?", (run_id,))
@@ -202,7 +211,7 @@ class StoreBase:
         owner, expires = row
         if _owner_is_gone(owner) and self._execute(  # compare and swap on the dead owner
             "UPDATE runs SET lease_owner = ?, lease_expires = ? WHERE id = ? AND lease_owner = ?",
-            (LEASE_OWNER, now + self.lease_s, run_id, owner),
+            (lease_owner(), now + self.lease_s, run_id, owner),
         ):
             return
         raise StoreError(
@@ -214,11 +223,11 @@ class StoreBase:
     def release_lease(self, run_id: str) -> None:
         """Give the run's lease back if this process holds it."""
         self._execute("UPDATE runs SET lease_owner = NULL, lease_expires = NULL WHERE id = ? AND lease_owner = ?",
-                      (run_id, LEASE_OWNER))
+                      (run_id, lease_owner()))
 
     def _check_not_held(self, run_id: str, what: str) -> None:
         row = self._one("SELECT lease_owner, lease_expires FROM runs WHERE id = ?", (run_id,))
-        if row is not None and row[0] not in (None, LEASE_OWNER) and row[1] > time.time() \
+        if row is not None and row[0] not in (None, lease_owner()) and row[1] > time.time() \
                 and not _owner_is_gone(row[0]):
             raise StoreError(f"cannot {what}: run {run_id!r} is running in another worker ({row[0]}); "
                              "nothing was changed")
