@@ -111,3 +111,13 @@ def test_two_stores_on_one_database_see_each_others_runs(pg_dsn):
         lw.run("t", lw.ScriptedPolicy(REACT), make_registry(), store=a, run_id="from-a")
         assert b.load_run("from-a").final_answer == "5"
         assert b.trace("from-a").to_dict() == a.trace("from-a").to_dict()
+
+
+def test_synchronous_commit_is_the_connections_setting(pg_dsn):
+    with lw.PostgresStore(pg_dsn, synchronous_commit="off") as store:
+        assert store._one("SHOW synchronous_commit") == ("off",)
+        lw.run("t", lw.ScriptedPolicy(REACT), make_registry(), store=store, run_id="r")
+    with lw.PostgresStore(pg_dsn) as store:
+        assert store._one("SHOW synchronous_commit") == ("on",) and store.load_run("r").final_answer == "5"
+    with pytest.raises(ValueError, match="synchronous_commit must be 'on' or 'off'"):
+        lw.PostgresStore(pg_dsn, synchronous_commit="sometimes")  # type: ignore[arg-type]

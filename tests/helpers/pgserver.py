@@ -44,11 +44,15 @@ class PostgresServer:
     def _run(self, *args: str) -> None:
         subprocess.run([*self.as_user, *args], check=True, capture_output=True, text=True, timeout=120)
 
-    def start(self) -> PostgresServer:
+    def start(self, *, durable: bool = False) -> PostgresServer:
+        """initdb and start. durable: fsync on, as a production server (the tests run
+        without it: a killed client, not a killed server, is what they test)."""
         try:
             self._run(str(self.bin / "initdb"), "-D", str(self.data), "-U", self.user, "--auth=trust",
                       "-E", "UTF8", "--no-sync")
-            options = f"-k {self.root} -c listen_addresses='' -c fsync=off -c max_connections=60"
+            options = f"-k {self.root} -c listen_addresses='' -c max_connections=60"
+            if not durable:
+                options += " -c fsync=off"
             self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-o", options, "-w", "-t", "60",
                       "-l", str(self.root / "log"), "start")
         except subprocess.CalledProcessError as exc:

@@ -16,7 +16,7 @@ import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from loopwright.durable.base import DEFAULT_LEASE_S, SCHEMA_NAME, StoreBase
 from loopwright.durable.store import _SCHEMA_V1, _SCHEMA_V2, _statements, check_lease
@@ -38,12 +38,24 @@ class PostgresStore(StoreBase):
 
     dsn: a libpq connection string or URI (`postgresql://user@host:5432/db`,
     `postgresql:///db?host=/run/postgresql`). lease_s: how long a run's lease lasts without a
-    journal write. Opening refuses, with a StoreError and without writing, a database whose
+    journal write. synchronous_commit: PostgreSQL's setting for this connection; "on" (the
+    default) waits for each commit to reach disk on the server, "off" does not, and still
+    survives a killed worker, losing the last moments only if the server itself crashes
+    (like SQLite's "NORMAL" against "FULL"). Opening refuses, with a StoreError and without writing, a database whose
     current schema holds other tables, or a journal from a newer loopwright; an older
     journal is migrated in one transaction.
     """
 
-    def __init__(self, dsn: str, *, lease_s: float = DEFAULT_LEASE_S, connect_timeout_s: int = 10) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        lease_s: float = DEFAULT_LEASE_S,
+        synchronous_commit: Literal["on", "off"] = "on",
+        connect_timeout_s: int = 10,
+    ) -> None:
+        if synchronous_commit not in ("on", "off"):
+            raise ValueError(f"synchronous_commit must be 'on' or 'off', got {synchronous_commit!r}")
         try:
             import psycopg
         except ImportError as exc:
@@ -62,6 +74,7 @@ class PostgresStore(StoreBase):
         except psycopg.Error as exc:
             raise StoreError(f"cannot connect to run journal {self.path}: {_first_line(exc)}") from exc
         try:
+            conn.execute(f"SET synchronous_commit = {synchronous_commit}")
             with conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_ID,))
                 version = _check_schema(conn, self.path)
