@@ -143,6 +143,12 @@ def _bench_loopwright(ns: list[int], repeats: int, full: bool, pg_dsn: str | Non
         runners, stores = loopwright_runners(Path(tmp), pg_dsn)
         if not full:
             runners.pop("journal FULL")
+        pg = next((s for s in stores if not isinstance(s, SQLiteStore)), None)
+        if pg is not None:  # what one round trip to this server costs now, for scale
+            t0 = time.perf_counter()
+            for _ in range(200):
+                pg._one("SELECT 1")
+            print(f"Postgres round trip (SELECT 1 on a unix socket): {(time.perf_counter() - t0) / 200 * 1e6:.0f} us")
         print("loopwright ReAct, scripted policy, trivial tool: us per step, wall / CPU, median of "
               f"{repeats} interleaved runs (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
         journals = [name for name in ("journal NORMAL", "journal Postgres", "Postgres async") if name in runners]

@@ -93,6 +93,7 @@ class PostgresStore(StoreBase):
             conn.close()
             raise
         self._conn: Any = conn
+        self._client_cursor = psycopg.ClientCursor
 
     @property
     def conn(self) -> Any:
@@ -145,9 +146,13 @@ class PostgresStore(StoreBase):
             if len(statements) == 1:
                 conn.execute(self._q(statements[0][0]), statements[0][1])
                 return
-            with conn.pipeline(), conn.transaction():  # one round trip for the whole batch
-                for statement, params in statements:
-                    conn.execute(self._q(statement), params)
+            # One round trip: the statements as one simple query, which PostgreSQL runs as
+            # one implicit transaction (all or nothing); values are bound by psycopg's
+            # client-side binding, which quotes them.
+            sql = "; ".join(self._q(statement) for statement, _ in statements)
+            params = tuple(p for _, ps in statements for p in ps)
+            with self._client_cursor(conn) as cursor:
+                cursor.execute(sql, params)
 
     @contextmanager
     def _snapshot(self) -> Iterator[None]:
