@@ -151,8 +151,9 @@ def test_non_idempotent_call_killed_mid_flight_is_not_rerun_and_the_run_stops(tm
     assert trace.stopped_reason == "error"
     assert trace.steps[-1].error == (
         "append_line was started before the run stopped but its result was not recorded; it is "
-        "not idempotent, so it was not run again. Check whether it took effect, then resume with "
-        "rerun_unfinished=True or finish the run by hand."
+        "not idempotent, so it was not run again. Check whether it took effect, then settle it "
+        "(store.settle or `loopwright runs settle`), resume with rerun_unfinished=True, or finish "
+        "the run by hand."
     )
 
 

@@ -329,7 +329,8 @@ class RunContext:
             message = (
                 f"{name} was started before the run stopped but its result was not recorded; "
                 f"it is not idempotent, so it was not run again. Check whether it took effect, "
-                f"then resume with rerun_unfinished=True or finish the run by hand."
+                f"then settle it (store.settle or `loopwright runs settle`), resume with "
+                f"rerun_unfinished=True, or finish the run by hand."
             )
             self.record(Step(self.next_index, "error", tool=name, args=args, error=message))
             raise StopRun("error", message)
