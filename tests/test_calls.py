@@ -93,6 +93,15 @@ def test_a_run_without_a_store_gets_an_ephemeral_run_id_and_no_call_outside_a_ru
     assert seen_tools(seen).get("note")("direct") == "direct" and seen[-1] is None  # a plain call
 
 
+def test_concurrent_workers_of_a_run_without_a_store_each_see_their_own_call():
+    seen: list[lw.CallInfo | None] = []
+    plan = {"plan": [{"id": f"E{i}", "tool": t, "args": {"text": str(i)}}
+                     for i, t in enumerate(["note", "in_thread", "later"], 1)]}
+    lw.run("t", lw.ScriptedPolicy([json.dumps(plan), "done"]), seen_tools(seen), mode="rewoo", run_id="m")
+    assert sorted((c.key, c.durable) for c in seen if c is not None) == [
+        ("m:E1", False), ("m:E2", False), ("m:E3", False)]
+
+
 # -- a payment tool that deduplicates on the key ---------------------------------------------
 
 

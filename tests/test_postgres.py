@@ -121,3 +121,12 @@ def test_synchronous_commit_is_the_connections_setting(pg_dsn):
         assert store._one("SHOW synchronous_commit") == ("on",) and store.load_run("r").final_answer == "5"
     with pytest.raises(ValueError, match="synchronous_commit must be 'on' or 'off'"):
         lw.PostgresStore(pg_dsn, synchronous_commit="sometimes")  # type: ignore[arg-type]
+
+
+def test_without_postgresql_installed_the_tests_fail_naming_the_install_command(monkeypatch):
+    from helpers import pgserver
+
+    monkeypatch.setattr(pgserver.shutil, "which", lambda name: None)
+    monkeypatch.setattr(pgserver.glob, "glob", lambda pattern: [])
+    with pytest.raises(RuntimeError, match=r"PostgreSQL is not installed.*scripts/ci_deps.sh.*apt-get install -y postgresql"):
+        pgserver.PostgresServer()
