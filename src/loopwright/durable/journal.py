@@ -1,9 +1,12 @@
-"""The journal of one run on a SQLiteStore: what the loops record and replay through.
+"""The journal of one run on a store (SQLite or PostgreSQL): what the loops record and
+replay through.
 
 RunJournal implements `loopwright.modes._core.Journal`: each model call, tool call,
 approval and step is written (see `store` for the tables and durability) before the run
-uses it, and a resumed run's journal answers lookups from what was recorded. It is the
-store's close collaborator and uses its connection, lock and query helpers directly.
+uses it, and a resumed run's journal answers lookups from what was recorded. A fork's
+journal also answers from its source run for the steps it replays, copying each answer
+into its own rows. The journal renews its run's lease as it writes. It is the store's
+close collaborator and uses its lock and query primitives (`JournalStore`) directly.
 """
 
 from __future__ import annotations

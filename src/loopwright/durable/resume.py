@@ -9,6 +9,10 @@ A tool call that was started but whose result was not recorded (the process died
 it ran) is run again only if the tool is idempotent; otherwise the run stops with
 "error" and says so, and a person decides (then `rerun_unfinished=True`).
 
+Resuming takes the run's lease first (see `StoreBase.take_lease`): a run that another live
+worker runs or resumes is refused with a StoreError. A call left in doubt can instead be
+settled by a person (`store.settle`), after which the run goes on from its outcome.
+
 A run that already ended replays to the same trace: deterministic ends (final,
 max_steps, token_budget, denied, ...) come back without a model call or a tool call;
 an end caused by something outside the journal (the policy raised, the wall clock ran
