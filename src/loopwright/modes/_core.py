@@ -286,7 +286,7 @@ class RunContext:
 
         if tool is not None and tool.requires_approval:
             decision = self._approval(name, args, key, tool.side_effects, tool.description)
-            if not decision.approved:
+            if decision.approved is not True:  # fail closed on anything but an approval
                 observation = denial_observation(name, decision.reason)
                 denied = ToolResult(name, args, None, observation, ToolError(name, decision.reason, "denied"), 0.0)
                 if self.on_deny == "stop":
