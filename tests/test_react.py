@@ -374,3 +374,56 @@ def test_native_dialect_is_what_the_backend_is_told(registry):
     policy = lw.ScriptedPolicy([lw.Completion("done")])
     lw.run("t", policy, registry, dialect="native")
     assert policy.requests[0].dialect == "native"
+
+
+def test_ctrl_c_in_a_tool_call_leaves_the_call_in_the_trace_meta():
+    seen: list = []
+
+    @lw.tool
+    def slow(q: str) -> str:
+        """Interrupted while it runs."""
+        seen.append(run.in_flight)
+        raise KeyboardInterrupt
+
+    run = lw.iter_run("t", lw.ScriptedPolicy([act("slow", '{"q": "x"}')]), lw.ToolRegistry([slow]))
+    with pytest.raises(lw.RunInterrupted) as caught:
+        list(run)
+    [during] = seen[0]
+    assert during["call"] == "tool" and during["tool"] == "slow" and during["args"] == {"q": "x"}
+    [cut] = caught.value.trace.meta["in_flight"]
+    assert (cut["call"], cut["tool"], cut["args"], cut["key"]) == ("tool", "slow", {"q": "x"}, "1")
+    assert caught.value.trace.stopped_reason == "interrupted" and run.in_flight == []
+
+
+def test_ctrl_c_in_a_model_call_names_the_model_call():
+    def policy(prompt: str) -> str:
+        raise KeyboardInterrupt
+
+    with pytest.raises(lw.RunInterrupted) as caught:
+        lw.run("t", policy, lw.ToolRegistry([]))
+    [cut] = caught.value.trace.meta["in_flight"]
+    assert cut["call"] == "model" and cut["tool"] is None
+
+
+def test_a_finished_run_has_nothing_in_flight(registry):
+    run = lw.iter_run("t", lw.ScriptedPolicy([act("add", '{"x": 1, "y": 2}'), final("3")]), registry)
+    assert [s.kind for s in run] == ["action", "final"]
+    assert run.in_flight == [] and "in_flight" not in run.trace.meta
+
+
+def test_a_tool_call_cut_off_by_the_run_timeout_is_recorded_with_its_tool_and_args():
+    release = threading.Event()
+
+    @lw.tool
+    def slow(q: str) -> str:
+        """Waits until released."""
+        release.wait(30)
+        return "late"
+
+    try:
+        trace = lw.run("t", lw.ScriptedPolicy([act("slow", '{"q": "y"}'), final("z")]), lw.ToolRegistry([slow]),
+                       timeout_s=0.3)
+    finally:
+        release.set()
+    step = trace.steps[0]
+    assert (step.tool, step.args) == ("slow", {"q": "y"}) and (step.error or "").startswith("timeout after")

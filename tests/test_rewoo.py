@@ -163,3 +163,10 @@ def test_solver_failure_ends_with_error(registry):
     trace = lw.run("t", lw.ScriptedPolicy([plan, ValueError("boom")]), registry, mode="rewoo")
     assert trace.stopped_reason == "error" and trace.llm_calls == 2
     assert trace.steps[-1].kind == "error"
+
+
+def test_an_empty_solver_reply_ends_with_error_and_no_answer(registry):
+    trace = lw.run("t", lw.ScriptedPolicy([PLAN, "Final Answer:   "]), registry, mode="rewoo")
+    assert trace.stopped_reason == "error" and trace.final_answer is None and not trace.answered
+    assert trace.llm_calls == 2 and trace.steps[-1].kind == "solve"
+    assert trace.steps[-1].error == "the solver's reply holds no answer"

@@ -26,6 +26,7 @@ from loopwright.errors import (
     ScriptExhaustedError,
     StoreError,
     ToolDefinitionError,
+    ToolSetChangedError,
 )
 from loopwright.guards import Limits
 from loopwright.modes import (
@@ -100,6 +101,7 @@ __all__ = [
     "Tool",
     "ToolCall",
     "ToolDefinitionError",
+    "ToolSetChangedError",
     "ToolError",
     "ToolRegistry",
     "ToolResult",
