@@ -109,9 +109,9 @@ def test_cli_forks_a_run(tmp_path, capsys):
     code = runs_main(["fork", "src", "--at", "3", "--new-id", "alt", "--db", str(db)],
                      policy_factory=lambda args: lw.ScriptedPolicy([final("via cli")]),
                      registry_factory=lambda args: make_registry())
-    captured = capsys.readouterr()  # the answer alone on stdout, the account on stderr
-    assert code == 0 and captured.out == "via cli\n"
-    assert "forked run: alt (from src at step 3)" in captured.err
+    captured = capsys.readouterr()
+    assert code == 0 and "forked run: alt (from src at step 3)" in captured.err
+    assert captured.out == "via cli\n"
     assert runs_main(["show", "alt", "--db", str(db)]) == 0
     assert "Forked from src at step 3" in capsys.readouterr().out
     assert runs_main(["fork", "src", "--at", "9", "--db", str(db)],

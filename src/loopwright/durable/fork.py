@@ -21,6 +21,7 @@ from loopwright.policy import Policy
 from loopwright.safety import Approver, Decision
 from loopwright.trace import Trace
 from loopwright.wire.tools import ToolRegistry
+from loopwright.wire.toolset import tool_set
 
 
 def iter_fork(
@@ -43,11 +44,15 @@ def iter_fork(
     if isinstance(at_step, bool) or not isinstance(at_step, int) or not 0 <= at_step <= record.step_count:
         raise StoreError(f"at_step must be a step number from 0 to {record.step_count} "
                          f"(run {run_id!r} has {record.step_count} steps), got {describe(at_step)}")
-    limits, tools, approver = recorded_options(store, record, dict(options), approver, decisions)
-    # What the journal can hold is the fork's own config, so resuming the fork rebuilds it.
-    config = {**record.config, **{k: v for k, v in options.items() if k in record.config}}
-    if "tools" in options:
-        config["tools"] = None if options["tools"] is None else list(options["tools"])
+    rest = dict(options)
+    tools = rest.pop("tools", record.config.get("tools"))
+    limits, approver = recorded_options(store, record, rest, approver, decisions)
+    # What the journal can hold is the fork's own config, so resuming the fork rebuilds it:
+    # its limits, scope and the tools it runs with (another registry is allowed here).
+    config = {**record.config, **{k: v for k, v in rest.items() if k in record.config}}
+    config["tools"] = None if tools is None else list(tools)
+    if "tool_set" in config:
+        config["tool_set"] = tool_set(registry if tools is None else registry.subset(tools))
     new_id, journal = store.start_run(new_run_id, record.task, record.mode, config,
                                       forked_from=run_id, forked_at_step=at_step)
     try:

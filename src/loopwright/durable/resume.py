@@ -9,6 +9,10 @@ A tool call that was started but whose result was not recorded (the process died
 it ran) is run again only if the tool is idempotent; otherwise the run stops with
 "error" and says so, and a person decides (then `rerun_unfinished=True`).
 
+Resuming takes the run's lease first (see `StoreBase.take_lease`): a run that another live
+worker runs or resumes is refused with a StoreError. A call left in doubt can instead be
+settled by a person (`store.settle`), after which the run goes on from its outcome.
+
 A resume runs with the tools the run started with: the journal records each tool's name
 and schema fingerprint (`loopwright.wire.toolset`), and a registry that differs (a tool
 added, removed or changed) is a ToolSetChangedError naming the difference, before
@@ -16,10 +20,6 @@ anything is replayed, unless `allow_tool_changes=True` (the trace's meta["tool_c
 then says what changed; the recorded set stays the original one). A journal written
 before tool sets were recorded (no "tool_set" in its config) resumes as before: its
 tools are unknown, so nothing is refused.
-
-Resuming takes the run's lease first (see `StoreBase.take_lease`): a run that another live
-worker runs or resumes is refused with a StoreError. A call left in doubt can instead be
-settled by a person (`store.settle`), after which the run goes on from its outcome.
 
 A run that already ended replays to the same trace: deterministic ends (final,
 max_steps, token_budget, denied, ...) come back without a model call or a tool call;
@@ -83,10 +83,11 @@ def iter_resume(
         raise TypeError(f"resume continues the recorded run; it does not take {', '.join(fixed)}")
     record, journal = store.reopen(run_id)
     try:
-        limits, tools, approver = recorded_options(store, record, options, approver, decisions)
+        tools = options.pop("tools", record.config.get("tools"))
         changes = tool_changes(record, registry, tools)
         if changes and not allow_tool_changes:
             raise ToolSetChangedError(run_id, changes.added, changes.removed, changes.changed)
+        limits, approver = recorded_options(store, record, options, approver, decisions)
         run = iter_run(
             record.task, policy, registry, record.mode, **limits,
             tools=tools, approver=approver, run_id=run_id,
@@ -107,10 +108,9 @@ def recorded_options(
     options: dict[str, Any],
     approver: Approver | None,
     decisions: Mapping[str, Decision | bool] | None,
-) -> tuple[dict[str, Any], Any, Approver | None]:
-    """The run's limits (the recorded ones, replaced by `options`), tool scope and approver."""
+) -> tuple[dict[str, Any], Approver | None]:
+    """The run's limits (the recorded ones, replaced by `options`) and its approver."""
     config = dict(record.config)
-    tools = options.pop("tools", config.get("tools"))
     limits = {k: v for k, v in config.items() if k not in _NOT_LIMITS}
     if "on_deny" in config:
         limits["on_deny"] = config["on_deny"]
@@ -123,7 +123,7 @@ def recorded_options(
     if decisions or approver is not None or had_approver:
         approver = decisions_approver(dict(decisions or {}), fallback=approver)
     limits.update(options)
-    return limits, tools, approver
+    return limits, approver
 
 
 def resume(
@@ -150,8 +150,7 @@ def resume(
     options the journal cannot hold (prompts, memory, context_tokens); a limit given here
     replaces the recorded one.
 
-    Raises StoreError for an unknown run id (or a run another worker holds),
-    ToolSetChangedError for other tools.
+    Raises StoreError for an unknown run id, ToolSetChangedError for other tools.
     """
     return iter_resume(
         run_id, policy, registry, store=store, approver=approver, decisions=decisions,

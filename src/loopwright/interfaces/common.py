@@ -45,15 +45,6 @@ class UsageError(Exception):
     """Bad command-line input: printed without a traceback, exit code 2."""
 
 
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse with one-line usage errors: `loopwright run: error: ... (see --help)`,
-    exit code 2, no usage block."""
-
-    def error(self, message: str) -> NoReturn:
-        print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
-        raise SystemExit(EXIT_USAGE)
-
-
 def open_store(target: str, *, must_exist: bool = False) -> Any:
     """The run journal `--db` names: a `postgresql://` DSN (PostgresStore) or a SQLite
     file path. must_exist: a missing SQLite file is a StoreError instead of a new journal."""
@@ -66,6 +57,15 @@ def open_store(target: str, *, must_exist: bool = False) -> Any:
     if must_exist and not Path(target).is_file():
         raise StoreError(f"no run journal at {target} (set --db or $LOOPWRIGHT_DB)")
     return SQLiteStore(target)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with one-line usage errors: `loopwright run: error: ... (see --help)`,
+    exit code 2, no usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
 
 
 @dataclass(frozen=True)

@@ -227,17 +227,25 @@ def _fork(
     out: TextIO,
 ) -> int:
     record = store.load_run(args.run_id)  # an unknown id fails before a model loads
-    args.dialect = record.config.get("dialect") or "json"
+    recorded_cli = (record.config.get("meta") or {}).get("cli") or {}
+    if not args.tools and recorded_cli.get("tools"):  # the tools the run was started with
+        args.tools = list(recorded_cli["tools"])
+    if not getattr(args, "prompts", None) and recorded_cli.get("prompts"):
+        args.prompts = recorded_cli["prompts"]
     options: dict[str, Any] = {}
-    if not args.tools:
+    if not args.tools:  # `loopwright run` pairs the demo tools with their prompts
         from loopwright.interfaces.demo_tools import demo_prompts
 
         options["prompts"] = demo_prompts()
+    prompts = load_prompts(getattr(args, "prompts", None))
+    if prompts is not None:
+        options["prompts"] = prompts
     if args.max_steps is not None:
         options["max_steps"] = args.max_steps
+    args.dialect = record.config.get("dialect") or "json"  # what make_model reads
     trace = fork(args.run_id, args.at, policy_factory(args), registry_factory(args), store=store,
                  new_run_id=args.new_id, **options)
-    print(trace, file=sys.stderr)  # like `run` and `resume`: the account on stderr, the answer on stdout
+    print(trace, file=sys.stderr)
     print(f"forked run: {trace.run_id} (from {args.run_id} at step {args.at})", file=sys.stderr)
     if trace.answered:
         print(trace.final_answer, file=out)

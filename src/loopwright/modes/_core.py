@@ -164,14 +164,14 @@ class RunContext:
 
     def _call_tool(self, name: str, args: dict[str, Any], key: str, attempt: int = 1) -> ToolResult:
         """The registry's execute, with the call current for `lw.current_call()`."""
-        in_flight = self.in_flight  # named in the partial trace if the run is interrupted
-        in_flight[key] = (name, args, time.perf_counter())
         token = bind_call(self, key, attempt, name)
+        in_flight = self.in_flight
+        in_flight[key] = (name, args, time.perf_counter())
         try:
             result = self.registry.execute(name, args, timeout_s=self.deadline.remaining())
         finally:
             unbind_call(token)
-        in_flight.pop(key, None)
+        in_flight.pop(key, None)  # kept when Ctrl-C cut the call: the trace says what was running
         return result
 
     @property
@@ -376,8 +376,8 @@ class RunContext:
         )
         if gated:
             return await asyncio.to_thread(self.execute, name, args, key)
-        self.in_flight[key] = (name, args, time.perf_counter())
         token = bind_call(self, key, 1, name)
+        self.in_flight[key] = (name, args, time.perf_counter())
         try:
             result = await self.registry.aexecute(name, args, timeout_s=self.deadline.remaining())
         finally:
