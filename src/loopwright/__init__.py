@@ -11,6 +11,9 @@ import importlib
 from typing import Any
 
 from loopwright import _moved
+from loopwright.calls import CallInfo, current_call
+from loopwright.durable.fork import fork
+from loopwright.durable.postgres import PostgresStore
 from loopwright.durable.resume import resume
 from loopwright.durable.store import SQLiteStore
 from loopwright.errors import (
@@ -23,6 +26,7 @@ from loopwright.errors import (
     ScriptExhaustedError,
     StoreError,
     ToolDefinitionError,
+    ToolSetChangedError,
 )
 from loopwright.guards import Limits
 from loopwright.modes import (
@@ -71,6 +75,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "STOP_REASONS",
     "Action",
+    "CallInfo",
     "Completion",
     "FinalAnswer",
     "Limits",
@@ -82,6 +87,7 @@ __all__ = [
     "ParseError",
     "PlanStep",
     "Policy",
+    "PostgresStore",
     "PromptSet",
     "ReplayMissError",
     "Run",
@@ -95,11 +101,14 @@ __all__ = [
     "Tool",
     "ToolCall",
     "ToolDefinitionError",
+    "ToolSetChangedError",
     "ToolError",
     "ToolRegistry",
     "ToolResult",
     "Trace",
     "Usage",
+    "current_call",
+    "fork",
     "iter_plan_execute",
     "iter_react",
     "iter_rewoo",

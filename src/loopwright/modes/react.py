@@ -202,6 +202,9 @@ def _react(ctx: RunContext, pad: _Scratchpad, max_tokens: int | None) -> StepGen
     guarded = limits.token_budget is not None or limits.timeout_s is not None
     try:
         for _ in range(limits.max_steps):
+            if guarded and ctx.deadline.expired():  # the clock ran out during the last tool call
+                ctx.stop("timeout")
+                return
             k = ctx.next_index
             fold = pad.fit() if pad.budget is not None else None
             if fold is not None:
