@@ -28,6 +28,7 @@ def main(target: str, run_id: str) -> None:
     with open_store(target) as store:
         sys.stdin.readline()  # both workers start together
         try:
+            # other tools than the run started with, on purpose: this worker only holds the lease
             trace = lw.resume(run_id, policy, lw.ToolRegistry([hold]), store=store, allow_tool_changes=True)
         except lw.StoreError as exc:
             print(json.dumps({"outcome": "refused", "error": str(exc)}), flush=True)

@@ -321,7 +321,15 @@ def _describe(r: RunRecord) -> str:
             f"  created {_when(r.created_at)}  updated {_when(r.updated_at)}  resumes: {r.resumes}\n"
             f"  model calls: {r.llm_calls}  tool calls: {r.tool_calls}  steps: {r.step_count}  "
             f"tokens sent/evaluated/completion: {u.prompt_tokens}/{u.evaluated_tokens}/{u.completion_tokens}\n"
-            f"  config: {r.config}")
+            f"  config: {_shown_config(r.config)}")
+
+
+def _shown_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The config as `show` prints it: the tool set as names (fingerprints are for resume)."""
+    shown = dict(config)
+    if isinstance(shown.get("tool_set"), dict):
+        shown["tool_set"] = sorted(shown["tool_set"])
+    return shown
 
 
 def _when(ts: float) -> str:
