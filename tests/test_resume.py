@@ -73,7 +73,9 @@ def test_run_interrupted_at_any_model_call_resumes_to_the_uninterrupted_trace(st
 
     rest.assert_consumed()  # recorded calls were not asked again, the rest was
     assert rest.prompts == expected_prompts[k - 1:]
-    assert calls == expected_calls  # every tool ran exactly once across both processes' worth
+    # every tool ran exactly once across both processes' worth (ReWOO's independent workers
+    # run concurrently, so their order is not part of the claim)
+    assert sorted(map(repr, calls)) == sorted(map(repr, expected_calls))
     assert comparable(trace) == comparable(expected)
     assert store.load_run("r").status == "finished"
     assert comparable(store.trace("r")) == comparable(expected)
