@@ -8,3 +8,21 @@ if ! command -v chromium >/dev/null 2>&1; then
   apt-get install -y -qq --no-install-recommends chromium >/dev/null
 fi
 chromium --version
+
+# The Node MCP server the MCP tests talk to (@modelcontextprotocol/server-everything), into
+# .cache/node in the checkout: installed here, never fetched at test time. Needs node and npm.
+here=$(cd "$(dirname "$0")/.." && pwd)
+everything_version=2026.8.31
+node_dir="$here/.cache/node"
+if [ ! -x "$node_dir/node_modules/.bin/mcp-server-everything" ] \
+  || ! grep -q "\"version\": \"$everything_version\"" "$node_dir/node_modules/@modelcontextprotocol/server-everything/package.json" 2>/dev/null; then
+  if ! command -v npm >/dev/null 2>&1; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+  fi
+  mkdir -p "$node_dir"
+  npm install --prefix "$node_dir" --no-audit --no-fund --silent \
+    "@modelcontextprotocol/server-everything@$everything_version"
+fi
+echo "mcp-server-everything $everything_version in $node_dir"

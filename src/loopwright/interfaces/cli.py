@@ -28,6 +28,7 @@ from rich.markup import escape
 
 import loopwright as lw
 from loopwright.errors import LoopwrightError
+from loopwright.interfaces import mcp_cli
 from loopwright.interfaces.common import (
     EXIT_ANSWERED,
     EXIT_CODES_HELP,
@@ -57,6 +58,10 @@ def _register_provided() -> None:
             register = getattr(store_cli, "register", None)
             if callable(register):
                 register()
+    if "mcp" not in SUBCOMMANDS:
+        from loopwright.interfaces import mcp_cli
+
+        mcp_cli.register()
     if "view" not in SUBCOMMANDS:
         try:
             from loopwright.interfaces import viewer
@@ -136,6 +141,7 @@ def _setup_run(p: argparse.ArgumentParser) -> None:
         help="tools to load: a Tool, a function, a list of them or a ToolRegistry "
         "(default: the demo tools lookup and calculate)",
     )
+    mcp_cli.add_run_flags(p)
     p.add_argument("--max-steps", type=_positive_int, default=6)
     p.add_argument("--token-budget", type=_positive_int, default=None)
     p.add_argument("--timeout-s", type=float, default=None, help="wall-clock limit of the run")
@@ -173,10 +179,12 @@ def _setup_run(p: argparse.ArgumentParser) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     console = Console(file=sys.stderr, highlight=False, soft_wrap=True)
-    registry = load_tools(args.tools)
+    servers = mcp_cli.mcp_servers(args.mcp, args.mcp_url)
+    registry = load_tools(args.tools) if args.tools or not servers else lw.ToolRegistry()
+    mcp_cli.add_mcp_tools(registry, servers)
     model = make_model(args)
     limits: dict[str, Any] = {"max_steps": args.max_steps}
-    if not args.tools:
+    if not args.tools and not servers:
         from loopwright.interfaces.demo_tools import demo_prompts
 
         limits["prompts"] = demo_prompts()

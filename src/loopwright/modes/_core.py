@@ -11,6 +11,7 @@ import traceback
 from collections.abc import Generator, Iterable, Iterator
 from typing import Any, Literal, Protocol
 
+from loopwright import otel
 from loopwright.errors import RunInterrupted
 from loopwright.guards import Deadline, Limits, call_key
 from loopwright.policy import Completion, ModelRequest, Policy, call_policy
@@ -146,6 +147,7 @@ class RunContext:
         self._ledger: dict[str, tuple[str, ToolResult]] = {}
         self._key_locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
+        self.otel: otel.RunSpans | None = None  # OpenTelemetry spans, when tracing is on
 
     @property
     def schemas(self) -> list[dict[str, Any]]:
@@ -165,6 +167,8 @@ class RunContext:
         self.trace.steps.append(step)
         if self.journal is not None:
             self.journal.record_step(step)
+        if self.otel is not None:
+            self.otel.step(step)
         return step
 
     def stop(self, reason: str, answer: str | None = None) -> None:
@@ -193,16 +197,23 @@ class RunContext:
             else:
                 completion = _call_within(self.policy, request, remaining)
         except _PolicyTimeout:
-            raise PolicyFailed(
-                f"model call outlived the run's timeout_s={self.limits.timeout_s}", "timeout"
-            ) from None
+            failed = PolicyFailed(f"model call outlived the run's timeout_s={self.limits.timeout_s}", "timeout")
+            if self.otel is not None:
+                self.otel.model_failed(request.purpose, failed.message, time.perf_counter() - start)
+            raise failed from None
         except Exception as exc:  # the choke point: any policy failure ends the run cleanly
-            raise PolicyFailed(f"policy raised {type(exc).__name__}: {exc}") from exc
+            failed = PolicyFailed(f"policy raised {type(exc).__name__}: {exc}")
+            if self.otel is not None:
+                self.otel.model_failed(request.purpose, failed.message, time.perf_counter() - start)
+            raise failed from exc
         usage = completion.usage or Usage.estimate(request.prompt, completion.text)
         if self.journal is not None:  # written before it is used
             self.journal.record_completion(self.trace.llm_calls, request, completion, usage)
         self.trace.usage = self.trace.usage + usage
-        return ModelCall(completion.text, completion, usage, time.perf_counter() - start)
+        seconds = time.perf_counter() - start
+        if self.otel is not None:
+            self.otel.model(request.purpose, request.prompt, completion.text, usage, seconds, completion.meta)
+        return ModelCall(completion.text, completion, usage, seconds)
 
     def call_text(self, prompt: str) -> ModelCall:
         """call_model for the common case, a plain callable policy with no journal and no
@@ -212,6 +223,8 @@ class RunContext:
         try:
             out = self.policy(prompt)  # type: ignore[operator]
         except Exception as exc:  # the same choke point as call_model
+            if self.otel is not None:
+                self.otel.model_failed("react", f"policy raised {type(exc).__name__}: {exc}", time.perf_counter() - start)
             raise PolicyFailed(f"policy raised {type(exc).__name__}: {exc}") from exc
         if type(out) is str:
             text, completion = out, None
@@ -230,7 +243,10 @@ class RunContext:
         else:
             usage = completion.usage
         self.trace.usage = self.trace.usage + usage
-        return ModelCall(text, completion, usage, time.perf_counter() - start)
+        seconds = time.perf_counter() - start
+        if self.otel is not None:
+            self.otel.model("react", prompt, text, usage, seconds, None if completion is None else completion.meta)
+        return ModelCall(text, completion, usage, seconds)
 
     def guard_after_call(self) -> str | None:
         """The stop reason if the token budget or the wall clock is spent, else None."""
@@ -257,6 +273,8 @@ class RunContext:
             result = self.registry.execute(name, args, timeout_s=self.deadline.remaining())
             with self._lock:
                 self.trace.tool_calls += 1
+            if self.otel is not None:
+                self.otel.tool(key, result)
             return Executed(result)
         recorded = journal.recorded_tool(key) if journal is not None else None
         if recorded is not None and recorded[0] == "done" and recorded[1] is not None:
@@ -270,6 +288,8 @@ class RunContext:
             if not decision.approved:
                 observation = denial_observation(name, decision.reason)
                 denied = ToolResult(name, args, None, observation, ToolError(name, decision.reason, "denied"), 0.0)
+                if self.otel is not None:
+                    self.otel.tool(key, denied, "denied")
                 if self.on_deny == "stop":
                     self.record(Step(self.next_index, "denied", tool=name, args=args,
                                      observation=observation, error=decision.reason))
@@ -322,6 +342,8 @@ class RunContext:
             self.trace.tool_calls += 1
         if journal is not None:
             journal.record_tool_result(key, result)
+        if self.otel is not None:
+            self.otel.tool(key, result)
         return Executed(result)
 
     async def aexecute(self, name: str, args: dict[str, Any], key: str) -> Executed:
@@ -338,6 +360,8 @@ class RunContext:
             return await asyncio.to_thread(self.execute, name, args, key)
         result = await self.registry.aexecute(name, args, timeout_s=self.deadline.remaining())
         self.trace.tool_calls += 1
+        if self.otel is not None:
+            self.otel.tool(key, result)
         return Executed(result)
 
     def _approval(self, name: str, args: dict[str, Any], key: str, side_effects: str, description: str) -> Decision:
@@ -375,7 +399,8 @@ def _idempotency_key(tool: Any, args: dict[str, Any]) -> str:
 
 
 RUN_OPTIONS = frozenset(
-    {"prompts", "tools", "approver", "on_deny", "store", "run_id", "max_tokens", "memory", "context_tokens"}
+    {"prompts", "tools", "approver", "on_deny", "store", "run_id", "max_tokens", "memory", "context_tokens",
+     "tracer"}
 )
 
 
@@ -411,7 +436,7 @@ def open_context(
         }
         run_id, journal = store.start_run(run_id, task, mode, config)
     tools = options.get("tools")
-    return RunContext(
+    ctx = RunContext(
         task,
         mode,
         policy,
@@ -425,6 +450,8 @@ def open_context(
         run_id=run_id,
         rerun_unfinished=rerun_unfinished,
     )
+    ctx.otel = otel.run_spans(options.get("tracer"), task, mode, policy, run_id)
+    return ctx
 
 
 class _PolicyTimeout(Exception):
@@ -517,6 +544,8 @@ class Run(Iterator[Step]):
             self._steps.close()
             if self._ctx.journal is not None:
                 self._ctx.journal.record_end(self.trace)
+            if self._ctx.otel is not None:
+                self._ctx.otel.end(self.trace)
 
     def run(self) -> Trace:
         """Drive the run to its end and return the trace."""
