@@ -26,3 +26,13 @@ if [ ! -x "$node_dir/node_modules/.bin/mcp-server-everything" ] \
     "@modelcontextprotocol/server-everything@$everything_version"
 fi
 echo "mcp-server-everything $everything_version in $node_dir"
+
+# A real OTLP receiver for the OpenTelemetry end-to-end test: Arize Phoenix from PyPI, in its
+# own virtual environment (.cache/phoenix; about 0.9 GB, kept apart from .venv's pins).
+phoenix_version=20.26.1
+phoenix_dir="$here/.cache/phoenix"
+if ! "$phoenix_dir/bin/python" -c "import sys, phoenix; sys.exit(phoenix.__version__ != '$phoenix_version')" 2>/dev/null; then
+  python3 -m venv "$phoenix_dir"
+  "$phoenix_dir/bin/python" -m pip install -q --disable-pip-version-check "arize-phoenix==$phoenix_version"
+fi
+echo "arize-phoenix $phoenix_version in $phoenix_dir"
