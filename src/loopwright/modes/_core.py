@@ -15,6 +15,7 @@ from loopwright import otel
 from loopwright.errors import RunInterrupted
 from loopwright.guards import Deadline, Limits, call_key
 from loopwright.policy import Completion, ModelRequest, Policy, call_policy
+from loopwright.pricing import PriceFunction, price_function
 from loopwright.prompts import DEFAULT_PROMPTS, PromptSet
 from loopwright.safety import (
     ApprovalPending,
@@ -148,6 +149,8 @@ class RunContext:
         self._key_locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
         self.otel: otel.RunSpans | None = None  # OpenTelemetry spans, when tracing is on
+        self.pricing: PriceFunction | None = None  # dollars of a Usage, when prices are known
+        self.cost_budget: float | None = None
 
     @property
     def schemas(self) -> list[dict[str, Any]]:
@@ -167,6 +170,8 @@ class RunContext:
         self.trace.steps.append(step)
         if self.journal is not None:
             self.journal.record_step(step)
+        if self.pricing is not None and (step.usage.prompt_tokens or step.usage.completion_tokens):
+            step.meta["cost_usd"] = self.pricing(step.usage)
         if self.otel is not None:
             self.otel.step(step)
         return step
@@ -212,7 +217,8 @@ class RunContext:
         self.trace.usage = self.trace.usage + usage
         seconds = time.perf_counter() - start
         if self.otel is not None:
-            self.otel.model(request.purpose, request.prompt, completion.text, usage, seconds, completion.meta)
+            cost = None if self.pricing is None else self.pricing(usage)
+            self.otel.model(request.purpose, request.prompt, completion.text, usage, seconds, completion.meta, cost)
         return ModelCall(completion.text, completion, usage, seconds)
 
     def call_text(self, prompt: str) -> ModelCall:
@@ -245,14 +251,20 @@ class RunContext:
         self.trace.usage = self.trace.usage + usage
         seconds = time.perf_counter() - start
         if self.otel is not None:
-            self.otel.model("react", prompt, text, usage, seconds, None if completion is None else completion.meta)
+            cost = None if self.pricing is None else self.pricing(usage)
+            self.otel.model("react", prompt, text, usage, seconds, None if completion is None else completion.meta, cost)
         return ModelCall(text, completion, usage, seconds)
 
     def guard_after_call(self) -> str | None:
-        """The stop reason if the token budget or the wall clock is spent, else None."""
+        """The stop reason if the token budget, the cost budget or the wall clock is spent,
+        else None."""
         budget = self.limits.token_budget
         if budget is not None and self.trace.usage.total_tokens >= budget:
             return "token_budget"
+        if self.pricing is not None:
+            cost = self.trace.meta["cost_usd"] = self.pricing(self.trace.usage)
+            if self.cost_budget is not None and cost >= self.cost_budget:
+                return "cost_budget"
         if self.deadline.expired():
             return "timeout"
         return None
@@ -400,7 +412,7 @@ def _idempotency_key(tool: Any, args: dict[str, Any]) -> str:
 
 RUN_OPTIONS = frozenset(
     {"prompts", "tools", "approver", "on_deny", "store", "run_id", "max_tokens", "memory", "context_tokens",
-     "tracer"}
+     "tracer", "cost_budget_usd", "prices"}
 )
 
 
@@ -451,6 +463,13 @@ def open_context(
         rerun_unfinished=rerun_unfinished,
     )
     ctx.otel = otel.run_spans(options.get("tracer"), task, mode, policy, run_id)
+    budget, prices = options.get("cost_budget_usd"), options.get("prices")
+    if budget is not None or prices is not None:
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int | float) or budget <= 0):
+            raise ValueError(f"cost_budget_usd must be a positive number of dollars, got {budget!r}")
+        ctx.pricing = price_function(policy, prices)
+        ctx.cost_budget = None if budget is None else float(budget)
+        ctx.trace.meta["cost_usd"] = 0.0
     return ctx
 
 
@@ -542,6 +561,8 @@ class Run(Iterator[Step]):
             self._finished = True
             self.trace.duration_s = time.perf_counter() - self._ctx.started
             self._steps.close()
+            if self._ctx.pricing is not None:
+                self.trace.meta["cost_usd"] = self._ctx.pricing(self.trace.usage)
             if self._ctx.journal is not None:
                 self._ctx.journal.record_end(self.trace)
             if self._ctx.otel is not None:
