@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from loopwright.trace import Step, Trace, Usage
@@ -124,14 +125,15 @@ class RunSpans:
         self._pending = []
 
     def model(
-        self, purpose: str, prompt: str, text: str, usage: Usage, seconds: float,
-        meta: dict[str, Any] | None = None, cost_usd: float | None = None,
+        self, purpose: str, prompt: str, text: str, usage: Usage, started: float,
+        meta: dict[str, Any] | None = None, pricing: Callable[[Usage], float] | None = None,
     ) -> None:  # fmt: skip
-        """One answered model call (its span ends when its step is recorded)."""
+        """One answered model call, begun at perf_counter() `started` (its span ends when its
+        step is recorded); `pricing` gives its cost in dollars, when the run has prices."""
         if self._pending:
             self._settle(None)
         end = time.time_ns()
-        start = end - int(seconds * 1e9)
+        start = end - int((time.perf_counter() - started) * 1e9)
         parent = self.context
         if purpose in ("plan", "replan"):
             plan = self.tracer.start_span(
@@ -157,8 +159,8 @@ class RunSpans:
             finish = meta.get("finish_reason")
             if isinstance(finish, str):
                 attributes["gen_ai.response.finish_reasons"] = (finish,)
-        if cost_usd is not None:
-            attributes["loopwright.cost_usd"] = cost_usd
+        if pricing is not None:
+            attributes["loopwright.cost_usd"] = pricing(usage)
         if self.capture:
             attributes["gen_ai.input.messages"] = _messages("user", prompt)
             attributes["gen_ai.output.messages"] = _messages("assistant", text)

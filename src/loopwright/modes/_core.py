@@ -11,11 +11,10 @@ import traceback
 from collections.abc import Generator, Iterable, Iterator
 from typing import Any, Literal, Protocol
 
-from loopwright import otel
+from loopwright import otel, pricing
 from loopwright.errors import RunInterrupted
 from loopwright.guards import Deadline, Limits, call_key
 from loopwright.policy import Completion, ModelRequest, Policy, call_policy
-from loopwright.pricing import PriceFunction, price_function
 from loopwright.prompts import DEFAULT_PROMPTS, PromptSet
 from loopwright.safety import (
     ApprovalPending,
@@ -28,6 +27,7 @@ from loopwright.safety import (
 )
 from loopwright.trace import Step, Trace, Usage, estimate_tokens
 from loopwright.wire.tools import Tool, ToolError, ToolRegistry, ToolResult
+from loopwright.wire.toolset import tool_set
 
 StepGen = Generator[Step, None, None]
 
@@ -145,12 +145,14 @@ class RunContext:
         self.journal = journal
         self.rerun_unfinished = rerun_unfinished
         self.trace.run_id = run_id
+        # calls in flight by key ("model", or a tool call's key): (tool or None, args, start);
+        # removed when the call returns, so after Ctrl-C what is left was cut off (Run._end)
+        self.in_flight: dict[str, tuple[str | None, dict[str, Any] | None, float]] = {}
         self._ledger: dict[str, tuple[str, ToolResult]] = {}
         self._key_locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
         self.otel: otel.RunSpans | None = None  # OpenTelemetry spans, when tracing is on
-        self.pricing: PriceFunction | None = None  # dollars of a Usage, when prices are known
-        self.cost_budget: float | None = None
+        self.pricing: pricing.PriceFunction | None = None  # and cost_budget: set by pricing.attach
 
     @property
     def schemas(self) -> list[dict[str, Any]]:
@@ -170,8 +172,8 @@ class RunContext:
         self.trace.steps.append(step)
         if self.journal is not None:
             self.journal.record_step(step)
-        if self.pricing is not None and (step.usage.prompt_tokens or step.usage.completion_tokens):
-            step.meta["cost_usd"] = self.pricing(step.usage)
+        if self.pricing is not None:
+            pricing.charge(self.pricing, step)
         if self.otel is not None:
             self.otel.step(step)
         return step
@@ -196,42 +198,46 @@ class RunContext:
                 self.trace.usage = self.trace.usage + usage
                 return ModelCall(completion.text, completion, usage, 0.0)
         remaining = self.deadline.remaining()
+        in_flight = self.in_flight
+        in_flight["model"] = (None, None, start)
         try:
             if remaining is None:
                 completion = call_policy(self.policy, request)
             else:
                 completion = _call_within(self.policy, request, remaining)
+            in_flight.pop("model", None)
         except _PolicyTimeout:
-            failed = PolicyFailed(f"model call outlived the run's timeout_s={self.limits.timeout_s}", "timeout")
-            if self.otel is not None:
-                self.otel.model_failed(request.purpose, failed.message, time.perf_counter() - start)
-            raise failed from None
+            in_flight.pop("model", None)
+            raise self._failed(request.purpose, PolicyFailed(f"model call outlived the run's timeout_s={self.limits.timeout_s}", "timeout"), start) from None
         except Exception as exc:  # the choke point: any policy failure ends the run cleanly
-            failed = PolicyFailed(f"policy raised {type(exc).__name__}: {exc}")
-            if self.otel is not None:
-                self.otel.model_failed(request.purpose, failed.message, time.perf_counter() - start)
-            raise failed from exc
+            in_flight.pop("model", None)
+            raise self._failed(request.purpose, PolicyFailed(f"policy raised {type(exc).__name__}: {exc}"), start) from exc
         usage = completion.usage or Usage.estimate(request.prompt, completion.text)
         if self.journal is not None:  # written before it is used
             self.journal.record_completion(self.trace.llm_calls, request, completion, usage)
         self.trace.usage = self.trace.usage + usage
-        seconds = time.perf_counter() - start
         if self.otel is not None:
-            cost = None if self.pricing is None else self.pricing(usage)
-            self.otel.model(request.purpose, request.prompt, completion.text, usage, seconds, completion.meta, cost)
-        return ModelCall(completion.text, completion, usage, seconds)
+            self.otel.model(request.purpose, request.prompt, completion.text, usage, start, completion.meta, self.pricing)
+        return ModelCall(completion.text, completion, usage, time.perf_counter() - start)
+
+    def _failed(self, purpose: str, failed: PolicyFailed, start: float) -> PolicyFailed:
+        if self.otel is not None:
+            self.otel.model_failed(purpose, failed.message, time.perf_counter() - start)
+        return failed
 
     def call_text(self, prompt: str) -> ModelCall:
         """call_model for the common case, a plain callable policy with no journal and no
         wall clock: the policy gets the prompt directly, with no ModelRequest to build."""
         self.trace.llm_calls += 1
         start = time.perf_counter()
+        in_flight = self.in_flight
+        in_flight["model"] = (None, None, start)
         try:
             out = self.policy(prompt)  # type: ignore[operator]
         except Exception as exc:  # the same choke point as call_model
-            if self.otel is not None:
-                self.otel.model_failed("react", f"policy raised {type(exc).__name__}: {exc}", time.perf_counter() - start)
-            raise PolicyFailed(f"policy raised {type(exc).__name__}: {exc}") from exc
+            in_flight.pop("model", None)
+            raise self._failed("react", PolicyFailed(f"policy raised {type(exc).__name__}: {exc}"), start) from exc
+        in_flight.pop("model", None)
         if type(out) is str:
             text, completion = out, None
         elif isinstance(out, Completion):
@@ -249,22 +255,17 @@ class RunContext:
         else:
             usage = completion.usage
         self.trace.usage = self.trace.usage + usage
-        seconds = time.perf_counter() - start
         if self.otel is not None:
-            cost = None if self.pricing is None else self.pricing(usage)
-            self.otel.model("react", prompt, text, usage, seconds, None if completion is None else completion.meta, cost)
-        return ModelCall(text, completion, usage, seconds)
+            self.otel.model("react", prompt, text, usage, start, None if completion is None else completion.meta, self.pricing)
+        return ModelCall(text, completion, usage, time.perf_counter() - start)
 
     def guard_after_call(self) -> str | None:
-        """The stop reason if the token budget, the cost budget or the wall clock is spent,
-        else None."""
+        """The stop reason if the token or cost budget or the wall clock is spent, else None."""
         budget = self.limits.token_budget
         if budget is not None and self.trace.usage.total_tokens >= budget:
             return "token_budget"
-        if self.pricing is not None:
-            cost = self.trace.meta["cost_usd"] = self.pricing(self.trace.usage)
-            if self.cost_budget is not None and cost >= self.cost_budget:
-                return "cost_budget"
+        if self.pricing is not None and pricing.spent(self):
+            return "cost_budget"
         if self.deadline.expired():
             return "timeout"
         return None
@@ -282,12 +283,11 @@ class RunContext:
         journal = self.journal
         if journal is None and (tool is None or (tool.idempotent and not tool.requires_approval)):
             # nothing to gate, record or deduplicate: straight to the registry
+            in_flight = self.in_flight
+            in_flight[key] = (name, args, time.perf_counter())
             result = self.registry.execute(name, args, timeout_s=self.deadline.remaining())
-            with self._lock:
-                self.trace.tool_calls += 1
-            if self.otel is not None:
-                self.otel.tool(key, result)
-            return Executed(result)
+            in_flight.pop(key, None)
+            return self._done(key, result)
         recorded = journal.recorded_tool(key) if journal is not None else None
         if recorded is not None and recorded[0] == "done" and recorded[1] is not None:
             self.trace.tool_calls += 1
@@ -297,7 +297,7 @@ class RunContext:
 
         if tool is not None and tool.requires_approval:
             decision = self._approval(name, args, key, tool.side_effects, tool.description)
-            if not decision.approved:
+            if decision.approved is not True:  # fail closed on anything but an approval
                 observation = denial_observation(name, decision.reason)
                 denied = ToolResult(name, args, None, observation, ToolError(name, decision.reason, "denied"), 0.0)
                 if self.otel is not None:
@@ -349,11 +349,16 @@ class RunContext:
         journal = self.journal
         if journal is not None:
             journal.record_tool_start(key, name, args)
+        self.in_flight[key] = (name, args, time.perf_counter())
         result = self.registry.execute(name, args, timeout_s=self.deadline.remaining())
-        with self._lock:
-            self.trace.tool_calls += 1
+        self.in_flight.pop(key, None)
         if journal is not None:
             journal.record_tool_result(key, result)
+        return self._done(key, result)
+
+    def _done(self, key: str, result: ToolResult) -> Executed:
+        with self._lock:
+            self.trace.tool_calls += 1
         if self.otel is not None:
             self.otel.tool(key, result)
         return Executed(result)
@@ -370,11 +375,10 @@ class RunContext:
         )
         if gated:
             return await asyncio.to_thread(self.execute, name, args, key)
+        self.in_flight[key] = (name, args, time.perf_counter())
         result = await self.registry.aexecute(name, args, timeout_s=self.deadline.remaining())
-        self.trace.tool_calls += 1
-        if self.otel is not None:
-            self.otel.tool(key, result)
-        return Executed(result)
+        self.in_flight.pop(key, None)
+        return self._done(key, result)
 
     def _approval(self, name: str, args: dict[str, Any], key: str, side_effects: str, description: str) -> Decision:
         request = ApprovalRequest(name, args, approval_key(name, args), key, side_effects,
@@ -412,7 +416,7 @@ def _idempotency_key(tool: Any, args: dict[str, Any]) -> str:
 
 RUN_OPTIONS = frozenset(
     {"prompts", "tools", "approver", "on_deny", "store", "run_id", "max_tokens", "memory", "context_tokens",
-     "tracer", "cost_budget_usd", "prices"}
+     "journal_meta", "tracer", "cost_budget_usd", "prices"}
 )
 
 
@@ -428,8 +432,10 @@ def open_context(
     """Build a RunContext from a mode's limits and the run options shared by all modes.
 
     options: prompts, tools (the names this run may use), approver, on_deny, store (a
-    durable journal: the run's config is saved so `resume` can rebuild it), run_id,
-    max_tokens. Unknown names are a TypeError, not silently ignored.
+    durable journal: the run's config is saved so `resume` can rebuild it, with the tool
+    set: each tool's name and schema fingerprint), run_id, max_tokens, journal_meta (JSON
+    data saved with a journaled run's config under "meta": the CLI saves how it loaded
+    the tools). Unknown names are a TypeError, not silently ignored.
     """
     options = dict(options)
     journal: Journal | None = options.pop("_journal", None)  # set by resume()
@@ -440,12 +446,16 @@ def open_context(
     run_id = options.get("run_id")
     store = options.get("store")
     if store is not None and journal is None:
+        scope = options.get("tools")
         config = {
             **config,
-            "tools": None if options.get("tools") is None else list(options["tools"]),
+            "tools": None if scope is None else list(scope),
             "approver": options.get("approver") is not None,  # resume needs to know one was used
             "on_deny": options.get("on_deny", "observe"),
+            "tool_set": tool_set(registry if scope is None else registry.subset(scope)),
         }
+        if options.get("journal_meta") is not None:
+            config["meta"] = dict(options["journal_meta"])
         run_id, journal = store.start_run(run_id, task, mode, config)
     tools = options.get("tools")
     ctx = RunContext(
@@ -463,14 +473,7 @@ def open_context(
         rerun_unfinished=rerun_unfinished,
     )
     ctx.otel = otel.run_spans(options.get("tracer"), task, mode, policy, run_id)
-    budget, prices = options.get("cost_budget_usd"), options.get("prices")
-    if budget is not None or prices is not None:
-        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int | float) or budget <= 0):
-            raise ValueError(f"cost_budget_usd must be a positive number of dollars, got {budget!r}")
-        ctx.pricing = price_function(policy, prices)
-        ctx.cost_budget = None if budget is None else float(budget)
-        ctx.trace.meta["cost_usd"] = 0.0
-    return ctx
+    return pricing.attach(ctx, policy, options.get("cost_budget_usd"), options.get("prices"))
 
 
 class _PolicyTimeout(Exception):
@@ -540,6 +543,9 @@ class Run(Iterator[Step]):
         elif isinstance(exc, KeyboardInterrupt):
             if self.trace.stopped_reason is None:
                 self._ctx.stop("interrupted")
+            if self._ctx.in_flight:  # what Ctrl-C cut off goes in the partial trace
+                self.trace.meta["in_flight"] = self.in_flight
+                self._ctx.in_flight.clear()
             self._finish()
             raise RunInterrupted(self.trace) from exc
         elif isinstance(exc, Exception):  # a defect in a mode: keep the partial trace, say why
@@ -556,13 +562,20 @@ class Run(Iterator[Step]):
             raise exc
         self._finish()
 
+    @property
+    def in_flight(self) -> list[dict[str, Any]]:
+        """The calls running now (a snapshot): {"call": "model" | "tool", "tool", "args", "key", "elapsed_s"}."""
+        now = time.perf_counter()
+        return [{"call": "model" if tool is None else "tool", "tool": tool, "args": args, "key": key,
+                 "elapsed_s": round(now - start, 3)} for key, (tool, args, start) in list(self._ctx.in_flight.items())]
+
     def _finish(self) -> None:
         if not self._finished:
             self._finished = True
             self.trace.duration_s = time.perf_counter() - self._ctx.started
             self._steps.close()
             if self._ctx.pricing is not None:
-                self.trace.meta["cost_usd"] = self._ctx.pricing(self.trace.usage)
+                pricing.spent(self._ctx)
             if self._ctx.journal is not None:
                 self._ctx.journal.record_end(self.trace)
             if self._ctx.otel is not None:
