@@ -93,7 +93,7 @@ MUTATIONS = [
     Mutation("ReAct: nudge text says count, not count - 1", "modes/react.py",
              "count=count - 1", "count=count", ("tests/test_react.py",)),
     # the store's listing
-    Mutation("list_runs: newest first by id, not by creation", "durable/store.py",
+    Mutation("list_runs: newest first by id, not by creation", "durable/base.py",
              '" ORDER BY created_at DESC, id DESC"', '" ORDER BY id DESC"', ("tests/test_store.py",)),
     # approval fails closed
     Mutation("approval: a truthy non-bool answer approves", "safety.py",

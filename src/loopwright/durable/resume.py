@@ -17,6 +17,10 @@ then says what changed; the recorded set stays the original one). A journal writ
 before tool sets were recorded (no "tool_set" in its config) resumes as before: its
 tools are unknown, so nothing is refused.
 
+Resuming takes the run's lease first (see `StoreBase.take_lease`): a run that another live
+worker runs or resumes is refused with a StoreError. A call left in doubt can instead be
+settled by a person (`store.settle`), after which the run goes on from its outcome.
+
 A run that already ended replays to the same trace: deterministic ends (final,
 max_steps, token_budget, denied, ...) come back without a model call or a tool call;
 an end caused by something outside the journal (the policy raised, the wall clock ran
@@ -28,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from loopwright.durable.store import RunRecord, SQLiteStore
+from loopwright.durable.base import RunRecord, StoreBase
 from loopwright.errors import ToolSetChangedError
 from loopwright.modes import Run, iter_run
 from loopwright.policy import Policy
@@ -66,7 +70,7 @@ def iter_resume(
     policy: Policy,
     registry: ToolRegistry,
     *,
-    store: SQLiteStore,
+    store: StoreBase,
     approver: Approver | None = None,
     decisions: Mapping[str, Decision | bool] | None = None,
     rerun_unfinished: bool = False,
@@ -78,11 +82,35 @@ def iter_resume(
     if fixed:
         raise TypeError(f"resume continues the recorded run; it does not take {', '.join(fixed)}")
     record, journal = store.reopen(run_id)
+    try:
+        limits, tools, approver = recorded_options(store, record, options, approver, decisions)
+        changes = tool_changes(record, registry, tools)
+        if changes and not allow_tool_changes:
+            raise ToolSetChangedError(run_id, changes.added, changes.removed, changes.changed)
+        run = iter_run(
+            record.task, policy, registry, record.mode, **limits,
+            tools=tools, approver=approver, run_id=run_id,
+            _journal=journal, _rerun_unfinished=rerun_unfinished,
+        )  # fmt: skip
+    except BaseException:
+        store.release_lease(run_id)  # it never started: the next resume may
+        raise
+    if changes:
+        run.trace.meta["tool_changes"] = changes.to_dict()
+    journal.mark_resumed()
+    return run
+
+
+def recorded_options(
+    store: StoreBase,
+    record: RunRecord,
+    options: dict[str, Any],
+    approver: Approver | None,
+    decisions: Mapping[str, Decision | bool] | None,
+) -> tuple[dict[str, Any], Any, Approver | None]:
+    """The run's limits (the recorded ones, replaced by `options`), tool scope and approver."""
     config = dict(record.config)
     tools = options.pop("tools", config.get("tools"))
-    changes = tool_changes(record, registry, tools)
-    if changes and not allow_tool_changes:
-        raise ToolSetChangedError(run_id, changes.added, changes.removed, changes.changed)
     limits = {k: v for k, v in config.items() if k not in _NOT_LIMITS}
     if "on_deny" in config:
         limits["on_deny"] = config["on_deny"]
@@ -91,19 +119,11 @@ def iter_resume(
     # that had none is denied such calls, as it was (the gate fails closed either way).
     had_approver = config.get("approver")
     if had_approver is None:
-        had_approver = bool(store.approvals(run_id))
+        had_approver = bool(store.approvals(record.id))
     if decisions or approver is not None or had_approver:
         approver = decisions_approver(dict(decisions or {}), fallback=approver)
     limits.update(options)
-    run = iter_run(
-        record.task, policy, registry, record.mode, **limits,
-        tools=tools, approver=approver, run_id=run_id,
-        _journal=journal, _rerun_unfinished=rerun_unfinished,
-    )  # fmt: skip
-    if changes:
-        run.trace.meta["tool_changes"] = changes.to_dict()
-    journal.mark_resumed()
-    return run
+    return limits, tools, approver
 
 
 def resume(
@@ -111,7 +131,7 @@ def resume(
     policy: Policy,
     registry: ToolRegistry,
     *,
-    store: SQLiteStore,
+    store: StoreBase,
     approver: Approver | None = None,
     decisions: Mapping[str, Decision | bool] | None = None,
     rerun_unfinished: bool = False,
@@ -130,7 +150,8 @@ def resume(
     options the journal cannot hold (prompts, memory, context_tokens); a limit given here
     replaces the recorded one.
 
-    Raises StoreError for an unknown run id, ToolSetChangedError for other tools.
+    Raises StoreError for an unknown run id (or a run another worker holds),
+    ToolSetChangedError for other tools.
     """
     return iter_resume(
         run_id, policy, registry, store=store, approver=approver, decisions=decisions,

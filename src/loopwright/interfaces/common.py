@@ -54,6 +54,20 @@ class ArgumentParser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
+def open_store(target: str, *, must_exist: bool = False) -> Any:
+    """The run journal `--db` names: a `postgresql://` DSN (PostgresStore) or a SQLite
+    file path. must_exist: a missing SQLite file is a StoreError instead of a new journal."""
+    from loopwright.durable.postgres import PostgresStore, is_postgres_dsn
+    from loopwright.durable.store import SQLiteStore
+    from loopwright.errors import StoreError
+
+    if is_postgres_dsn(target):
+        return PostgresStore(target)
+    if must_exist and not Path(target).is_file():
+        raise StoreError(f"no run journal at {target} (set --db or $LOOPWRIGHT_DB)")
+    return SQLiteStore(target)
+
+
 @dataclass(frozen=True)
 class Subcommand:
     """A `loopwright <name>` subcommand: `setup` adds its arguments to its parser,

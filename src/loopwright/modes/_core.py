@@ -12,8 +12,10 @@ from collections.abc import Generator, Iterable, Iterator
 from typing import Any, Literal, Protocol
 
 from loopwright import otel, pricing
+from loopwright.calls import bind_call, ephemeral_run_id, unbind_call
 from loopwright.errors import RunInterrupted
 from loopwright.guards import Deadline, Limits, call_key
+from loopwright.modes._policycall import _call_within, _PolicyTimeout
 from loopwright.policy import Completion, ModelRequest, Policy, call_policy
 from loopwright.prompts import DEFAULT_PROMPTS, PromptSet
 from loopwright.safety import (
@@ -49,6 +51,7 @@ class Journal(Protocol):
     def record_completion(self, n: int, request: ModelRequest, completion: Completion, usage: Usage) -> None: ...
     def recorded_tool(self, key: str) -> tuple[str, ToolResult | None] | None: ...
     def record_tool_start(self, key: str, name: str, args: dict[str, Any]) -> None: ...
+    def attempt(self, key: str) -> int: ...
     def record_tool_result(self, key: str, result: ToolResult) -> None: ...
     def recorded_decision(self, key: str) -> Decision | None: ...
     def record_decision(self, request: ApprovalRequest, decision: Decision) -> None: ...
@@ -153,6 +156,27 @@ class RunContext:
         self._lock = threading.Lock()
         self.otel: otel.RunSpans | None = None  # OpenTelemetry spans, when tracing is on
         self.pricing: pricing.PriceFunction | None = None  # and cost_budget: set by pricing.attach
+        self._ephemeral_id: str | None = None
+
+    def call_run_id(self) -> tuple[str, bool]:
+        """The run id `lw.current_call()` reports, and whether it is durable."""
+        if self.trace.run_id is not None:
+            return self.trace.run_id, self.journal is not None
+        if self._ephemeral_id is None:
+            self._ephemeral_id = ephemeral_run_id()
+        return self._ephemeral_id, False
+
+    def _call_tool(self, name: str, args: dict[str, Any], key: str, attempt: int = 1) -> ToolResult:
+        """The registry's execute, with the call current for `lw.current_call()`."""
+        in_flight = self.in_flight  # named in the partial trace if the run is interrupted
+        in_flight[key] = (name, args, time.perf_counter())
+        token = bind_call(self, key, attempt, name)
+        try:
+            result = self.registry.execute(name, args, timeout_s=self.deadline.remaining())
+        finally:
+            unbind_call(token)
+        in_flight.pop(key, None)
+        return result
 
     @property
     def schemas(self) -> list[dict[str, Any]]:
@@ -283,11 +307,7 @@ class RunContext:
         journal = self.journal
         if journal is None and (tool is None or (tool.idempotent and not tool.requires_approval)):
             # nothing to gate, record or deduplicate: straight to the registry
-            in_flight = self.in_flight
-            in_flight[key] = (name, args, time.perf_counter())
-            result = self.registry.execute(name, args, timeout_s=self.deadline.remaining())
-            in_flight.pop(key, None)
-            return self._done(key, result)
+            return self._done(key, self._call_tool(name, args, key))
         recorded = journal.recorded_tool(key) if journal is not None else None
         if recorded is not None and recorded[0] == "done" and recorded[1] is not None:
             self.trace.tool_calls += 1
@@ -336,22 +356,24 @@ class RunContext:
             and recorded[0] == "started"
             and tool is not None
             and not tool.idempotent
+            and not tool.dedupes_on_call_key  # its system ignores the same key twice: safe to rerun
             and not self.rerun_unfinished
         ):
             message = (
                 f"{name} was started before the run stopped but its result was not recorded; "
                 f"it is not idempotent, so it was not run again. Check whether it took effect, "
-                f"then resume with rerun_unfinished=True or finish the run by hand."
+                f"then settle it (store.settle or `loopwright runs settle`), resume with "
+                f"rerun_unfinished=True, or finish the run by hand."
             )
             self.record(Step(self.next_index, "error", tool=name, args=args, error=message))
             raise StopRun("error", message)
 
         journal = self.journal
+        attempt = 1
         if journal is not None:
+            attempt = journal.attempt(key)
             journal.record_tool_start(key, name, args)
-        self.in_flight[key] = (name, args, time.perf_counter())
-        result = self.registry.execute(name, args, timeout_s=self.deadline.remaining())
-        self.in_flight.pop(key, None)
+        result = self._call_tool(name, args, key, attempt)
         if journal is not None:
             journal.record_tool_result(key, result)
         return self._done(key, result)
@@ -376,7 +398,11 @@ class RunContext:
         if gated:
             return await asyncio.to_thread(self.execute, name, args, key)
         self.in_flight[key] = (name, args, time.perf_counter())
-        result = await self.registry.aexecute(name, args, timeout_s=self.deadline.remaining())
+        token = bind_call(self, key, 1, name)
+        try:
+            result = await self.registry.aexecute(name, args, timeout_s=self.deadline.remaining())
+        finally:
+            unbind_call(token)
         self.in_flight.pop(key, None)
         return self._done(key, result)
 
@@ -474,36 +500,6 @@ def open_context(
     )
     ctx.otel = otel.run_spans(options.get("tracer"), task, mode, policy, run_id)
     return pricing.attach(ctx, policy, options.get("cost_budget_usd"), options.get("prices"))
-
-
-class _PolicyTimeout(Exception):
-    pass
-
-
-def _call_within(policy: Policy, request: ModelRequest, seconds: float) -> Completion:
-    """Call the policy on a daemon thread and wait at most `seconds` for it.
-
-    A policy that overruns is abandoned (Python cannot kill a thread); the run stops
-    with "timeout" rather than waiting on it.
-    """
-    box: list[Any] = []
-    done = threading.Event()
-
-    def target() -> None:
-        try:
-            box.append(call_policy(policy, request))
-        except BaseException as exc:  # handed to the caller's thread below
-            box.append(exc)
-        finally:
-            done.set()
-
-    threading.Thread(target=target, name="loopwright-policy", daemon=True).start()
-    if not done.wait(seconds):
-        raise _PolicyTimeout
-    out = box[0]
-    if isinstance(out, BaseException):
-        raise out
-    return out  # type: ignore[no-any-return]
 
 
 class Run(Iterator[Step]):
