@@ -12,6 +12,9 @@ from typing import Any
 
 from loopwright import _moved
 from loopwright.batch import PolicyFactory, arun_many, policy_factory, run_many
+from loopwright.calls import CallInfo, current_call
+from loopwright.durable.fork import fork
+from loopwright.durable.postgres import PostgresStore
 from loopwright.durable.resume import resume
 from loopwright.durable.store import SQLiteStore
 from loopwright.errors import (
@@ -59,7 +62,7 @@ __version__ = "0.1.0"
 
 _moved.install(globals())  # old module paths (loopwright.tools, loopwright.cli, ...) keep working
 
-_LAZY = {"models", "memory"}
+_LAZY = {"models", "memory", "mcp", "otel", "pricing"}
 
 
 def __getattr__(name: str) -> Any:
@@ -85,6 +88,7 @@ __all__ = [
     "STOP_REASONS",
     "Action",
     "AsyncRun",
+    "CallInfo",
     "Completion",
     "EvalReport",
     "FinalAnswer",
@@ -98,6 +102,7 @@ __all__ = [
     "PlanStep",
     "Policy",
     "PolicyFactory",
+    "PostgresStore",
     "PromptSet",
     "RayExecutor",
     "ReplayMissError",
@@ -122,6 +127,8 @@ __all__ = [
     "arun",
     "arun_many",
     "evaluate",
+    "current_call",
+    "fork",
     "iter_plan_execute",
     "iter_react",
     "iter_rewoo",

@@ -33,6 +33,7 @@ from rich.markup import escape
 
 import loopwright as lw
 from loopwright.errors import LoopwrightError
+from loopwright.interfaces import mcp_cli
 from loopwright.interfaces.common import (
     EXIT_ANSWERED,
     EXIT_CODES_HELP,
@@ -51,6 +52,7 @@ from loopwright.interfaces.common import (
     load_prompts,
     load_tools,
     make_model,
+    open_store,
     output_path,
 )
 from loopwright.interfaces.live import LiveLine, describe_in_flight
@@ -75,6 +77,10 @@ def _register_provided() -> None:
         from loopwright.interfaces import batch_cli
 
         batch_cli.register()
+    if "mcp" not in SUBCOMMANDS:
+        from loopwright.interfaces import mcp_cli
+
+        mcp_cli.register()
     if "view" not in SUBCOMMANDS:
         try:
             from loopwright.interfaces import viewer
@@ -137,6 +143,7 @@ def _setup_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", choices=sorted(MODES), default="react")
     add_model_args(p)
     add_tool_args(p)
+    mcp_cli.add_run_flags(p)
     add_prompt_args(p)
     p.add_argument("--max-steps", type=_positive_int, default=6)
     p.add_argument("--token-budget", type=_positive_int, default=None)
@@ -173,7 +180,7 @@ def run_options(args: argparse.Namespace) -> dict[str, Any]:
     """The limits and run options `loopwright run` passes to lw.iter_run for these flags
     (no store, no approver: those need the terminal and the journal)."""
     options: dict[str, Any] = {"max_steps": args.max_steps}
-    if not args.tools:
+    if not args.tools and not (getattr(args, "mcp", None) or getattr(args, "mcp_url", None)):
         from loopwright.interfaces.demo_tools import demo_prompts
 
         options["prompts"] = demo_prompts()
@@ -214,7 +221,7 @@ def _open_store(args: argparse.Namespace) -> Any:
             raise UsageError("--run-id needs --db")
         return None
     try:
-        store = lw.SQLiteStore(args.db)
+        store = open_store(args.db)
     except LoopwrightError as exc:
         raise UsageError(str(exc)) from None
     if args.run_id:
@@ -235,7 +242,9 @@ def _run(args: argparse.Namespace) -> int:
     if not args.task.strip():
         raise UsageError('the task is empty; give the question to run, e.g. loopwright run "What is 17 * 23?"')
     _check_outputs(args)
-    registry = load_tools(args.tools, args.tool_timeout_s)
+    servers = mcp_cli.mcp_servers(args.mcp, args.mcp_url)
+    registry = load_tools(args.tools, args.tool_timeout_s) if args.tools or not servers else lw.ToolRegistry()
+    mcp_cli.add_mcp_tools(registry, servers)
     limits = run_options(args)
     if args.approve:
         from loopwright.safety import terminal_approver

@@ -199,7 +199,7 @@ def _react(ctx: RunContext, pad: _Scratchpad, max_tokens: int | None) -> StepGen
     repeats = RepeatDetector()
     parse_errors = 0
     tools = () if plain else tuple(ctx.schemas)  # a plain policy only gets the prompt
-    guarded = limits.token_budget is not None or limits.timeout_s is not None
+    guarded = limits.token_budget is not None or limits.timeout_s is not None or ctx.pricing is not None
     try:
         for _ in range(limits.max_steps):
             if guarded and ctx.deadline.expired():  # the clock ran out during the last tool call
