@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 import loopwright as lw
 from conftest import act, final, make_registry
-from helpers.mcp_servers import ROOT, free_port, stop
+from helpers.mcp_servers import free_port, stop
 
 CACHE = Path(os.environ.get("LOOPWRIGHT_CACHE") or Path.home() / ".cache" / "loopwright")
 PHOENIX = CACHE / "phoenix" / "bin" / "phoenix"  # where scripts/ci_deps.sh installs it
