@@ -167,10 +167,18 @@ def _setup_run(p: argparse.ArgumentParser) -> None:
         help="tools to load: a Tool, a function, a list of them or a ToolRegistry "
         "(default: the demo tools lookup and calculate)",
     )
-    p.add_argument("--max-steps", type=_positive_int, default=6)
+    p.add_argument("--max-steps", type=_positive_int, default=None,
+                   help="model calls (ReAct, reflexion, tot) or plan length (default 6; reflexion 20, tot 60)")
     p.add_argument("--token-budget", type=_positive_int, default=None)
     p.add_argument("--timeout-s", type=float, default=None, help="wall-clock limit of the run")
     p.add_argument("--max-replans", type=_non_negative_int, default=2)
+    p.add_argument("--max-reflections", type=_non_negative_int, default=2, help="reflexion: critiques at most")
+    p.add_argument("--on-tool-error", choices=("observe", "reflect"), default="observe",
+                   help="react, reflexion: reflect asks for a critique after a tool error")
+    p.add_argument("--search", choices=("bfs", "dfs"), default="bfs", help="tot: the search")
+    p.add_argument("--breadth", type=_positive_int, default=2, help="tot: nodes BFS keeps per level")
+    p.add_argument("--depth", type=_positive_int, default=3, help="tot: the longest path")
+    p.add_argument("--max-nodes", type=_positive_int, default=24, help="tot: the node budget")
     p.add_argument("--no-grammar", action="store_true", help="do not constrain local steps")
     p.add_argument(
         "--dialect",
@@ -296,7 +304,9 @@ def _run(args: argparse.Namespace) -> int:
     console = Console(file=sys.stderr, highlight=False, soft_wrap=True)
     registry = load_tools(args.tools)
     model = make_model(args)
-    limits: dict[str, Any] = {"max_steps": args.max_steps}
+    limits: dict[str, Any] = {}
+    if args.max_steps is not None or args.mode not in ("reflexion", "tot"):
+        limits["max_steps"] = args.max_steps or 6
     if not args.tools:
         from loopwright.demo_tools import demo_prompts
 
@@ -305,8 +315,13 @@ def _run(args: argparse.Namespace) -> int:
         limits["token_budget"] = args.token_budget
     if args.timeout_s is not None:
         limits["timeout_s"] = args.timeout_s
-    if args.mode == "react":
+    if args.mode in ("react", "reflexion"):
         limits["dialect"] = args.dialect
+        limits["on_tool_error"] = args.on_tool_error
+    if args.mode == "reflexion":
+        limits["max_reflections"] = args.max_reflections
+    if args.mode == "tot":
+        limits.update(search=args.search, breadth=args.breadth, depth=args.depth, max_nodes=args.max_nodes)
     if args.mode == "plan_execute":
         limits["max_replans"] = args.max_replans
     if args.approve:
@@ -366,6 +381,9 @@ def print_step(console: Console, step: Step) -> None:
         "action": "cyan",
         "plan": "magenta",
         "replan": "magenta",
+        "reflection": "magenta",
+        "propose": "blue",
+        "value": "blue",
         "nudge": "yellow",
         "parse_error": "red",
         "error": "red",

@@ -1,4 +1,4 @@
-"""The three loops behind one facade: `run(task, policy, registry, mode=...)`."""
+"""The loops behind one facade: `run(task, policy, registry, mode=...)`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from typing import Any
 from loopwright.modes._core import Run
 from loopwright.modes.plan_execute import iter_plan_execute, run_plan_execute
 from loopwright.modes.react import iter_react, run_react
+from loopwright.modes.reflexion import iter_reflexion, run_reflexion
 from loopwright.modes.rewoo import iter_rewoo, run_rewoo
+from loopwright.modes.tot import iter_tot, run_tot
 from loopwright.policy import Policy
 from loopwright.tools import ToolRegistry
 from loopwright.trace import Trace
@@ -17,6 +19,8 @@ MODES: dict[str, Callable[..., Run]] = {
     "react": iter_react,
     "rewoo": iter_rewoo,
     "plan_execute": iter_plan_execute,
+    "reflexion": iter_reflexion,
+    "tot": iter_tot,
 }
 
 
@@ -30,7 +34,7 @@ def iter_run(task: str, policy: Policy, registry: ToolRegistry, mode: str = "rea
 
 
 def run(task: str, policy: Policy, registry: ToolRegistry, mode: str = "react", **limits: Any) -> Trace:
-    """Run a task to the end in one of the three modes and return its Trace.
+    """Run a task to the end in one of the modes (MODES) and return its Trace.
 
     limits (same names in every mode): max_steps, token_budget, timeout_s, max_replans,
     on_parse_error, on_repeat; also dialect (ReAct), tools (the names this run may use),
@@ -44,10 +48,14 @@ __all__ = [
     "Run",
     "iter_plan_execute",
     "iter_react",
+    "iter_reflexion",
     "iter_rewoo",
     "iter_run",
+    "iter_tot",
     "run",
     "run_plan_execute",
     "run_react",
+    "run_reflexion",
     "run_rewoo",
+    "run_tot",
 ]
