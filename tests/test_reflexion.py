@@ -224,3 +224,17 @@ def test_reflexion_interrupted_at_any_model_call_resumes_to_the_uninterrupted_tr
         assert calls == expected_calls
         assert comparable(trace) == comparable(expected)
         assert comparable(store.trace("r")) == comparable(expected)
+
+
+def test_the_viewer_lists_the_attempts_and_their_critiques(registry):
+    from loopwright.viewer import render_html
+
+    policy = lw.ScriptedPolicy([final("1"), "use <the> tools", final("2")])
+    trace = lw.run("t", policy, registry, mode="reflexion", evaluator=lambda t, tr: tr.final_answer == "2")
+    page = render_html(trace.to_dict())
+    section = page[page.index('id="attempts"'):]
+    section = section[: section.index("</section>")]
+    assert section.count("<li>") == 2
+    assert "rejected" in section and "accepted" in section
+    assert "critique: use &lt;the&gt; tools" in section
+    assert 'class="step k-reflection' in page

@@ -40,7 +40,7 @@ output = st.one_of(
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     outputs=st.lists(output, min_size=0, max_size=40),
-    mode=st.sampled_from(["react", "rewoo", "plan_execute"]),
+    mode=st.sampled_from(["react", "rewoo", "plan_execute", "reflexion", "tot"]),
     max_steps=st.integers(1, 12),
     budget=st.one_of(st.none(), st.integers(1, 20_000)),
     on_repeat=st.sampled_from(["nudge", "stop", "off"]),
@@ -63,9 +63,13 @@ def test_every_run_terminates_within_its_limits(outputs, mode, max_steps, budget
         on_repeat=on_repeat, on_parse_error=on_parse_error, max_replans=2,
     )
     assert trace.stopped_reason in lw.STOP_REASONS
-    if mode == "react":
+    if mode in ("react", "reflexion"):  # reflexion: attempt steps + reflections, all within max_steps
         assert trace.llm_calls <= max_steps
         assert trace.llm_calls == len(trace.steps)
+    elif mode == "tot":
+        assert trace.llm_calls <= max_steps
+        assert trace.llm_calls == sum(s.kind in ("propose", "value", "error") for s in trace.steps)
+        assert trace.meta["tot"]["nodes"] <= 24
     elif mode == "rewoo":
         assert trace.llm_calls <= 2
     else:

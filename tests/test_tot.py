@@ -268,3 +268,21 @@ def test_tot_interrupted_at_any_model_call_resumes_to_the_uninterrupted_trace(tm
         assert calls == expected_calls  # each branch's tool ran once across both runs
         assert comparable(trace) == comparable(expected)
         assert comparable(store.trace("r")) == comparable(expected)
+
+
+def test_the_viewer_draws_the_search_tree_and_the_winning_path():
+    from loopwright.viewer import render_html
+
+    trace = lw.run("make 24", tree_policy(TRAP, {**TRAP_VALUES, "A1": "<b>impossible</b>"}), make_registry(),
+                   mode="tot")
+    page = render_html(lw.Trace.from_dict(json.loads(json.dumps(trace.to_dict()))))
+    tree = page[page.index('id="tot-tree"'):page.index("</section>", page.index('id="tot-tree"'))]
+    for step in kinds(trace, "value"):
+        assert f'data-node="{step.meta["node"]}"' in tree
+    for node in trace.meta["tot"]["path"]:
+        assert 'class="node won' in tree.split(f'data-node="{node}"')[0].rsplit("<span", 1)[-1]
+    assert "<b>impossible</b>" not in page  # model text is escaped
+    # nested: the final answer sits inside B's list
+    b = next(s.meta["node"] for s in kinds(trace, "value") if s.meta["step"] == "B")
+    after_b = tree.split(f'data-node="{b}"', 1)[1]
+    assert after_b.index("Final Answer: 24") < after_b.index("</ul>")

@@ -80,7 +80,7 @@ class _Node:
     def __init__(self, node_id: str, parent: _Node | None, step: str, state: str) -> None:
         self.id = node_id
         self.parent = parent
-        self.depth = 0 if parent is None else parent.depth + 1
+        self.depth: int = 0 if parent is None else parent.depth + 1
         self.step = step
         self.state = state  # the prompt prefix: header, question, the path's steps
         self.action: Action | None = None
