@@ -11,8 +11,8 @@ import pytest
 import loopwright as lw
 from conftest import act, final, make_registry
 from helpers.durable import comparable
-from loopwright.resume import resume
-from loopwright.store import SQLiteStore
+from loopwright.durable.resume import resume
+from loopwright.durable.store import SQLiteStore
 
 CRITIQUE = "I multiplied before adding; add 2 and 3 first, then multiply by 10."
 
@@ -227,7 +227,7 @@ def test_reflexion_interrupted_at_any_model_call_resumes_to_the_uninterrupted_tr
 
 
 def test_the_viewer_lists_the_attempts_and_their_critiques(registry):
-    from loopwright.viewer import render_html
+    from loopwright.interfaces.viewer import render_html
 
     policy = lw.ScriptedPolicy([final("1"), "use <the> tools", final("2")])
     trace = lw.run("t", policy, registry, mode="reflexion", evaluator=lambda t, tr: tr.final_answer == "2")

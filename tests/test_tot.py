@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 import loopwright as lw
 from conftest import make_registry
 from helpers.durable import comparable
+from loopwright.durable.resume import resume
+from loopwright.durable.store import SQLiteStore
 from loopwright.modes.tot import parse_candidates, parse_value
-from loopwright.resume import resume
-from loopwright.store import SQLiteStore
 
 _STEP = re.compile(r"^Step \d+: (.*)$", re.MULTILINE)
 
@@ -271,7 +271,7 @@ def test_tot_interrupted_at_any_model_call_resumes_to_the_uninterrupted_trace(tm
 
 
 def test_the_viewer_draws_the_search_tree_and_the_winning_path():
-    from loopwright.viewer import render_html
+    from loopwright.interfaces.viewer import render_html
 
     trace = lw.run("make 24", tree_policy(TRAP, {**TRAP_VALUES, "A1": "<b>impossible</b>"}), make_registry(),
                    mode="tot")

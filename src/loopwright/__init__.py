@@ -10,6 +10,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from loopwright import _moved
+from loopwright.durable.resume import resume
+from loopwright.durable.store import SQLiteStore
 from loopwright.errors import (
     LoopwrightError,
     ModelError,
@@ -37,7 +40,10 @@ from loopwright.modes import (
     run_rewoo,
     run_tot,
 )
-from loopwright.parsing import (
+from loopwright.policy import Completion, Model, ModelRequest, Policy, ScriptedPolicy, ToolCall
+from loopwright.prompts import PromptSet
+from loopwright.trace import STOP_REASONS, Step, Trace, Usage
+from loopwright.wire.parsing import (
     Action,
     FinalAnswer,
     PlanStep,
@@ -46,14 +52,11 @@ from loopwright.parsing import (
     parse_tool_calls,
     substitute,
 )
-from loopwright.policy import Completion, Model, ModelRequest, Policy, ScriptedPolicy, ToolCall
-from loopwright.prompts import PromptSet
-from loopwright.resume import resume
-from loopwright.store import SQLiteStore
-from loopwright.tools import Tool, ToolError, ToolRegistry, ToolResult, tool
-from loopwright.trace import STOP_REASONS, Step, Trace, Usage
+from loopwright.wire.tools import Tool, ToolError, ToolRegistry, ToolResult, tool
 
 __version__ = "0.1.0"
+
+_moved.install(globals())  # old module paths (loopwright.tools, loopwright.cli, ...) keep working
 
 _LAZY = {"models", "memory"}
 

@@ -22,8 +22,8 @@ from loopwright.memory import (
 from loopwright.modes import MODES, run
 from loopwright.policy import Policy
 from loopwright.prompts import fence
-from loopwright.tools import ToolRegistry
 from loopwright.trace import Trace, estimate_tokens
+from loopwright.wire.tools import ToolRegistry
 
 SESSION_TASK = """\
 {task}

@@ -7,9 +7,12 @@ complete account of a run; `to_dict` is JSON-safe and `from_dict` round-trips it
 from __future__ import annotations
 
 import json
+import math
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
 from typing import Any, Final
 
 from loopwright._slots import slot_writers
@@ -326,3 +329,54 @@ class Trace:
 def _clip(text: str, limit: int) -> str:
     text = text.replace("\n", " ")
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# --- trace files ----------------------------------------------------------------------
+
+def load_trace(path: str | os.PathLike[str]) -> Trace:
+    """Read a trace written by `Trace.to_json` (or any JSON of `Trace.to_dict()`'s shape).
+
+    Raises ValueError naming the file and what was wrong with it.
+    """
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{p}: not JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"{p}: expected a JSON object (a trace), got {type(data).__name__}")
+    try:
+        trace = Trace.from_dict(data)
+        _check_shape(trace)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ValueError(f"{p}: not a loopwright trace ({type(exc).__name__}: {exc})") from exc
+    return trace
+
+
+_TEXT_FIELDS: Final = ("kind", "raw", "thought")
+_OPTIONAL_TEXT_FIELDS: Final = ("tool", "observation", "error", "prompt", "step_id")
+
+
+def _check_shape(trace: Trace) -> None:
+    """Raise TypeError naming the first field whose JSON type a trace cannot have (a file
+    may have been written by hand or by another tool)."""
+    for name in ("task", "mode", "transcript", "scratchpad"):
+        if not isinstance(getattr(trace, name), str):
+            raise TypeError(f"{name} must be a string")
+    for step in trace.steps:
+        where = f"step {step.index!r}"
+        if not isinstance(step.index, int) or isinstance(step.index, bool):
+            raise TypeError(f"{where}: index must be an integer")
+        d = step.duration_s
+        if isinstance(d, bool) or not isinstance(d, int | float) or not math.isfinite(d):
+            raise TypeError(f"{where}: duration_s must be a number")
+        for name in _TEXT_FIELDS:
+            if not isinstance(getattr(step, name), str):
+                raise TypeError(f"{where}: {name} must be a string")
+        for name in _OPTIONAL_TEXT_FIELDS:
+            if getattr(step, name) is not None and not isinstance(getattr(step, name), str):
+                raise TypeError(f"{where}: {name} must be a string or null")
+        if step.args is not None and not isinstance(step.args, dict):
+            raise TypeError(f"{where}: args must be an object or null")
+        if step.prompt_chars is not None and not isinstance(step.prompt_chars, int):
+            raise TypeError(f"{where}: prompt_chars must be an integer or null")

@@ -1,4 +1,6 @@
-"""The loops behind one facade: `run(task, policy, registry, mode=...)`."""
+"""The loops behind one facade: `run(task, policy, registry, mode=...)`. ReAct, ReWOO,
+plan-execute-replan, Reflexion and Tree-of-Thoughts, and the run context they share (the
+model and tool choke points)."""
 
 from __future__ import annotations
 
@@ -12,8 +14,8 @@ from loopwright.modes.reflexion import iter_reflexion, run_reflexion
 from loopwright.modes.rewoo import iter_rewoo, run_rewoo
 from loopwright.modes.tot import iter_tot, run_tot
 from loopwright.policy import Policy
-from loopwright.tools import ToolRegistry
 from loopwright.trace import Trace
+from loopwright.wire.tools import ToolRegistry
 
 MODES: dict[str, Callable[..., Run]] = {
     "react": iter_react,

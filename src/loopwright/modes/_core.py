@@ -24,8 +24,8 @@ from loopwright.safety import (
     ask,
     denial_observation,
 )
-from loopwright.tools import Tool, ToolError, ToolRegistry, ToolResult
 from loopwright.trace import Step, Trace, Usage, estimate_tokens
+from loopwright.wire.tools import Tool, ToolError, ToolRegistry, ToolResult
 
 StepGen = Generator[Step, None, None]
 
@@ -41,7 +41,7 @@ class StopRun(Exception):
 
 class Journal(Protocol):
     """Where a durable run writes every model call, tool call and step before using it,
-    and where a resumed run finds them again (see loopwright.store)."""
+    and where a resumed run finds them again (see loopwright.durable.store)."""
 
     def recorded_completion(self, n: int) -> tuple[Completion, Usage] | None: ...
     def record_completion(self, n: int, request: ModelRequest, completion: Completion, usage: Usage) -> None: ...

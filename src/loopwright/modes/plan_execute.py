@@ -12,11 +12,11 @@ from typing import Any
 from loopwright.guards import Limits
 from loopwright.modes._core import Run, RunContext, StepGen, open_context
 from loopwright.modes.rewoo import plan_call
-from loopwright.parsing import PlanStep, substitute
 from loopwright.policy import Policy
 from loopwright.prompts import describe_tools, render_evidence
-from loopwright.tools import ToolRegistry
 from loopwright.trace import Step
+from loopwright.wire.parsing import PlanStep, substitute
+from loopwright.wire.tools import ToolRegistry
 
 
 def iter_plan_execute(

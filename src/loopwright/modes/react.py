@@ -15,12 +15,12 @@ from loopwright.errors import ParseError
 from loopwright.guards import Limits, RepeatDetector
 from loopwright.modes._core import PolicyFailed, Run, RunContext, StepGen, first_line, open_context
 from loopwright.modes._critique import check_on_tool_error, reflect
-from loopwright.parsing import Action, FinalAnswer, parse_react_step
 from loopwright.policy import ModelRequest, Policy
 from loopwright.prompts import describe_tools, example_call, fence
-from loopwright.toolcalls import parse_tool_calls
-from loopwright.tools import ToolRegistry
 from loopwright.trace import Step, estimate_tokens
+from loopwright.wire.parsing import Action, FinalAnswer, parse_react_step
+from loopwright.wire.toolcalls import parse_tool_calls
+from loopwright.wire.tools import ToolRegistry
 
 DIALECTS = ("json", "brackets", "native")
 

@@ -23,8 +23,8 @@ from loopwright.modes._critique import check_on_tool_error, reflect
 from loopwright.modes.react import DIALECTS, _react, _Scratchpad
 from loopwright.policy import Policy
 from loopwright.prompts import REFLEXION_OUTCOMES
-from loopwright.tools import ToolRegistry
 from loopwright.trace import Step, Trace
+from loopwright.wire.tools import ToolRegistry
 
 Evaluator = Callable[[str, Trace], "tuple[bool, str] | bool"]
 """Judges an attempt's answer: `evaluator(task, trace)` with `trace.final_answer` set;

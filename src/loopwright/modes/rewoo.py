@@ -19,11 +19,11 @@ from typing import Any, TypeVar
 from loopwright.errors import ParseError
 from loopwright.guards import Limits
 from loopwright.modes._core import PolicyFailed, Run, RunContext, StepGen, open_context
-from loopwright.parsing import PlanStep, parse_plan, substitute
 from loopwright.policy import ModelRequest, Policy, Purpose
 from loopwright.prompts import describe_tools, render_evidence
-from loopwright.tools import ToolRegistry
 from loopwright.trace import Step
+from loopwright.wire.parsing import PlanStep, parse_plan, substitute
+from loopwright.wire.tools import ToolRegistry
 
 T = TypeVar("T")
 

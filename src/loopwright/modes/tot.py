@@ -31,11 +31,11 @@ from typing import Any, Final, Literal
 from loopwright.errors import ParseError
 from loopwright.guards import Limits
 from loopwright.modes._core import PolicyFailed, Run, RunContext, StepGen, open_context
-from loopwright.parsing import Action, FinalAnswer, parse_react_step
 from loopwright.policy import ModelRequest, Policy, Purpose
 from loopwright.prompts import describe_tools, fence
-from loopwright.tools import ToolRegistry
 from loopwright.trace import Step
+from loopwright.wire.parsing import Action, FinalAnswer, parse_react_step
+from loopwright.wire.tools import ToolRegistry
 
 SEARCHES: Final = ("bfs", "dfs")
 LABELS: Final = {"sure": 1.0, "likely": 0.5, "impossible": 0.0}

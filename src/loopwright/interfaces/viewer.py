@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from loopwright.errors import LoopwrightError
-from loopwright.trace import STEP_KINDS, Step, Trace
-from loopwright.viewer_tree import attempts_section, tot_section
+from loopwright.interfaces.viewer_tree import attempts_section, tot_section
+from loopwright.trace import STEP_KINDS, Step, Trace, load_trace
 
 __all__ = ["load_trace", "render_html", "run_view", "setup_view_parser", "view_main", "write_html"]
 
@@ -41,7 +41,7 @@ def _esc(value: object) -> str:
 
 
 def _asset(name: str) -> str:
-    text = resources.files("loopwright").joinpath("data", "viewer", name).read_text("utf-8")
+    text = resources.files("loopwright.interfaces").joinpath("data", "viewer", name).read_text("utf-8")
     # Our own files, but inlined raw: they must not be able to close their element.
     if "</" in text:
         raise RuntimeError(f"viewer asset {name} contains '</', which would end its element")
@@ -507,59 +507,11 @@ def write_html(trace: Trace | Mapping[str, Any], path: str | os.PathLike[str]) -
     return out
 
 
-def load_trace(path: str | os.PathLike[str]) -> Trace:
-    """Read a trace written by `Trace.to_json` (or any JSON of `Trace.to_dict()`'s shape).
-
-    Raises ValueError naming the file and what was wrong with it.
-    """
-    p = Path(path)
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{p}: not JSON ({exc})") from exc
-    if not isinstance(data, dict):
-        raise ValueError(f"{p}: expected a JSON object (a trace), got {type(data).__name__}")
-    try:
-        trace = Trace.from_dict(data)
-        _check_shape(trace)
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise ValueError(f"{p}: not a loopwright trace ({type(exc).__name__}: {exc})") from exc
-    return trace
-
-
-_TEXT_FIELDS: Final = ("kind", "raw", "thought")
-_OPTIONAL_TEXT_FIELDS: Final = ("tool", "observation", "error", "prompt", "step_id")
-
-
-def _check_shape(trace: Trace) -> None:
-    """Raise TypeError naming the first field whose JSON type a trace cannot have (a file
-    may have been written by hand or by another tool)."""
-    for name in ("task", "mode", "transcript", "scratchpad"):
-        if not isinstance(getattr(trace, name), str):
-            raise TypeError(f"{name} must be a string")
-    for step in trace.steps:
-        where = f"step {step.index!r}"
-        if not isinstance(step.index, int) or isinstance(step.index, bool):
-            raise TypeError(f"{where}: index must be an integer")
-        if _number(step.duration_s) is None:
-            raise TypeError(f"{where}: duration_s must be a number")
-        for name in _TEXT_FIELDS:
-            if not isinstance(getattr(step, name), str):
-                raise TypeError(f"{where}: {name} must be a string")
-        for name in _OPTIONAL_TEXT_FIELDS:
-            if getattr(step, name) is not None and not isinstance(getattr(step, name), str):
-                raise TypeError(f"{where}: {name} must be a string or null")
-        if step.args is not None and not isinstance(step.args, dict):
-            raise TypeError(f"{where}: args must be an object or null")
-        if step.prompt_chars is not None and not isinstance(step.prompt_chars, int):
-            raise TypeError(f"{where}: prompt_chars must be an integer or null")
-
-
 VIEW_HELP: Final = "write a trace as one self-contained HTML page (timeline, prompts, token chart)"
 
 
 def setup_view_parser(parser: argparse.ArgumentParser) -> None:
-    """The arguments of `loopwright view` (for `loopwright.cli.add_subcommand`)."""
+    """The arguments of `loopwright view` (for `loopwright.interfaces.cli.add_subcommand`)."""
     parser.add_argument("trace", metavar="TRACE", help="a trace JSON file (Trace.to_json), or a run id in the journal")
     parser.add_argument("--out", help="where to write the page (default: TRACE with .html, or RUN_ID.html)")
     parser.add_argument("--open", action="store_true", help="open the page in a web browser")
@@ -603,7 +555,7 @@ def _journal_trace(run_id: str, db: str | None) -> Trace:
     path = Path(db or os.environ.get("LOOPWRIGHT_DB") or "loopwright.db")
     if not path.is_file():
         raise ValueError(f"no such trace file: {run_id} (and no run journal at {path} to look it up as a run id)")
-    from loopwright.store import SQLiteStore  # the journal only when a run id is asked for
+    from loopwright.durable.store import SQLiteStore  # the journal only when a run id is asked for
 
     with SQLiteStore(path) as store:
         return store.trace(run_id)

@@ -19,7 +19,7 @@ from importlib import resources
 from typing import Any, Final
 
 from loopwright.prompts import REACT_BRACKETS, REACT_JSON, with_examples
-from loopwright.tools import Tool, ToolRegistry, tool
+from loopwright.wire.tools import Tool, ToolRegistry, tool
 
 MAX_EXPRESSION_CHARS: Final = 300
 MAX_EXPONENT: Final = 1000
@@ -52,7 +52,7 @@ _FUNCTIONS: Final[Mapping[str, Callable[..., Any]]] = {
 
 @cache
 def _facts() -> dict[str, Any]:
-    text = resources.files("loopwright").joinpath("data/facts.json").read_text("utf-8")
+    text = resources.files("loopwright.interfaces").joinpath("data/facts.json").read_text("utf-8")
     data: dict[str, Any] = json.loads(text)
     return data
 

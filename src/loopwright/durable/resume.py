@@ -20,12 +20,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from loopwright.durable.store import SQLiteStore
 from loopwright.modes import Run, iter_run
 from loopwright.policy import Policy
 from loopwright.safety import Approver, Decision, decisions_approver
-from loopwright.store import SQLiteStore
-from loopwright.tools import ToolRegistry
 from loopwright.trace import Trace
+from loopwright.wire.tools import ToolRegistry
 
 _NOT_LIMITS: Final = frozenset({"tools", "approver", "on_deny"})  # run options, not limits
 

@@ -24,12 +24,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from loopwright.durable.resume import resume
+from loopwright.durable.store import RunRecord, SQLiteStore
 from loopwright.errors import LoopwrightError, StoreError
+from loopwright.interfaces.common import UsageError, add_subcommand, load_tools, make_model
 from loopwright.policy import Policy
-from loopwright.resume import resume
 from loopwright.safety import Decision
-from loopwright.store import RunRecord, SQLiteStore
-from loopwright.tools import ToolRegistry
+from loopwright.wire.tools import ToolRegistry
 
 PolicyFactory = Callable[[argparse.Namespace], Policy]
 RegistryFactory = Callable[[argparse.Namespace], ToolRegistry]
@@ -86,17 +87,13 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
 
 def make_policy(args: argparse.Namespace) -> Policy:
     """The model `loopwright run` would build from these flags."""
-    from loopwright import cli  # the command line sits on top; imported when used
-
-    policy: Policy = cli.make_model(args)
+    policy: Policy = make_model(args)
     return policy
 
 
 def make_registry(args: argparse.Namespace) -> ToolRegistry:
     """The tools `loopwright run` would load from these flags."""
-    from loopwright import cli
-
-    return cli.load_tools(args.tools)
+    return load_tools(args.tools)
 
 
 def handler(args: argparse.Namespace) -> int:
@@ -106,9 +103,7 @@ def handler(args: argparse.Namespace) -> int:
 
 def register() -> None:
     """Add `runs` to the `loopwright` command."""
-    from loopwright import cli
-
-    cli.add_subcommand("runs", HELP, setup, handler, epilog=EPILOG)
+    add_subcommand("runs", HELP, setup, handler, epilog=EPILOG)
 
 
 def runs_main(
@@ -118,7 +113,7 @@ def runs_main(
     registry_factory: RegistryFactory = make_registry,
     out: TextIO | None = None,
 ) -> int:
-    """`loopwright runs ...` on its own (`python -m loopwright.store_cli`); returns the
+    """`loopwright runs ...` on its own (`python -m loopwright.interfaces.runs`); returns the
     exit status. The factories build the policy and tools `resume` uses."""
     parser = argparse.ArgumentParser(prog="loopwright runs", description=HELP, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -141,8 +136,6 @@ def _dispatch(args: argparse.Namespace, policy_factory: PolicyFactory, registry_
                 return _export(store, args, out)
             return _resume(store, args, policy_factory, registry_factory, out)
     except Exception as exc:
-        from loopwright.cli import UsageError  # raised by the factories for bad flags
-
         if not isinstance(exc, (LoopwrightError, UsageError)):
             raise
         print(f"loopwright runs: {exc}", file=sys.stderr)
@@ -199,7 +192,7 @@ def _resume(
     args.dialect = record.config.get("dialect") or "json"  # what make_model reads
     options: dict[str, Any] = {}
     if not args.tools:  # `loopwright run` pairs the demo tools with their prompts
-        from loopwright.demo_tools import demo_prompts
+        from loopwright.interfaces.demo_tools import demo_prompts
 
         options["prompts"] = demo_prompts()
     trace = resume(args.run_id, policy_factory(args), registry_factory(args), store=store,

@@ -1,6 +1,6 @@
 """A durable run journal on SQLite: every model call, tool call, approval and step is
 written before the run uses it, so a run killed at any point can be resumed
-(`loopwright.resume`) without paying for a model call twice or repeating a side effect.
+(`loopwright.durable.resume`) without paying for a model call twice or repeating a side effect.
 
 One row per event, written in its own small transaction (never the whole history):
 `runs` (one row per run), `model_calls`, `tool_calls` (state `started` -> `done`),
@@ -31,16 +31,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from loopwright.durable.journal import RunJournal as RunJournal  # re-exported: it used to live here
+from loopwright.durable.journal import RunStatus as RunStatus
+from loopwright.durable.journal import _dumps
 from loopwright.errors import StoreError, describe
-from loopwright.journal import RunJournal as RunJournal  # re-exported: it used to live here
-from loopwright.journal import _dumps
 from loopwright.safety import ApprovalRequest, Decision
 from loopwright.trace import Step, Trace, Usage
 
 APPLICATION_ID: Final = 0x4C57524A  # "LWRJ" in the SQLite header: this file is a loopwright journal
 SCHEMA_NAME: Final = "loopwright-journal"
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
-RunStatus = Literal["running", "paused", "interrupted", "blocked", "finished"]
 RESUMABLE: Final = frozenset({"running", "paused", "interrupted", "blocked"})
 _WAL_SIZE_LIMIT: Final = 64 * 1024 * 1024  # bytes the WAL file is cut back to after a checkpoint
 
@@ -309,7 +309,7 @@ class SQLiteStore:
         except sqlite3.IntegrityError:
             raise StoreError(
                 f"run id {run_id!r} already exists in {self.path}; nothing was overwritten "
-                "(use loopwright.resume to continue it, or pick another id)"
+                "(use loopwright.durable.resume to continue it, or pick another id)"
             ) from None
         return run_id, RunJournal(self, run_id)
 

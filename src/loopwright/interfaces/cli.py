@@ -15,13 +15,11 @@ their own (`runs`, `view`, ...) without editing the parser here.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,58 +28,29 @@ from rich.markup import escape
 
 import loopwright as lw
 from loopwright.errors import LoopwrightError
+from loopwright.interfaces.common import (
+    EXIT_ANSWERED,
+    EXIT_CODES_HELP,
+    EXIT_NO_ANSWER,
+    EXIT_USAGE,
+    SUBCOMMANDS,
+    UsageError,
+    _non_negative_int,
+    _positive_int,
+    add_subcommand,
+    load_tools,
+    make_model,
+)
 from loopwright.modes import MODES
 from loopwright.trace import Step, Trace
-
-EXIT_ANSWERED = 0
-EXIT_NO_ANSWER = 1
-EXIT_USAGE = 2
-
-EXIT_CODES_HELP = """\
-exit codes:
-  0  the run answered (stop reason "final")
-  1  the run stopped without an answer (a limit, an error, Ctrl-C)
-  2  usage error (bad arguments, tools that cannot be loaded, no model)
-"""
-
-
-class UsageError(Exception):
-    """Bad command-line input: printed without a traceback, exit code 2."""
-
-
-@dataclass(frozen=True)
-class Subcommand:
-    """A `loopwright <name>` subcommand: `setup` adds its arguments to its parser,
-    `handler` runs it and returns the exit code."""
-
-    name: str
-    help: str
-    setup: Callable[[argparse.ArgumentParser], None]
-    handler: Callable[[argparse.Namespace], int]
-    epilog: str | None = None
-
-
-SUBCOMMANDS: dict[str, Subcommand] = {}
-
-
-def add_subcommand(
-    name: str,
-    help: str,
-    setup: Callable[[argparse.ArgumentParser], None],
-    handler: Callable[[argparse.Namespace], int],
-    *,
-    epilog: str | None = None,
-) -> None:
-    """Register a subcommand (a later registration under the same name replaces it)."""
-    SUBCOMMANDS[name] = Subcommand(name, help, setup, handler, epilog)
 
 
 def _register_provided() -> None:
     """Add the subcommands other modules provide, where present: `runs` (the run
-    journal, loopwright.store_cli) and `view` (the trace viewer, loopwright.viewer)."""
+    journal, loopwright.interfaces.runs) and `view` (the trace viewer, loopwright.interfaces.viewer)."""
     if "runs" not in SUBCOMMANDS:
         try:
-            from loopwright import store_cli
+            from loopwright.interfaces import runs as store_cli
         except ImportError:
             pass
         else:
@@ -90,7 +59,7 @@ def _register_provided() -> None:
                 register()
     if "view" not in SUBCOMMANDS:
         try:
-            from loopwright import viewer
+            from loopwright.interfaces import viewer
         except ImportError:
             return
         setup = getattr(viewer, "setup_view_parser", None)
@@ -210,96 +179,6 @@ def _setup_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no live steps and no summary")
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
-    return value
-
-
-def load_tools(specs: Sequence[str] | None) -> lw.ToolRegistry:
-    """A registry from `module:attr` specs; the demo tools when there are none."""
-    if not specs:
-        from loopwright.demo_tools import demo_registry
-
-        return demo_registry()
-    registry = lw.ToolRegistry()
-    for spec in specs:
-        module_name, _, attr = spec.partition(":")
-        if not module_name or not attr:
-            raise UsageError(f"--tools takes MODULE:ATTR, got {spec!r}")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise UsageError(f"cannot import {module_name!r} for --tools {spec}: {exc}") from None
-        try:
-            value: Any = getattr(module, attr)
-        except AttributeError:
-            raise UsageError(f"{module_name!r} has no attribute {attr!r}") from None
-        items = list(value) if isinstance(value, (lw.ToolRegistry, list, tuple)) else [value]
-        for item in items:
-            if not (isinstance(item, lw.Tool) or callable(item)):
-                raise UsageError(f"{spec}: {item!r} is not a tool or a function")
-            try:
-                registry.register(item)
-            except LoopwrightError as exc:
-                raise UsageError(f"{spec}: {exc}") from None
-    return registry
-
-
-def make_model(args: argparse.Namespace) -> Any:
-    """The policy the run uses: a cassette with --replay, a server with --base-url, else
-    the embedded model; wrapped in a Recorder with --record. Other subcommands (`runs
-    resume`) call it with a subset of run's flags; absent ones take run's defaults."""
-    record = getattr(args, "record", None)
-    model = _base_model(args)
-    return lw.models.Recorder(model, record) if record else model
-
-
-def _base_model(args: argparse.Namespace) -> Any:
-    replay = getattr(args, "replay", None)
-    base_url = getattr(args, "base_url", None)
-    name = getattr(args, "model", None)
-    dialect = getattr(args, "dialect", "json")
-    if replay:
-        if not Path(replay).is_file():
-            raise UsageError(f"--replay {replay!r} is not a file")
-        try:
-            return lw.models.Replay(replay)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-    if base_url:
-        if not name:
-            raise UsageError("--base-url needs --model NAME (the server's model name)")
-        return lw.models.OpenAICompatible(
-            base_url,
-            name,
-            getattr(args, "api_key", None),
-            mode="chat" if dialect == "native" else "completion",
-        )
-    if dialect == "native":
-        raise UsageError(
-            "--dialect native needs --base-url: the embedded model has no tool calling"
-        )
-    if name and not Path(name).is_file():
-        raise UsageError(f"--model {name!r} is not a file (a .gguf model is expected)")
-    try:
-        return lw.models.LlamaCpp(
-            name,
-            n_ctx=getattr(args, "n_ctx", 2048),
-            grammar=not getattr(args, "no_grammar", False),
-        )
-    except lw.ModelNotFoundError as exc:
-        raise UsageError(str(exc)) from None
-
-
 def _run(args: argparse.Namespace) -> int:
     console = Console(file=sys.stderr, highlight=False, soft_wrap=True)
     registry = load_tools(args.tools)
@@ -308,7 +187,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.max_steps is not None or args.mode not in ("reflexion", "tot"):
         limits["max_steps"] = args.max_steps or 6
     if not args.tools:
-        from loopwright.demo_tools import demo_prompts
+        from loopwright.interfaces.demo_tools import demo_prompts
 
         limits["prompts"] = demo_prompts()
     if args.token_budget is not None:
@@ -434,3 +313,7 @@ add_subcommand(
     _run,
     epilog=EXIT_CODES_HELP,
 )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -16,18 +16,24 @@ from __future__ import annotations
 
 import copy
 import inspect
-import json
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from functools import partial, update_wrapper
 from types import CoroutineType
 from typing import Any, Final, Literal, TypeVar, overload
 
-from loopwright._slots import slot_writers
 from loopwright.errors import ToolDefinitionError, describe
-from loopwright.toolrun import (
+from loopwright.wire.results import (
+    ToolError,
+    ToolErrorKind,
+    ToolResult,
+    _failure,
+    _invalid,
+    _unrenderable,
+    render_observation,
+)
+from loopwright.wire.toolrun import (
     Outcome,
     Timeout,
     call_capturing,
@@ -37,7 +43,7 @@ from loopwright.toolrun import (
     run_coroutine,
     run_job,
 )
-from loopwright.toolschema import (
+from loopwright.wire.toolschema import (
     ArgumentSpec,
     ToolArgumentError,
     argument_dict,
@@ -60,9 +66,6 @@ __all__ = [
     "tool",
 ]
 
-ToolErrorKind = Literal[
-    "unknown_tool", "invalid_args", "exception", "timeout", "unrenderable", "denied"
-]  # "denied": refused by an approval gate (the loops build it; dispatch never does)
 SideEffects = Literal["none", "read", "write", "destructive"]
 # The argument that carries a side effect's idempotency key, or a function of the arguments.
 IdempotencyKey = str | Callable[[Mapping[str, Any]], object] | None
@@ -70,55 +73,6 @@ _T = TypeVar("_T")
 
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _SIDE_EFFECTS: Final = ("none", "read", "write", "destructive")
-
-
-@dataclass(frozen=True, slots=True)
-class ToolError:
-    """A failed tool call, returned (never raised) so the model can read it and recover."""
-
-    tool: str
-    message: str
-    kind: ToolErrorKind = "exception"
-
-    def as_observation(self) -> str:
-        return f"ERROR[{self.tool}]: {self.message}"
-
-
-@dataclass(frozen=True, slots=True, init=False)
-class ToolResult:
-    """One executed call as the loops consume it: the value (None on failure), the
-    rendered observation the model sees, the error if any, and wall time."""
-
-    name: str
-    args: dict[str, Any]
-    value: Any
-    observation: str
-    error: ToolError | None
-    duration_s: float
-
-    def __init__(
-        self,
-        name: str,
-        args: dict[str, Any],
-        value: Any,
-        observation: str,
-        error: ToolError | None,
-        duration_s: float,
-    ) -> None:  # writes the slots directly (see loopwright._slots): one result a tool call
-        s_name, s_args, s_value, s_observation, s_error, s_duration = _RESULT_SLOTS
-        s_name(self, name)
-        s_args(self, args)
-        s_value(self, value)
-        s_observation(self, observation)
-        s_error(self, error)
-        s_duration(self, duration_s)
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-
-_RESULT_SLOTS = slot_writers(ToolResult)
 
 
 # --- Tool -------------------------------------------------------------------------------
@@ -332,58 +286,7 @@ def tool(
     return make if func is None else make(func)
 
 
-# --- rendering --------------------------------------------------------------------------
-
-
-def render_observation(value: Any, max_chars: int = 8000) -> str:
-    """The text the model sees for a tool result: a str as is, a dict or list as JSON,
-    anything else as str(value); truncated past max_chars with a marker.
-
-    Raises whatever rendering raises (the registry reports it as "unrenderable"). A dict
-    or list that JSON cannot encode (a tuple key, a cycle) falls back to str(value)."""
-    if isinstance(value, str):
-        text = value
-    elif isinstance(value, (dict, list)):
-        try:
-            text = json.dumps(value, default=str, ensure_ascii=False)
-        except (TypeError, ValueError):
-            text = str(value)
-    else:
-        text = str(value)
-    if len(text) > max_chars >= 0:
-        return (
-            f"{text[:max_chars]}\n…[truncated: {len(text)} chars total, showing first {max_chars}]"
-        )
-    return text
-
-
 # --- execution --------------------------------------------------------------------------
-
-def _exception_text(exc: BaseException) -> str:
-    try:
-        text = str(exc)
-    except Exception:
-        text = f"<exception text unavailable: {type(exc).__name__}.__str__ failed>"
-    return f"{type(exc).__name__}: {text}"
-
-
-def _invalid(name: str, exc: Exception) -> ToolError:
-    if isinstance(exc, ToolArgumentError):
-        return ToolError(name, f"invalid args: {exc}", "invalid_args")
-    # e.g. a user's validator inside a pydantic model raising something else
-    return ToolError(name, f"invalid args: {_exception_text(exc)}", "invalid_args")
-
-
-def _unrenderable(name: str, value: Any, exc: Exception) -> ToolError:
-    text = f"unrenderable result of type {type(value).__name__} ({_exception_text(exc)})"
-    return ToolError(name, text, "unrenderable")
-
-
-def _failure(name: str, exc: Exception) -> ToolError:
-    if isinstance(exc, Timeout):
-        return ToolError(name, f"timeout after {exc.seconds:g}s", "timeout")
-    return ToolError(name, _exception_text(exc), "exception")
-
 
 class ToolRegistry:
     """The tools an agent may call, and the one place they are called from."""

@@ -10,19 +10,37 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 import time
+import weakref
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Literal, Protocol
 
 from loopwright.errors import StoreError
 from loopwright.policy import Completion, ModelRequest, ToolCall
 from loopwright.safety import ApprovalRequest, Decision
-from loopwright.tools import ToolError, ToolResult
 from loopwright.trace import Step, Trace, Usage
+from loopwright.wire.tools import ToolError, ToolResult
 
-if TYPE_CHECKING:  # the store imports this module; the journal only needs its types
-    from loopwright.store import RunStatus, SQLiteStore
+RunStatus = Literal["running", "paused", "interrupted", "blocked", "finished"]
+"""Where a journaled run stands: `blocked` waits for a person (a side effect of unknown outcome)."""
+
+
+class JournalStore(Protocol):
+    """What a journal needs of the store it writes to (SQLiteStore is one). The store
+    creates journals and flushes them; the journal never imports the store."""
+
+    path: Any
+    _lock: threading.RLock
+    _journals: weakref.WeakSet[RunJournal]
+
+    @property
+    def conn(self) -> sqlite3.Connection: ...
+    def _all(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]: ...
+    def _one(self, sql: str, params: tuple[Any, ...] = ()) -> Any: ...
+    def _batch(self) -> AbstractContextManager[sqlite3.Connection]: ...
 
 
 @dataclass(eq=False)
@@ -30,7 +48,7 @@ class RunJournal:
     """The Journal of one run (see `loopwright.modes._core.Journal`). A resumed run's
     journal is preloaded with everything recorded, so lookups cost a dict access."""
 
-    store: SQLiteStore
+    store: JournalStore
     run_id: str
     preload: bool = False
     _completions: dict[int, tuple[Completion, Usage]] = field(default_factory=dict)

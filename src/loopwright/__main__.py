@@ -1,0 +1,7 @@
+"""`python -m loopwright`: the `loopwright` command."""
+
+import sys
+
+from loopwright.interfaces.cli import main
+
+sys.exit(main())

@@ -1,0 +1,188 @@
+"""The package's shape: imports run one way, no circles, old import paths still work."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import loopwright
+from loopwright._moved import MOVED
+
+SRC = Path(loopwright.__file__).parent
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in SRC.rglob("*.py"):
+        rel = path.relative_to(SRC.parent).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """module -> the loopwright modules it imports anywhere (top level, functions,
+    TYPE_CHECKING blocks), plus the packages whose __init__ those imports run."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        is_pkg = path.name == "__init__.py"
+        package = name if is_pkg else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+            for target in targets:
+                if not target.startswith("loopwright"):
+                    continue
+                while target not in modules:
+                    target = target.rpartition(".")[0]
+                parts = target.split(".")
+                for i in range(2, len(parts) + 1):  # the module and every package above it
+                    dep = ".".join(parts[:i])
+                    if dep != name and not name.startswith(dep + "."):
+                        graph[name].add(dep)
+    graph.pop("loopwright")  # the facade imports everything; nothing inside imports it back
+    for deps in graph.values():
+        deps.discard("loopwright")
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_import_graph_has_no_cycles():
+    graph = _import_graph()
+    assert len(graph) > 30  # the walk found the package
+    assert _cycles(graph) == []
+
+
+def test_cycle_detection_finds_a_planted_circle():
+    graph = _import_graph()
+    graph["loopwright.wire.tools"].add("loopwright.durable.store")
+    assert any("loopwright.wire.tools" in c and "loopwright.durable.store" in c for c in _cycles(graph))
+
+
+# A room may import only the rooms listed after it (and the top-level records).
+_FORBIDDEN = {
+    "loopwright.wire": ("loopwright.modes", "loopwright.models", "loopwright.memory",
+                        "loopwright.durable", "loopwright.interfaces", "loopwright.session"),
+    "loopwright.models": ("loopwright.modes", "loopwright.durable", "loopwright.interfaces",
+                          "loopwright.session"),
+    "loopwright.memory": ("loopwright.modes", "loopwright.durable", "loopwright.interfaces",
+                          "loopwright.session"),
+    "loopwright.modes": ("loopwright.durable", "loopwright.interfaces", "loopwright.session"),
+    "loopwright.durable": ("loopwright.interfaces",),
+    "loopwright.trace": ("loopwright.wire", "loopwright.modes", "loopwright.durable", "loopwright.interfaces"),
+    "loopwright.errors": ("loopwright.wire", "loopwright.modes", "loopwright.durable", "loopwright.interfaces"),
+}
+
+
+def test_imports_run_one_way_from_interfaces_down_to_the_wire():
+    wrong = []
+    for module, deps in _import_graph().items():
+        for room, forbidden in _FORBIDDEN.items():
+            if module == room or module.startswith(room + "."):
+                wrong += [f"{module} -> {d}" for d in deps if d.startswith(forbidden)]
+    assert wrong == []
+
+
+def test_each_subpackage_init_says_what_lives_there():
+    for pkg in ("wire", "durable", "interfaces", "modes", "models", "memory"):
+        doc = importlib.import_module(f"loopwright.{pkg}").__doc__ or ""
+        assert len(doc.strip().splitlines()) >= 2, pkg
+
+
+@pytest.mark.parametrize("old", sorted(MOVED))
+def test_old_module_path_is_the_moved_module(old):
+    assert importlib.import_module(old) is importlib.import_module(MOVED[old])
+    assert sys.modules[MOVED[old]].__spec__.name == MOVED[old]
+
+
+def test_names_from_old_paths_still_import():
+    from loopwright.cli import main
+    from loopwright.demo_tools import demo_registry
+    from loopwright.parsing import (
+        Action,
+        parse_plan,
+        parse_react_step,
+        parse_tool_calls,
+        substitute,
+    )
+    from loopwright.plans import PlanStep
+    from loopwright.resume import resume
+    from loopwright.store import RunJournal, SQLiteStore
+    from loopwright.toolcalls import parse_tool_calls as ptc
+    from loopwright.tools import Tool, ToolRegistry, tool
+    from loopwright.viewer import render_html
+
+    assert parse_tool_calls is ptc is loopwright.parse_tool_calls
+    assert (Tool, ToolRegistry, tool, SQLiteStore, resume) == (
+        loopwright.Tool, loopwright.ToolRegistry, loopwright.tool, loopwright.SQLiteStore, loopwright.resume)
+    assert parse_react_step("Final Answer: 3").answer == "3"
+    assert callable(main) and callable(demo_registry) and callable(render_html)
+    assert Action and parse_plan and substitute and PlanStep and RunJournal
+
+
+def test_python_dash_m_runs_the_command_at_old_and_new_paths():
+    for module in ("loopwright", "loopwright.store_cli", "loopwright.interfaces.cli"):
+        out = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, (module, out.stderr)
+        assert "usage:" in out.stdout
+
+
+def test_no_module_over_600_lines():
+    long = {name: n for name, path in _modules().items()
+            if (n := len(path.read_text("utf-8").splitlines())) > 600}
+    assert long == {}
+
+
+def test_importing_an_old_path_keeps_the_package_names_it_shadows():
+    importlib.import_module("loopwright.resume")
+    import loopwright.resume
+
+    assert callable(loopwright.resume) and loopwright.resume.__name__ == "resume"
