@@ -238,3 +238,28 @@ def test_the_viewer_lists_the_attempts_and_their_critiques(registry):
     assert "rejected" in section and "accepted" in section
     assert "critique: use &lt;the&gt; tools" in section
     assert 'class="step k-reflection' in page
+
+
+def test_the_command_runs_reflexion_with_its_flags(monkeypatch, capsys):
+    from loopwright.interfaces import cli
+
+    policy = lw.ScriptedPolicy([act("calculate", '{"expression": "1/0"}'), "divide by a number that is not 0",
+                                final("391")])
+    monkeypatch.setattr(cli, "make_model", lambda args: policy)
+    code = cli.main(["run", "What is 17 * 23?", "--mode", "reflexion", "--max-steps", "3",
+                     "--max-reflections", "1", "--json", "--quiet"])
+    out, _ = capsys.readouterr()
+    trace = lw.Trace.from_json(out)
+    assert code == 0 and trace.mode == "reflexion" and trace.final_answer == "391"
+    assert [s.kind for s in trace.steps] == ["action", "reflection", "final"]
+    policy.assert_consumed()
+
+
+@pytest.mark.slow
+def test_reflexion_on_the_real_model_keeps_its_limits_and_cost_invariant(registry):
+    trace = lw.run("What is 17 * 23? Use multiply.", lw.models.LlamaCpp(), registry, mode="reflexion",
+                   max_steps=4, max_reflections=1, evaluator=lambda task, tr: (tr.final_answer == "391", "not 391"))
+    assert trace.stopped_reason in lw.STOP_REASONS and trace.llm_calls <= 4
+    assert_cost_invariant(trace)
+    for step in reflections(trace):  # a critique extends the failed attempt's last prompt: cached
+        assert step.usage.evaluated_tokens < step.usage.prompt_tokens

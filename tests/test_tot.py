@@ -286,3 +286,44 @@ def test_the_viewer_draws_the_search_tree_and_the_winning_path():
     b = next(s.meta["node"] for s in kinds(trace, "value") if s.meta["step"] == "B")
     after_b = tree.split(f'data-node="{b}"', 1)[1]
     assert after_b.index("Final Answer: 24") < after_b.index("</ul>")
+
+
+def test_the_command_runs_tot_with_its_flags(monkeypatch, capsys):
+    from loopwright.interfaces import cli
+
+    policy = lw.ScriptedPolicy(["1. Final Answer: 391\n2. calculate[17 * 23]", "sure", "likely"])
+    monkeypatch.setattr(cli, "make_model", lambda args: policy)
+    code = cli.main(["run", "What is 17 * 23?", "--mode", "tot", "--search", "dfs", "--depth", "1",
+                     "--breadth", "1", "--max-nodes", "2", "--json", "--quiet"])
+    out, _ = capsys.readouterr()
+    trace = lw.Trace.from_json(out)
+    assert code == 0 and trace.mode == "tot" and trace.final_answer == "391"
+    assert [s.kind for s in trace.steps] == ["propose", "value", "action", "value", "final"]
+    assert trace.steps[2].observation == "391"  # the demo calculate tool ran in its branch
+    assert trace.meta["tot"]["search"] == "dfs" and trace.meta["tot"]["nodes"] == 2
+    policy.assert_consumed()
+
+
+class _ScriptedProposals:
+    """Proposals from a script, values from the real model: the siblings' value prompts
+    are what the measurement is about."""
+
+    def __init__(self, model: lw.models.LlamaCpp, proposal: str) -> None:
+        self.model = model
+        self.proposal = proposal
+
+    def complete(self, request: lw.ModelRequest) -> lw.Completion | str:
+        return self.proposal if request.purpose == "propose" else self.model.complete(request)
+
+
+@pytest.mark.slow
+def test_sibling_value_calls_on_the_embedded_model_evaluate_only_past_the_shared_state():
+    policy = _ScriptedProposals(lw.models.LlamaCpp(), "1. 17 * 23 = 391\n2. 17 * 20 = 340\n3. 23 * 10 = 230")
+    trace = lw.run("What is 17 * 23?", policy, make_registry(), mode="tot", depth=1, branching=3)
+    values = kinds(trace, "value")
+    assert len(values) == 3
+    state = len(values[0].prompt) - len(lw.PromptSet().tot_value)
+    for sibling in values[1:]:  # the node's whole state came from the cache
+        usage = sibling.usage
+        assert usage.evaluated_tokens < usage.prompt_tokens / 2, usage
+        assert sibling.prompt[: state - 20] == values[0].prompt[: state - 20]
