@@ -181,12 +181,15 @@ def run_one(model: Any, numbers: str, mode: str) -> tuple[bool, lw.Trace, float]
     return verify(numbers, trace.final_answer)[0], trace, time.perf_counter() - started
 
 
-def bench(backend: str, model: Any, puzzles: list[str]) -> list[Row]:
+def bench(backend: str, model: Any, puzzles: list[str], traces: Path | None = None) -> list[Row]:
     rows = []
     for mode in MODES:
         row = Row(backend, mode)
         for numbers in puzzles:
             ok, trace, seconds = run_one(model, numbers, mode)
+            if traces is not None:
+                traces.mkdir(parents=True, exist_ok=True)
+                (traces / f"{backend}-{mode}-{numbers.replace(' ', '_')}.json").write_text(trace.to_json())
             u = trace.usage
             row.puzzles += 1
             row.solved += ok
@@ -265,6 +268,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=None, help="model threads (default: every core)")
     parser.add_argument("--markdown", type=Path)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--traces", type=Path, help="write every trace here as JSON (for loopwright view)")
     args = parser.parse_args()
     puzzles = PUZZLES[: args.puzzles]
     assert all(solvable(p) for p in PUZZLES), "every puzzle must have a solution"
@@ -274,10 +278,11 @@ def main() -> int:
     rows: list[Row] = []
     for backend in args.backends:
         if backend == "embedded":
-            rows += bench(backend, lw.models.LlamaCpp(n_threads=threads), puzzles)
+            rows += bench(backend, lw.models.LlamaCpp(n_threads=threads), puzzles, args.traces)
         else:
             with llama_server(threads) as url:
-                rows += bench(backend, lw.models.OpenAICompatible(url, "smollm2", timeout_s=300), puzzles)
+                model = lw.models.OpenAICompatible(url, "smollm2", timeout_s=300)
+                rows += bench(backend, model, puzzles, args.traces)
     table = markdown(rows)
     print(table)
     if args.markdown:

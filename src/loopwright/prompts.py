@@ -185,7 +185,7 @@ STOP_JSON = ("\nObservation", "\nQuestion", "\nThought", "\n\n")
 STOP_BRACKETS = ("\nObservation", "\nQuestion")
 STOP_REFLECTION = ("\n\n", "\nQuestion", "\nThought", "\nAction")
 STOP_PROPOSE = ("\n\n", "\nQuestion", "\nObservation")
-STOP_VALUE = ("\n",)
+STOP_VALUE = ("\n\n", "\nQuestion", "\nStep")  # not "\n": a reply may start with one
 
 
 @dataclass(frozen=True)

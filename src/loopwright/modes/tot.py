@@ -204,7 +204,7 @@ class _Search:
             child.state += prompts.tot_observation.format(
                 n=n, observation=fence(result.observation, f"{name}#{node_id}"))
         prompt = child.state + prompts.tot_value
-        got = yield from self._call(prompt, "value", prompts.stop_value, min(self.max_tokens or 16, 16), where)
+        got = yield from self._call(prompt, "value", prompts.stop_value, min(self.max_tokens or 12, 12), where)
         if got is None:
             return None
         raw, (usage, seconds) = got
