@@ -263,3 +263,20 @@ def test_reflexion_on_the_real_model_keeps_its_limits_and_cost_invariant(registr
     assert_cost_invariant(trace)
     for step in reflections(trace):  # a critique extends the failed attempt's last prompt: cached
         assert step.usage.evaluated_tokens < step.usage.prompt_tokens
+
+
+def test_bracket_steps_are_numbered_per_scratchpad_across_critiques_and_attempts(registry):
+    policy = lw.ScriptedPolicy([
+        "Thought 1: x\nAction 1: divide[{\"x\": 1, \"y\": 0}]", "do not divide by zero",
+        "Thought 2: y\nAction 2: search[france]", "Thought 3: z\nAction 3: finish[wrong]",
+        "critique", "Thought 1: again\nAction 1: finish[right]",
+    ])
+    trace = lw.run("t", policy, registry, mode="reflexion", dialect="brackets", on_tool_error="reflect",
+                   max_reflections=1, attempt_steps=4, evaluator=lambda t, tr: tr.final_answer == "right")
+    policy.assert_consumed()
+    assert trace.final_answer == "right"
+    assert policy.prompts[2].endswith(
+        '\nObservation 1: <untrusted source="divide#1">ERROR[divide]: ZeroDivisionError: division by zero'
+        "</untrusted>\nReflection: do not divide by zero\nThought 2:")
+    assert "Action 2: search[france]\nObservation 2: " in policy.prompts[3]
+    assert policy.prompts[5].endswith("Thought 1:")  # the second attempt starts at 1 again

@@ -45,6 +45,7 @@ class _Scratchpad:
             at = self.text.rfind(f"Question: {ctx.task}")
             self.text = self.text[:at] + notes + self.text[at:]
         self.stop = prompts.stop_brackets if dialect == "brackets" else prompts.stop_json
+        self.number = 0  # steps appended (k, a trace index, also counts critiques and earlier attempts)
         self.transcript = f"Question: {ctx.task}\n"
         self.task = ctx.task
         self.messages: list[dict[str, Any]] = []
@@ -74,8 +75,10 @@ class _Scratchpad:
     def append(self, k: int, thought: str, action: str, observation: str, plain: str | None = None) -> None:
         """Add step k (1-based): the model's part, then the observation (as placed in the
         prompt; `plain` is the same without its fence, for the transcript and memory)."""
-        block = _block(self.dialect, k, thought, action, observation)
-        block += f"\nThought {k + 1}:" if self.dialect == "brackets" else "\nThought:"
+        self.number += 1  # the bracket dialect's step number: this scratchpad's own count
+        n = self.number
+        block = _block(self.dialect, n, thought, action, observation)
+        block += f"\nThought {n + 1}:" if self.dialect == "brackets" else "\nThought:"
         readable = f"Thought: {thought}\n{action}\nObservation: {observation if plain is None else plain}\n"
         # Grow both strings in place, without copying the whole prompt each step: with
         # the attribute cleared, the local is the only reference, and CPython extends a
@@ -342,7 +345,8 @@ def _react(
             fenced = fence(observation, f"{name}#{k}")
             if (on_tool_error == "reflect" and result.error is not None and executed.kind == "action"
                     and ctx.trace.llm_calls - first_call < cap):
-                so_far = pad.text + _block(dialect, k, parsed.thought, _render_action(dialect, parsed), fenced)
+                so_far = pad.text + _block(dialect, pad.number + 1, parsed.thought, _render_action(dialect, parsed),
+                                           fenced)
                 prompt_text = ctx.prompts.reflect_step.format(scratchpad=so_far, error=result.error.as_observation())
                 critique = yield from reflect(ctx, prompt_text, max_tokens, {"after_step": k, "tool": name})
                 if critique is None:  # the critique call failed or a guard fired: the run is stopped
