@@ -1,7 +1,8 @@
 """Game of 24 (the Tree-of-Thoughts paper's task): ReAct, Reflexion and ToT side by side.
 
     .venv/bin/python benchmarks/game24.py [--puzzles 5] [--backends embedded server]
-                                          [--threads N] [--markdown out.md] [--json out.json]
+                                          [--max-tokens 96] [--threads N] [--traces DIR]
+                                          [--markdown out.md] [--json out.json]
 
 Four numbers; reach 24 with + - * /, each number once. Every mode gets the same
 verifier tool `check24(expression)`; the answer is graded by the same verifier, never by
@@ -172,8 +173,8 @@ class Row:
     stops: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
-def run_one(model: Any, numbers: str, mode: str) -> tuple[bool, lw.Trace, float]:
-    options = dict(MODES[mode])
+def run_one(model: Any, numbers: str, mode: str, max_tokens: int) -> tuple[bool, lw.Trace, float]:
+    options = {**MODES[mode], "max_tokens": max_tokens}
     if mode == "reflexion":
         options["evaluator"] = lambda task, trace: verify(numbers_of(task), trace.final_answer)
     started = time.perf_counter()
@@ -181,12 +182,12 @@ def run_one(model: Any, numbers: str, mode: str) -> tuple[bool, lw.Trace, float]
     return verify(numbers, trace.final_answer)[0], trace, time.perf_counter() - started
 
 
-def bench(backend: str, model: Any, puzzles: list[str], traces: Path | None = None) -> list[Row]:
+def bench(backend: str, model: Any, puzzles: list[str], max_tokens: int, traces: Path | None = None) -> list[Row]:
     rows = []
     for mode in MODES:
         row = Row(backend, mode)
         for numbers in puzzles:
-            ok, trace, seconds = run_one(model, numbers, mode)
+            ok, trace, seconds = run_one(model, numbers, mode, max_tokens)
             if traces is not None:
                 traces.mkdir(parents=True, exist_ok=True)
                 (traces / f"{backend}-{mode}-{numbers.replace(' ', '_')}.json").write_text(trace.to_json())
@@ -265,6 +266,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--puzzles", type=int, default=5, help="how many of the 10 puzzles (default 5)")
     parser.add_argument("--backends", nargs="+", choices=("embedded", "server"), default=["embedded", "server"])
+    parser.add_argument("--max-tokens", type=int, default=96, help="generated tokens per call (default 96)")
     parser.add_argument("--threads", type=int, default=None, help="model threads (default: every core)")
     parser.add_argument("--markdown", type=Path)
     parser.add_argument("--json", type=Path)
@@ -278,11 +280,11 @@ def main() -> int:
     rows: list[Row] = []
     for backend in args.backends:
         if backend == "embedded":
-            rows += bench(backend, lw.models.LlamaCpp(n_threads=threads), puzzles, args.traces)
+            rows += bench(backend, lw.models.LlamaCpp(n_threads=threads), puzzles, args.max_tokens, args.traces)
         else:
             with llama_server(threads) as url:
                 model = lw.models.OpenAICompatible(url, "smollm2", timeout_s=300)
-                rows += bench(backend, model, puzzles, args.traces)
+                rows += bench(backend, model, puzzles, args.max_tokens, args.traces)
     table = markdown(rows)
     print(table)
     if args.markdown:

@@ -201,9 +201,16 @@ def test_tot_trace_round_trips_through_json():
 @pytest.mark.parametrize(("reply", "expected"), [
     ("sure", (1.0, "sure")), (" Likely.", (0.5, "likely")), ("IMPOSSIBLE because", (0.0, "impossible")),
     ("7", (0.7, "7")), ("8/10", (0.8, "8")), ("10", (1.0, "10")), ("I think likely, not sure", (0.5, "likely")),
+    ("\n\n 6 because", (0.6, "6")), ("24 is impossible.", (0.0, "impossible")),
 ])
 def test_parse_value_reads_labels_and_numbers_leniently(reply, expected):
     assert parse_value(reply) == expected
+
+
+@pytest.mark.parametrize("reply", ["", "hmm", " 13 + 11 = 24 (", "24", "1.5 maybe"])
+def test_a_reply_with_no_label_and_no_leading_score_is_a_parse_error(reply):
+    with pytest.raises(lw.ParseError):
+        parse_value(reply)
 
 
 def test_an_unreadable_value_scores_lowest():

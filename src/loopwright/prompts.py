@@ -183,9 +183,9 @@ TOT_REFUSED = (
 
 STOP_JSON = ("\nObservation", "\nQuestion", "\nThought", "\n\n")
 STOP_BRACKETS = ("\nObservation", "\nQuestion")
-STOP_REFLECTION = ("\n\n", "\nQuestion", "\nThought", "\nAction")
+STOP_REFLECTION = ("\nQuestion", "\nThought", "\nAction", "\nObservation")  # not "\n\n": replies may start so
 STOP_PROPOSE = ("\n\n", "\nQuestion", "\nObservation")
-STOP_VALUE = ("\n\n", "\nQuestion", "\nStep")  # not "\n": a reply may start with one
+STOP_VALUE = ("\nQuestion", "\nStep")  # not "\n": a reply may start with blank lines
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,9 @@ from loopwright.policy import ModelRequest
 from loopwright.trace import Step
 
 ON_TOOL_ERROR: Final = ("observe", "reflect")
+CRITIQUE_TOKENS: Final = 80
+"""max_tokens of a critique call when the run sets none (its stop strings cannot include a
+blank line: small models often start the reply with one)."""
 CRITIQUE_CHARS: Final = 600
 """A critique goes into every later prompt: longer ones are cut (the model's run-on text)."""
 
@@ -41,7 +44,8 @@ def reflect(
     k = ctx.next_index
     t0 = time.perf_counter()
     try:
-        call = ctx.call_model(ModelRequest(prompt, ctx.prompts.stop_reflection, "reflect", (), (), max_tokens))
+        call = ctx.call_model(ModelRequest(prompt, ctx.prompts.stop_reflection, "reflect", (), (),
+                                           max_tokens or CRITIQUE_TOKENS))
     except PolicyFailed as failed:
         yield ctx.record(Step(k, "error", error=failed.message, prompt=prompt,
                               duration_s=time.perf_counter() - t0))

@@ -39,21 +39,25 @@ from loopwright.wire.tools import ToolRegistry
 
 SEARCHES: Final = ("bfs", "dfs")
 LABELS: Final = {"sure": 1.0, "likely": 0.5, "impossible": 0.0}
-_VALUE: Final = re.compile(r"\b(sure|likely|impossible)\b|\b(10|[0-9])(?:\s*/\s*10)?\b", re.IGNORECASE)
+_LABEL: Final = re.compile(r"\b(sure|likely|impossible)\b", re.IGNORECASE)
+_NUMBER: Final = re.compile(r"\s*(10|[0-9])(?:\s*/\s*10)?(?![\d.])")
 _BULLET: Final = re.compile(r"^\s*(?:[-*•]\s*|\(?\d{1,2}[.):]\s*|step\s*\d+\s*[.:]\s*)", re.IGNORECASE)
 _CALL: Final = re.compile(r"^([A-Za-z0-9_.-]{1,64})\[(.*)\]$", re.DOTALL)
 
 
 def parse_value(text: str) -> tuple[float, str]:
     """A value reply as (score in [0, 1], label): the first of sure (1.0) / likely (0.5)
-    / impossible (0.0), or of a number 0-10 (n / 10). Raises ParseError otherwise."""
-    m = _VALUE.search(text)
-    if m is None:
-        raise ParseError(f"no value in the reply {text[:80]!r}: expected sure, likely, impossible or 1-10")
-    if m.group(1):
+    / impossible (0.0) anywhere in it, else a number 0-10 (n / 10) that starts it (a
+    number later on is arithmetic the model went on with, not a score). Raises
+    ParseError otherwise."""
+    m = _LABEL.search(text)
+    if m is not None:
         label = m.group(1).lower()
         return LABELS[label], label
-    return int(m.group(2)) / 10, m.group(2)
+    n = _NUMBER.match(text)
+    if n is None:
+        raise ParseError(f"no value in the reply {text[:80]!r}: expected sure, likely, impossible or 1-10")
+    return int(n.group(1)) / 10, n.group(1)
 
 
 def parse_candidates(text: str, k: int) -> list[str]:
