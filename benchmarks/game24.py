@@ -9,7 +9,8 @@ verifier tool `check24(expression)`; the answer is graded by the same verifier, 
 the model's own claim. ReAct: one attempt (max_steps 6). Reflexion: attempts of 4 steps,
 up to 2 critiques, the verifier as the evaluator (its message is the feedback), max_steps
 14. ToT: BFS over thoughts of the paper's shape ("4 + 8 = 12 (left: 4 6 12)"), the model
-scores each state sure / likely / impossible; branching 3, breadth 2, depth 4, 14 nodes.
+scores each state sure / likely / impossible; branching 3, breadth 2, depth 4, 14 nodes;
+tot-beam is the same search with threshold 0 (nothing pruned, only the beam).
 
 Backends: the embedded model (llama-cpp-python in-process, grammars on, KV cache kept)
 and llama-cpp-python's OpenAI-compatible server on 127.0.0.1 (started and stopped here;
@@ -156,6 +157,10 @@ MODES: dict[str, dict[str, Any]] = {
     "react": {"mode": "react", "max_steps": 6},
     "reflexion": {"mode": "reflexion", "max_steps": 14, "attempt_steps": 4, "max_reflections": 2},
     "tot": {"mode": "tot", "max_steps": 30, "branching": 3, "breadth": 2, "depth": 4, "max_nodes": 14},
+    # the same search with no pruning (threshold 0: a pure beam): what the tree costs when
+    # the values do not cut it short
+    "tot-beam": {"mode": "tot", "max_steps": 30, "branching": 3, "breadth": 2, "depth": 4, "max_nodes": 14,
+                 "threshold": 0.0},
 }
 
 
@@ -182,9 +187,10 @@ def run_one(model: Any, numbers: str, mode: str, max_tokens: int) -> tuple[bool,
     return verify(numbers, trace.final_answer)[0], trace, time.perf_counter() - started
 
 
-def bench(backend: str, model: Any, puzzles: list[str], max_tokens: int, traces: Path | None = None) -> list[Row]:
+def bench(backend: str, model: Any, puzzles: list[str], max_tokens: int, modes: list[str],
+          traces: Path | None = None) -> list[Row]:
     rows = []
-    for mode in MODES:
+    for mode in modes:
         row = Row(backend, mode)
         for numbers in puzzles:
             ok, trace, seconds = run_one(model, numbers, mode, max_tokens)
@@ -266,6 +272,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--puzzles", type=int, default=5, help="how many of the 10 puzzles (default 5)")
     parser.add_argument("--backends", nargs="+", choices=("embedded", "server"), default=["embedded", "server"])
+    parser.add_argument("--modes", nargs="+", choices=sorted(MODES), default=list(MODES))
     parser.add_argument("--max-tokens", type=int, default=96, help="generated tokens per call (default 96)")
     parser.add_argument("--threads", type=int, default=None, help="model threads (default: every core)")
     parser.add_argument("--markdown", type=Path)
@@ -280,11 +287,12 @@ def main() -> int:
     rows: list[Row] = []
     for backend in args.backends:
         if backend == "embedded":
-            rows += bench(backend, lw.models.LlamaCpp(n_threads=threads), puzzles, args.max_tokens, args.traces)
+            model = lw.models.LlamaCpp(n_threads=threads)
+            rows += bench(backend, model, puzzles, args.max_tokens, args.modes, args.traces)
         else:
             with llama_server(threads) as url:
                 model = lw.models.OpenAICompatible(url, "smollm2", timeout_s=300)
-                rows += bench(backend, model, puzzles, args.max_tokens, args.traces)
+                rows += bench(backend, model, puzzles, args.max_tokens, args.modes, args.traces)
     table = markdown(rows)
     print(table)
     if args.markdown:

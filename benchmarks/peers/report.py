@@ -239,6 +239,22 @@ What the curves say:
 """
 
 
+def kept_sections(path: Path, page: str) -> str:
+    """The `## ` sections of the existing page that this report does not write (other
+    benchmarks' own sections, e.g. Game of 24), so regenerating the page keeps them."""
+    if not path.exists():
+        return ""
+    ours = {line for line in page.splitlines() if line.startswith("## ")}
+    kept: list[str] = []
+    keep = False
+    for line in path.read_text().splitlines(keepends=True):
+        if line.startswith("## "):
+            keep = line.rstrip("\n") not in ours
+        if keep:
+            kept.append(line)
+    return ("\n" if kept and not page.endswith("\n\n") else "") + "".join(kept)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--peers", type=Path, default=HERE / "results" / "peers.json")
@@ -251,7 +267,8 @@ def main() -> int:
     chart(data, args.png)
     modes_md = args.modes_md.read_text() if args.modes_md.exists() else "(not measured)\n"
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(document(data, modes_md, args.command))
+    page = document(data, modes_md, args.command)
+    args.out.write_text(page + kept_sections(args.out, page))
     print(args.out)
     return 0
 
