@@ -175,7 +175,24 @@ class Row:
     evaluated: int = 0
     completion: int = 0
     wall_s: float = 0.0
+    later_sent: int = 0  # the same, without each run's first call (whose cache state the
+    later_evaluated: int = 0  # previous run left): reuse within a run only
     stops: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def add(self, trace: lw.Trace, ok: bool, seconds: float) -> None:
+        u = trace.usage
+        self.puzzles += 1
+        self.solved += ok
+        self.calls += trace.llm_calls
+        self.sent += u.prompt_tokens
+        self.evaluated += u.evaluated_tokens
+        self.completion += u.completion_tokens
+        self.wall_s += seconds
+        first = next((s for s in trace.steps if s.usage.prompt_tokens), None)
+        self.later_sent += u.prompt_tokens - (first.usage.prompt_tokens if first else 0)
+        self.later_evaluated += u.evaluated_tokens - (first.usage.evaluated_tokens if first else 0)
+        reason = str(trace.stopped_reason)
+        self.stops[reason] = self.stops.get(reason, 0) + 1
 
 
 def run_one(model: Any, numbers: str, mode: str, max_tokens: int) -> tuple[bool, lw.Trace, float]:
@@ -197,20 +214,26 @@ def bench(backend: str, model: Any, puzzles: list[str], max_tokens: int, modes: 
             if traces is not None:
                 traces.mkdir(parents=True, exist_ok=True)
                 (traces / f"{backend}-{mode}-{numbers.replace(' ', '_')}.json").write_text(trace.to_json())
-            u = trace.usage
-            row.puzzles += 1
-            row.solved += ok
-            row.calls += trace.llm_calls
-            row.sent += u.prompt_tokens
-            row.evaluated += u.evaluated_tokens
-            row.completion += u.completion_tokens
-            row.wall_s += seconds
+            row.add(trace, ok, seconds)
             reason = str(trace.stopped_reason)
-            row.stops[reason] = row.stops.get(reason, 0) + 1
             print(f"  {backend:8} {mode:9} {numbers:12} {'solved' if ok else '-':6} {reason:15} "
                   f"calls {trace.llm_calls:3} answer {trace.final_answer!r}", file=sys.stderr)
         rows.append(row)
     return rows
+
+
+def rows_from_traces(folder: Path) -> list[Row]:
+    """The table again from the traces a run saved with --traces (BACKEND-MODE-NUMBERS.json)."""
+    rows: dict[tuple[str, str], Row] = {}
+    for path in sorted(folder.glob("*.json")):
+        backend, mode, _numbers = path.stem.split("-", 2) if path.stem.count("-") >= 2 else ("?", "?", "")
+        if mode == "tot" and path.stem.startswith(f"{backend}-tot-beam-"):
+            mode = "tot-beam"
+        trace = lw.Trace.from_json(path.read_text())
+        ok = verify(numbers_of(trace.task), trace.final_answer)[0]
+        rows.setdefault((backend, mode), Row(backend, mode)).add(trace, ok, trace.duration_s)
+    order = {m: i for i, m in enumerate(MODES)}
+    return sorted(rows.values(), key=lambda r: (r.backend, order.get(r.mode, 99)))
 
 
 @contextmanager
@@ -255,15 +278,16 @@ def llama_server(threads: int) -> Iterator[str]:
 def markdown(rows: list[Row]) -> str:
     lines = [
         "| backend | mode | solved | model calls | calls/puzzle | tokens sent | evaluated | evaluated/sent "
-        "| generated | wall s | stop reasons |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| evaluated/sent after each run's first call | generated | wall s | stop reasons |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         ratio = r.evaluated / r.sent if r.sent else 0.0
+        later = f"{r.later_evaluated / r.later_sent:.2f}" if r.later_sent else "-"
         stops = ", ".join(f"{k} {v}" for k, v in sorted(r.stops.items()))
         lines.append(
             f"| {r.backend} | {r.mode} | {r.solved}/{r.puzzles} | {r.calls} | {r.calls / max(r.puzzles, 1):.1f} "
-            f"| {r.sent:,} | {r.evaluated:,} | {ratio:.2f} | {r.completion:,} | {r.wall_s:.0f} | {stops} |"
+            f"| {r.sent:,} | {r.evaluated:,} | {ratio:.2f} | {later} | {r.completion:,} | {r.wall_s:.0f} | {stops} |"
         )
     return "\n".join(lines)
 
@@ -278,7 +302,12 @@ def main() -> int:
     parser.add_argument("--markdown", type=Path)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--traces", type=Path, help="write every trace here as JSON (for loopwright view)")
+    parser.add_argument("--tables-from", type=Path, metavar="DIR",
+                        help="print the table from the traces a run saved with --traces, and run nothing")
     args = parser.parse_args()
+    if args.tables_from:
+        print(markdown(rows_from_traces(args.tables_from)))
+        return 0
     puzzles = PUZZLES[: args.puzzles]
     assert all(solvable(p) for p in PUZZLES), "every puzzle must have a solution"
     from loopwright.models.llamacpp import default_threads
