@@ -57,6 +57,21 @@ def chat_body(content: str | None, calls: list[dict[str, Any]] | None = None) ->
     }
 
 
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def no_proxy() -> Iterator[None]:
+    """Every server here is on 127.0.0.1: a proxy set in the environment must not carry
+    the requests (the client honours HTTP_PROXY and friends)."""
+    with pytest.MonkeyPatch.context() as env:
+        for name in PROXY_VARIABLES:
+            env.delenv(name, raising=False)
+        env.setenv("NO_PROXY", "127.0.0.1,localhost")
+        env.setenv("no_proxy", "127.0.0.1,localhost")
+        yield
+
+
 class Stub:
     """An HTTP server answering each POST with the next scripted (status, body)."""
 
@@ -161,14 +176,16 @@ def test_a_client_error_is_not_retried(stub: Any) -> None:
 
 
 def test_an_unreachable_server_is_retried_then_reported() -> None:
+    # The port stays bound, not listening, for the whole test: connections are refused,
+    # and no other process can take the port in between.
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    model = lw.models.OpenAICompatible(
-        f"http://127.0.0.1:{port}/v1", "m", max_retries=1, backoff_s=0.01, timeout_s=2
-    )
-    with pytest.raises(lw.ModelError, match="APIConnectionError after 1 retries"):
-        model.complete(lw.ModelRequest("p"))
+        model = lw.models.OpenAICompatible(
+            f"http://127.0.0.1:{port}/v1", "m", max_retries=1, backoff_s=0.01, timeout_s=2
+        )
+        with pytest.raises(lw.ModelError, match="APIConnectionError after 1 retries"):
+            model.complete(lw.ModelRequest("p"))
 
 
 def test_chat_sends_tools_as_functions_and_returns_raw_tool_calls(stub: Any) -> None:
@@ -242,10 +259,18 @@ def test_options_are_checked_when_the_model_is_made() -> None:
 # --------------------------------------------------------------- the real server
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+# llama-cpp-python's server on a socket the test has bound and listens on, handed over
+# by file descriptor: no gap between choosing a port and using it.
+SERVE_ON_SOCKET = """
+import socket, sys
+import uvicorn
+from llama_cpp.server.app import create_app
+from llama_cpp.server.settings import ModelSettings, ServerSettings
+fd, model = int(sys.argv[1]), sys.argv[2]
+app = create_app(server_settings=ServerSettings(), model_settings=[ModelSettings(
+    model=model, model_alias="smollm2", n_ctx=2048, chat_format="chatml-function-calling")])
+uvicorn.Server(uvicorn.Config(app, log_level="info")).run(sockets=[socket.socket(fileno=fd)])
+"""
 
 
 @pytest.fixture(scope="module")
@@ -253,19 +278,16 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """llama-cpp-python's OpenAI-compatible server on the embedded model."""
     pytest.importorskip("uvicorn", reason="needs llama-cpp-python[server]")
     path = lw.models.default_model_path()
-    port = _free_port()
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
     # A file, not a pipe: the server logs more than a pipe buffer holds while loading.
     log_path = tmp_path_factory.mktemp("server") / "server.log"
     log = open(log_path, "wb")  # closed in the finally below
     process = subprocess.Popen(
-        [
-            sys.executable, "-m", "llama_cpp.server",
-            "--model", str(path), "--model_alias", "smollm2",
-            "--host", "127.0.0.1", "--port", str(port),
-            "--n_ctx", "2048", "--chat_format", "chatml-function-calling",
-        ],  # fmt: skip
+        [sys.executable, "-c", SERVE_ON_SOCKET, str(listener.fileno()), str(path)],
         stdout=log,
         stderr=subprocess.STDOUT,
+        pass_fds=(listener.fileno(),),
     )
     url = f"http://127.0.0.1:{port}/v1"
     try:
@@ -292,6 +314,7 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             process.kill()
             process.wait()
         log.close()
+        listener.close()
 
 
 @pytest.mark.slow

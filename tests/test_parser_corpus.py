@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+import loopwright as lw
 from loopwright.errors import ParseError
 from loopwright.parsing import (
     FORMAT_HELP_BRACKETS,
@@ -298,15 +299,20 @@ def test_corpus_case(text: str, expected: Expected) -> None:
 
 
 @pytest.mark.parametrize(("text", "expected"), [c[1:] for c in CORPUS], ids=[c[0] for c in CORPUS])
-def test_corpus_parse_is_deterministic_for_repeated_replies(text: str, expected: Any) -> None:
-    # Behaviour 8: a greedy model repeats itself; the same text must give the same result.
-    def outcome() -> object:
-        try:
-            return parse_react_step(text)
-        except ParseError as err:
-            return str(err)
-
-    assert outcome() == outcome()
+def test_a_reply_a_greedy_model_repeats_gets_the_same_treatment_each_time(text: str, expected: Any) -> None:
+    # Behaviour 8: a greedy model sends the same reply again and again, also after an
+    # "invalid format" message. Each copy must parse the same way, so the loop's guards
+    # (the parse-error streak, the repeat nudge) are what end it.
+    trace = lw.run("t", lw.ScriptedPolicy([text] * 3), lw.ToolRegistry([]), max_steps=3)
+    kinds = [s.kind for s in trace.steps]
+    if isinstance(expected, Err):
+        assert kinds == ["parse_error"] * 3 and trace.stopped_reason == "error"
+        assert len({s.error for s in trace.steps}) == 1
+    elif isinstance(expected, FinalAnswer):
+        assert kinds == ["final"] and trace.final_answer == expected.answer
+    else:
+        assert kinds == ["action", "action", "nudge"] and trace.stopped_reason == "max_steps"
+        assert all((s.tool, s.args) == (expected.name, expected.args) for s in trace.steps)
 
 
 # 11. through the OpenAI-compatible server's function calling

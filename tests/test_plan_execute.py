@@ -70,3 +70,30 @@ def test_plan_longer_than_max_steps_is_a_failure_that_leads_to_a_replan(registry
 def test_failed_policy_ends_with_error(registry):
     trace = lw.run("t", lw.ScriptedPolicy([BAD, RuntimeError("down")]), registry, mode="plan_execute")
     assert trace.stopped_reason == "error" and trace.replans == 1 and trace.llm_calls == 2
+
+
+def test_a_failed_last_step_is_never_the_answer(registry):
+    failing = json.dumps({"plan": [{"id": "E1", "tool": "search", "args": {"q": "france"}},
+                                   {"id": "E2", "tool": "divide", "args": {"x": 1, "y": 0}}]})
+    trace = lw.run("t", lw.ScriptedPolicy([failing]), registry, mode="plan_execute", max_replans=0)
+    assert trace.stopped_reason == "max_replans" and trace.final_answer is None and not trace.answered
+    assert "ZeroDivisionError" in (trace.steps[-1].error or "")
+
+
+def test_an_empty_last_result_is_a_failure_that_leads_to_a_replan():
+    @lw.tool
+    def blank(x: str) -> str:
+        """Returns nothing."""
+        return ""
+
+    @lw.tool
+    def echo(x: str) -> str:
+        """Returns its input."""
+        return x
+
+    empty = json.dumps({"plan": [{"id": "E1", "tool": "blank", "args": {"x": "a"}}]})
+    good = json.dumps({"plan": [{"id": "E1", "tool": "echo", "args": {"x": "a"}}]})
+    policy = lw.ScriptedPolicy([empty, good])
+    trace = lw.run("t", policy, lw.ToolRegistry([blank, echo]), mode="plan_execute", max_replans=1)
+    assert trace.replans == 1 and trace.final_answer == "a" and trace.answered
+    assert "E1 gave an empty result" in policy.prompts[1]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import pytest
@@ -145,6 +146,24 @@ def test_identical_call_a_third_time_is_nudged_not_executed(registry, calls):
     assert trace.llm_calls == len(trace.steps)
 
 
+def test_the_nudge_says_how_many_times_the_call_was_made_before(registry, calls):
+    same = act("add", '{"x": 20, "y": 1}')
+    trace = lw.run("t", lw.ScriptedPolicy([same] * 4 + [final("21")]), registry)
+    third, fourth = trace.steps[2].observation, trace.steps[3].observation
+    assert "called add with these same arguments 2 times in a row" in third
+    assert "called add with these same arguments 3 times in a row" in fourth
+    assert third.endswith('Its result was: <untrusted source="add">21</untrusted>\n'
+                          "Use that result, try something different, or give the final answer.")
+    assert [s.meta["repeats"] for s in trace.steps[2:4]] == [3, 4]
+
+
+def test_a_good_action_resets_the_parse_error_streak(registry, calls):
+    policy = lw.ScriptedPolicy(["x", "y", act("add", '{"x": 1, "y": 1}'), "z", "w", final("2")])
+    trace = lw.run("t", policy, registry)  # max_parse_errors=3: never three in a row
+    assert [s.kind for s in trace.steps] == ["parse_error"] * 2 + ["action"] + ["parse_error"] * 2 + ["final"]
+    assert trace.stopped_reason == "final" and trace.final_answer == "2"
+
+
 def test_parse_errors_do_not_reset_the_repeat_count(registry, calls):
     same = act("add", '{"x": 1, "y": 1}')
     policy = lw.ScriptedPolicy([same, "junk", same, "junk", same, final("2")])
@@ -212,6 +231,15 @@ def test_token_budget_stops_the_run_after_the_call_that_spends_it(registry):
     assert trace.steps[-1].error and "not executed" in trace.steps[-1].error
 
 
+def test_a_token_budget_spent_exactly_stops_the_run(registry, calls):
+    usage = lw.Usage(prompt_tokens=40, evaluated_tokens=40, completion_tokens=10)
+    policy = lw.ScriptedPolicy([lw.Completion(act("add", '{"x": 1, "y": 1}'), usage)] * 4)
+    trace = lw.run("t", policy, registry, token_budget=100, on_repeat="off")
+    assert trace.stopped_reason == "token_budget"
+    assert trace.llm_calls == 2 and trace.usage.total_tokens == 100  # 50, then 100 >= 100
+    assert len(calls) == 1 and "not executed" in (trace.steps[-1].error or "")
+
+
 def test_usage_is_estimated_when_the_policy_reports_none(registry):
     trace = lw.run("t", lw.ScriptedPolicy([final("x")]), registry)
     u = trace.usage
@@ -235,6 +263,29 @@ def test_wall_clock_timeout_stops_a_slow_policy(registry):
     start = time.monotonic()
     trace = lw.run("t", slow, registry, timeout_s=0.5, on_repeat="off", max_steps=50)
     assert time.monotonic() - start < 1.0
+    assert trace.stopped_reason == "timeout"
+
+
+@pytest.mark.parametrize("side_effects", ["read", "write"], ids=["plain path", "gated path"])
+def test_run_timeout_bounds_a_5s_tool(side_effects):
+    # The tool would sleep 5 s; the run's wall clock (0.3 s) must cut it off. The tool's
+    # thread is left behind, so the test releases it on the way out.
+    release = threading.Event()
+
+    @lw.tool(side_effects=side_effects)
+    def slow(q: str) -> str:
+        """Take five seconds."""
+        release.wait(5)
+        return "finished"
+
+    policy = lw.ScriptedPolicy([act("slow", '{"q": "x"}'), final("late")])
+    try:
+        trace = lw.run("t", policy, lw.ToolRegistry([slow]), timeout_s=0.3)
+    finally:
+        release.set()
+    step = trace.steps[0]
+    assert step.kind == "action" and step.error is not None and step.error.startswith("timeout after")
+    assert step.observation.startswith("ERROR[slow]: timeout after")
     assert trace.stopped_reason == "timeout"
 
 
@@ -323,3 +374,56 @@ def test_native_dialect_is_what_the_backend_is_told(registry):
     policy = lw.ScriptedPolicy([lw.Completion("done")])
     lw.run("t", policy, registry, dialect="native")
     assert policy.requests[0].dialect == "native"
+
+
+def test_ctrl_c_in_a_tool_call_leaves_the_call_in_the_trace_meta():
+    seen: list = []
+
+    @lw.tool
+    def slow(q: str) -> str:
+        """Interrupted while it runs."""
+        seen.append(run.in_flight)
+        raise KeyboardInterrupt
+
+    run = lw.iter_run("t", lw.ScriptedPolicy([act("slow", '{"q": "x"}')]), lw.ToolRegistry([slow]))
+    with pytest.raises(lw.RunInterrupted) as caught:
+        list(run)
+    [during] = seen[0]
+    assert during["call"] == "tool" and during["tool"] == "slow" and during["args"] == {"q": "x"}
+    [cut] = caught.value.trace.meta["in_flight"]
+    assert (cut["call"], cut["tool"], cut["args"], cut["key"]) == ("tool", "slow", {"q": "x"}, "1")
+    assert caught.value.trace.stopped_reason == "interrupted" and run.in_flight == []
+
+
+def test_ctrl_c_in_a_model_call_names_the_model_call():
+    def policy(prompt: str) -> str:
+        raise KeyboardInterrupt
+
+    with pytest.raises(lw.RunInterrupted) as caught:
+        lw.run("t", policy, lw.ToolRegistry([]))
+    [cut] = caught.value.trace.meta["in_flight"]
+    assert cut["call"] == "model" and cut["tool"] is None
+
+
+def test_a_finished_run_has_nothing_in_flight(registry):
+    run = lw.iter_run("t", lw.ScriptedPolicy([act("add", '{"x": 1, "y": 2}'), final("3")]), registry)
+    assert [s.kind for s in run] == ["action", "final"]
+    assert run.in_flight == [] and "in_flight" not in run.trace.meta
+
+
+def test_a_tool_call_cut_off_by_the_run_timeout_is_recorded_with_its_tool_and_args():
+    release = threading.Event()
+
+    @lw.tool
+    def slow(q: str) -> str:
+        """Waits until released."""
+        release.wait(30)
+        return "late"
+
+    try:
+        trace = lw.run("t", lw.ScriptedPolicy([act("slow", '{"q": "y"}'), final("z")]), lw.ToolRegistry([slow]),
+                       timeout_s=0.3)
+    finally:
+        release.set()
+    step = trace.steps[0]
+    assert (step.tool, step.args) == ("slow", {"q": "y"}) and (step.error or "").startswith("timeout after")

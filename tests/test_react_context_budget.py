@@ -64,6 +64,19 @@ def test_without_folding_room_the_budget_is_rejected_up_front():
         lw.run("t", lambda p: "Final Answer: x", note_registry(), memory=memory(), context_tokens=50)
 
 
-def test_memory_and_budget_go_together():
-    with pytest.raises(ValueError, match="together"):
-        lw.run("t", lambda p: "Final Answer: x", note_registry(), context_tokens=5000)
+def test_memory_needs_a_budget_and_a_budget_alone_gets_the_default_memory():
+    with pytest.raises(ValueError, match="needs context_tokens"):
+        lw.run("t", lambda p: "Final Answer: x", note_registry(), memory=memory())
+    seen: list[str] = []
+
+    def policy(prompt: str) -> str:
+        seen.append(prompt)
+        if len(seen) == 60:
+            return "Thought: done\nFinal Answer: " + ("found" if "QX-77" in prompt else "lost")
+        note = "the vault code is QX-77" if len(seen) == 2 else f"routine note {len(seen)}"
+        return f'Thought: go\nAction: note\nAction Input: {{"text": "{note}"}}'
+
+    trace = lw.run("Take notes; at the end say the vault code.", policy, note_registry(),
+                   max_steps=60, context_tokens=700)
+    assert trace.meta["folds"] and max(estimate_tokens(p) for p in seen) <= 700
+    assert trace.final_answer == "found"  # step 2 came back from the default (BM25) memory

@@ -47,8 +47,13 @@ def test_records_stay_frozen_and_replaceable(cls: type, values: dict[str, Any]) 
         setattr(record, first, values[first])
     with pytest.raises(AttributeError):
         object.__setattr__(record, "extra", 1)  # slots: no instance dict to grow
-    changed = dataclasses.replace(record, **{first: values[first]})
-    assert changed == record and changed is not record
+    other = values[first] + 1 if isinstance(values[first], int) else values[first] + "-other"
+    changed = dataclasses.replace(record, **{first: other})
+    assert getattr(changed, first) == other and getattr(record, first) == values[first]
+    assert changed != record
+    for name in list(values)[1:]:  # every other field carried over as the same object
+        assert getattr(changed, name) is getattr(record, name)
+    assert dataclasses.replace(record) == record and dataclasses.replace(record) is not record
     assert repr(record).startswith(cls.__name__ + "(")
 
 

@@ -15,6 +15,7 @@ from helpers.durable import comparable
 from loopwright.resume import iter_resume, resume
 from loopwright.safety import ApprovalPending, ApprovalRequest, Decision, approval_key
 from loopwright.store import SQLiteStore
+from loopwright.wire.toolset import tool_set
 
 HELPERS = Path(__file__).parent / "helpers"
 
@@ -348,3 +349,74 @@ def test_an_in_memory_store_journals_and_resumes_within_the_process():
 def test_store_and_resume_are_public_names():
     assert lw.SQLiteStore is SQLiteStore and lw.resume is resume
     assert {"SQLiteStore", "resume"} <= set(lw.__all__)
+
+
+# -- the tool set ------------------------------------------------------------------------
+
+PRE_TOOLSET_JOURNAL = Path(__file__).parent / "fixtures" / "pre_toolset_journal.db"
+
+
+def _cut(store: SQLiteStore, registry: lw.ToolRegistry, **options) -> None:
+    with pytest.raises(lw.RunInterrupted):
+        lw.run("task", lw.ScriptedPolicy([REACT[0], KeyboardInterrupt()]), registry, store=store,
+               run_id="cut", **options)
+
+
+def test_a_journal_records_each_tools_name_and_schema_fingerprint(store):
+    _cut(store, make_registry())
+    recorded = store.load_run("cut").config["tool_set"]
+    assert set(recorded) == {"add", "multiply", "divide", "search", "word_count"}
+    assert recorded == tool_set(make_registry())  # the same in any process
+    assert all(len(f) == 64 for f in recorded.values())
+
+
+def test_resume_with_other_tools_raises_naming_what_was_added_removed_and_changed(store):
+    _cut(store, make_registry())
+
+    @lw.tool
+    def add(x: int, y: int, z: int = 0) -> int:
+        """Add two or three integers."""
+        return x + y + z
+
+    @lw.tool
+    def extra(q: str) -> str:
+        """Something new."""
+        return q
+
+    others = make_registry()
+    kept = [others.get(n) for n in ("multiply", "divide", "search")]
+    registry = lw.ToolRegistry([add, extra, *kept])  # word_count removed, add changed, extra added
+    with pytest.raises(lw.ToolSetChangedError) as caught:
+        resume("cut", lw.ScriptedPolicy([]), registry, store=store)
+    err = caught.value
+    assert (err.added, err.removed, err.changed) == (("extra",), ("word_count",), ("add",))
+    assert "added extra" in str(err) and "removed word_count" in str(err) and "allow_tool_changes=True" in str(err)
+    assert store.load_run("cut").status == "interrupted" and store.load_run("cut").resumes == 0
+
+    trace = resume("cut", lw.ScriptedPolicy(REACT[1:]), registry, store=store, allow_tool_changes=True)
+    assert trace.final_answer == "50"
+    assert trace.meta["tool_changes"] == {"added": ["extra"], "removed": ["word_count"], "changed": ["add"]}
+
+
+def test_resume_compares_only_the_tools_the_run_was_scoped_to(store):
+    _cut(store, make_registry(), tools=["add", "multiply", "search"])
+    registry = make_registry()
+    registry.register(lw.Tool.from_schema("other", "Not in the scope.", {"type": "object"}, lambda: "x"))
+    trace = resume("cut", lw.ScriptedPolicy(REACT[1:]), registry, store=store)  # outside the scope: fine
+    assert trace.final_answer == "50" and "tool_changes" not in trace.meta
+
+
+def test_a_journal_written_before_tool_sets_were_recorded_resumes_with_any_tools(tmp_path: Path):
+    import shutil
+
+    from loopwright.demo_tools import demo_prompts, demo_registry
+
+    db = tmp_path / "old.db"
+    shutil.copy(PRE_TOOLSET_JOURNAL, db)
+    with SQLiteStore(db) as old:
+        config = old.load_run("old").config
+        assert config["tools"] is None and "tool_set" not in config  # the old shape
+        trace = resume("old", lw.ScriptedPolicy([final("391")]), demo_registry(), store=old,
+                       prompts=demo_prompts())
+        assert trace.final_answer == "391" and trace.steps[0].observation == "391"
+        assert old.load_run("old").status == "finished" and "tool_changes" not in trace.meta

@@ -7,6 +7,8 @@ import json
 import threading
 import time
 
+import pytest
+
 import loopwright as lw
 from conftest import FACT
 
@@ -73,6 +75,35 @@ def test_plan_longer_than_max_steps_is_not_executed(registry, calls):
     assert trace.stopped_reason == "max_steps" and calls == []
 
 
+def test_a_plan_of_exactly_max_steps_is_executed(registry, calls):
+    plan = {"plan": [{"id": f"E{i}", "tool": "add", "args": {"x": i, "y": 1}} for i in range(1, 4)]}
+    trace = lw.run("t", lw.ScriptedPolicy([json.dumps(plan), "Final Answer: 9"]), registry,
+                   mode="rewoo", max_steps=3)
+    assert trace.stopped_reason == "final" and trace.final_answer == "9"
+    assert [c[1]["x"] for c in calls] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("side_effects", ["read", "write"], ids=["plain path", "gated path"])
+def test_run_timeout_bounds_a_5s_tool(side_effects):
+    release = threading.Event()  # the tool's thread is left behind; released on the way out
+
+    @lw.tool(side_effects=side_effects)
+    def slow(q: str) -> str:
+        """Take five seconds."""
+        release.wait(5)
+        return "finished"
+
+    plan = json.dumps({"plan": [{"id": "E1", "tool": "slow", "args": {"q": "x"}}]})
+    try:
+        trace = lw.run("t", lw.ScriptedPolicy([plan, "Final Answer: late"]), lw.ToolRegistry([slow]),
+                       mode="rewoo", timeout_s=0.3)
+    finally:
+        release.set()
+    worker = trace.steps[1]
+    assert worker.kind == "action" and worker.observation.startswith("ERROR[slow]: timeout after")
+    assert trace.stopped_reason == "timeout" and trace.llm_calls == 1
+
+
 def test_independent_sync_steps_run_concurrently():
     @lw.tool
     def nap(n: int) -> int:
@@ -132,3 +163,10 @@ def test_solver_failure_ends_with_error(registry):
     trace = lw.run("t", lw.ScriptedPolicy([plan, ValueError("boom")]), registry, mode="rewoo")
     assert trace.stopped_reason == "error" and trace.llm_calls == 2
     assert trace.steps[-1].kind == "error"
+
+
+def test_an_empty_solver_reply_ends_with_error_and_no_answer(registry):
+    trace = lw.run("t", lw.ScriptedPolicy([PLAN, "Final Answer:   "]), registry, mode="rewoo")
+    assert trace.stopped_reason == "error" and trace.final_answer is None and not trace.answered
+    assert trace.llm_calls == 2 and trace.steps[-1].kind == "solve"
+    assert trace.steps[-1].error == "the solver's reply holds no answer"

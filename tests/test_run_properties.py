@@ -62,7 +62,18 @@ def test_every_run_terminates_within_its_limits(outputs, mode, max_steps, budget
         "task", policy, registry, mode=mode, max_steps=max_steps, token_budget=budget,
         on_repeat=on_repeat, on_parse_error=on_parse_error, max_replans=2,
     )
-    assert trace.stopped_reason in lw.STOP_REASONS
+    # only the reasons this run's limits make possible (no clock, no approver, no store)
+    possible = {"final", "max_steps", "error"}
+    possible |= {"token_budget"} if budget is not None else set()
+    possible |= {"repeated_call"} if mode == "react" and on_repeat == "stop" else set()
+    possible |= {"max_replans"} if mode == "plan_execute" else set()
+    possible |= {"max_reflections"} if mode == "reflexion" else set()  # a failed attempt is retried
+    possible |= {"max_nodes", "exhausted"} if mode == "tot" else set()
+    assert trace.stopped_reason in possible
+    if trace.stopped_reason == "max_steps" and mode == "react":
+        assert trace.llm_calls == max_steps
+    if trace.stopped_reason == "max_steps" and mode == "reflexion":  # no room left for a critique
+        assert trace.llm_calls >= max_steps - 1
     if mode in ("react", "reflexion"):  # reflexion: attempt steps + reflections, all within max_steps
         assert trace.llm_calls <= max_steps
         assert trace.llm_calls == len(trace.steps)

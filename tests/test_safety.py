@@ -5,16 +5,19 @@ from __future__ import annotations
 import json
 import pathlib
 import re
+import threading
 
 import pytest
 
 import loopwright as lw
 from conftest import act, final
+from loopwright.durable.store import SQLiteStore
 from loopwright.safety import (
     ApprovalPending,
     ApprovalRequest,
     Decision,
     approval_key,
+    ask,
     decisions_approver,
     deny,
 )
@@ -129,6 +132,45 @@ def test_an_approver_that_raises_denies(log):
     assert log == [] and "approval service down" in trace.steps[0].observation
 
 
+class LooksApproved:
+    """Not a Decision, but shaped like one that approves."""
+
+    approved = True
+    reason = "trust me"
+
+
+@pytest.mark.parametrize("answer", ["yes", "no", 1, "true", [True], None, LooksApproved()],
+                         ids=["yes", "no", "one", "true-text", "list", "none", "duck-decision"])
+def test_approver_answers_other_than_true_deny(log, answer):
+    policy = lw.ScriptedPolicy([act("delete_file", '{"path": "/x"}'), final("x")])
+    trace = lw.run("t", policy, make_tools(log), approver=lambda r: answer)
+    assert log == []
+    assert trace.steps[0].kind == "denied"
+    assert trace.steps[0].observation.startswith("DENIED[delete_file]: approver returned ")
+
+
+def test_only_true_or_an_approving_decision_approves():
+    request = ApprovalRequest("delete_file", {"path": "/x"}, "k", 1)
+    assert ask(lambda r: True, request).approved is True
+    assert ask(lambda r: Decision(True, "ok"), request) == Decision(True, "ok")
+    assert ask(lambda r: False, request).approved is False
+    assert ask(lambda r: Decision(False, "no"), request) == Decision(False, "no")
+    assert ask(lambda r: "yes", request).approved is False
+
+
+def test_a_decision_refuses_an_approval_that_is_not_a_bool(log):
+    with pytest.raises(TypeError, match="must be True or False, got 'yes'"):
+        Decision("yes")  # type: ignore[arg-type]
+    assert Decision.from_dict({"approved": "false"}).approved is False
+    assert Decision.from_dict({"approved": 1}).approved is False
+    assert Decision.from_dict({"approved": True, "reason": "r"}) == Decision(True, "r")
+    # an approver that builds a bad Decision fails, and a failing approver denies
+    trace = lw.run("t", lw.ScriptedPolicy([act("delete_file", '{"path": "/x"}'), final("x")]),
+                   make_tools(log), approver=lambda r: Decision("yes"))  # type: ignore[arg-type]
+    assert log == [] and trace.steps[0].kind == "denied"
+    assert "approver failed: TypeError" in trace.steps[0].observation
+
+
 def test_scope_limits_the_run_whatever_the_model_says(log):
     reg = make_tools(log)
     policy = lw.ScriptedPolicy([act("delete_file", '{"path": "/"}'), final("x")])
@@ -167,12 +209,65 @@ def test_a_new_idempotency_key_is_a_new_side_effect(log):
     assert [c[1]["request_id"] for c in log] == ["r-1", "r-2"]
 
 
-def test_exactly_once_holds_across_concurrent_rewoo_steps(log):
+def test_exactly_once_holds_across_concurrent_rewoo_steps_of_a_50ms_payment():
+    # The payment takes 50 ms, so the four workers really overlap: without the per-key
+    # lock each would find the ledger empty and pay.
+    paid: list[str] = []
+
+    @lw.tool(side_effects="write", idempotency_key="request_id")
+    def send_payment(to: str, cents: int, request_id: str) -> str:
+        """Send a payment."""
+        threading.Event().wait(0.05)
+        paid.append(request_id)
+        return f"sent {cents} to {to}"
+
     args = {"to": "bob", "cents": 5, "request_id": "same"}
     plan = {"plan": [{"id": f"E{i}", "tool": "send_payment", "args": args} for i in range(1, 5)]}
-    trace = lw.run("t", lw.ScriptedPolicy([json.dumps(plan), "x"]), make_tools(log), mode="rewoo")
-    assert len(log) == 1
+    trace = lw.run("t", lw.ScriptedPolicy([json.dumps(plan), "x"]), lw.ToolRegistry([send_payment]),
+                   mode="rewoo")
+    assert paid == ["same"]
+    assert trace.tool_calls == 1
     assert sum("exactly_once" in s.meta for s in trace.steps) == 3
+    assert {s.observation for s in trace.steps if s.kind == "action"} == {"sent 5 to bob"}
+
+
+def test_a_callable_idempotency_key_makes_calls_with_the_same_key_one_side_effect():
+    shipped: list[dict] = []
+
+    @lw.tool(side_effects="write", idempotency_key=lambda args: args["order"])
+    def ship(order: str, note: str) -> str:
+        """Ship an order."""
+        shipped.append({"order": order, "note": note})
+        return f"shipped {order}"
+
+    first, retry = act("ship", '{"order": "o-1", "note": "a"}'), act("ship", '{"order": "o-1", "note": "b"}')
+    other = act("ship", '{"order": "o-2", "note": "a"}')
+    trace = lw.run("t", lw.ScriptedPolicy([first, retry, other, final("ok")]), lw.ToolRegistry([ship]))
+    assert shipped == [{"order": "o-1", "note": "a"}, {"order": "o-2", "note": "a"}]
+    assert "not run again" in trace.steps[1].meta["exactly_once"]
+    assert trace.steps[1].observation == "shipped o-1"
+
+
+def test_a_named_idempotency_key_does_not_merge_calls_with_different_arguments(log):
+    a = act("send_payment", '{"to": "bob", "cents": 500, "request_id": "r-1"}')
+    b = act("send_payment", '{"to": "bob", "cents": 700, "request_id": "r-1"}')
+    trace = lw.run("t", lw.ScriptedPolicy([a, b, final("paid")]), make_tools(log))
+    assert [c[1]["cents"] for c in log] == [500, 700]
+    assert all("exactly_once" not in s.meta for s in trace.steps)
+
+
+def test_exactly_once_holds_across_resume(log, tmp_path):
+    call = act("send_payment", '{"to": "bob", "cents": 500, "request_id": "r-1"}')
+    with SQLiteStore(tmp_path / "runs.db") as store:
+        with pytest.raises(lw.RunInterrupted):
+            lw.run("t", lw.ScriptedPolicy([call, KeyboardInterrupt()]), make_tools(log), store=store, run_id="r")
+        assert len(log) == 1
+        # the resumed run replays step 1 from the journal; the model then asks again
+        trace = lw.resume("r", lw.ScriptedPolicy([call, final("paid")]), make_tools(log), store=store)
+    assert [c[0] for c in log] == ["send_payment"]
+    assert trace.steps[0].meta.get("replayed") is True
+    assert "not run again" in trace.steps[1].meta["exactly_once"]
+    assert trace.stopped_reason == "final"
 
 
 def test_no_eval_or_exec_anywhere_in_the_package():

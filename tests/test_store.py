@@ -163,20 +163,24 @@ def test_trace_of_a_run_that_never_ended_counts_what_was_recorded(store):
 
 
 def test_list_runs_is_newest_first_and_filters_by_status(store):
-    lw.run("a", lw.ScriptedPolicy(REACT), make_registry(), store=store, run_id="first")
-    lw.run("b", lw.ScriptedPolicy([REACT[0], RuntimeError("x")]), make_registry(), store=store, run_id="second")
+    # ids chosen so that newest-first differs from both alphabetical orders
+    lw.run("a", lw.ScriptedPolicy(REACT), make_registry(), store=store, run_id="b-first")
+    lw.run("b", lw.ScriptedPolicy([REACT[0], RuntimeError("x")]), make_registry(), store=store, run_id="c-second")
     with pytest.raises(lw.RunInterrupted):
-        lw.run("c", lw.ScriptedPolicy([KeyboardInterrupt()]), make_registry(), store=store, run_id="third")
-    assert [r.id for r in store.list_runs()] == ["third", "second", "first"]
-    assert [r.id for r in store.list_runs(status="interrupted")] == ["third"]
-    assert [r.id for r in store.list_runs(limit=1)] == ["third"]
-    second = store.load_run("second")
+        lw.run("c", lw.ScriptedPolicy([KeyboardInterrupt()]), make_registry(), store=store, run_id="a-third")
+    assert [r.id for r in store.list_runs()] == ["a-third", "c-second", "b-first"]
+    assert [r.id for r in store.list_runs(status="interrupted")] == ["a-third"]
+    assert [r.id for r in store.list_runs(limit=1)] == ["a-third"]
+    second = store.load_run("c-second")
     assert (second.status, second.stopped_reason, second.step_count) == ("finished", "error", 2)
 
 
 def test_generated_run_ids_are_unique_and_time_sortable(store):
     ids = [lw.run("t", lw.ScriptedPolicy([final("x")]), make_registry(), store=store).run_id for _ in range(20)]
     assert len(set(ids)) == 20 and all(i is not None and i[:8].isdigit() for i in ids)
+    assert [i[:15] for i in ids] == sorted(i[:15] for i in ids)  # the UTC second leads
+    # newest first by creation, not by id: within one second the ids' random tails are unordered
+    assert [r.id for r in store.list_runs(limit=20)] == ids[::-1]
 
 
 # -- refusing what must not be touched --------------------------------------------------

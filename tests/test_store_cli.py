@@ -66,16 +66,17 @@ def test_export_writes_the_trace_as_json(db, tmp_path):
     assert json.loads(text)["final_answer"] == "50"
 
 
-def test_resume_continues_an_interrupted_run(db):
+def test_resume_continues_an_interrupted_run(db, capsys):
     policy = lw.ScriptedPolicy(REACT[1:])
     code, text = cli("resume", "cut", "--db", str(db), policy=policy)
-    assert code == 0 and "answer: '50'" in text
+    assert code == 0 and text == "50\n"  # the answer alone on stdout
+    assert "answer: '50'" in capsys.readouterr().err  # the account on stderr
     policy.assert_consumed()
     with SQLiteStore(db) as store:
         assert store.load_run("cut").status == "finished"
 
 
-def test_resume_with_approve_decides_the_pending_call(tmp_path):
+def test_resume_with_approve_decides_the_pending_call(tmp_path, capsys):
     path = tmp_path / "runs.db"
 
     @lw.tool(side_effects="destructive")
@@ -97,10 +98,10 @@ def test_resume_with_approve_decides_the_pending_call(tmp_path):
     code = runs_main(["resume", "p", "--db", str(path), "--approve", key, "--reason", "ok by Ann"], out=out,
                      policy_factory=lambda args: lw.ScriptedPolicy([final("gone")]),
                      registry_factory=lambda args: lw.ToolRegistry([delete_file]))
-    assert code == 0 and "deleted /tmp/x" in out.getvalue()
+    assert code == 0 and out.getvalue() == "gone\n" and "deleted /tmp/x" in capsys.readouterr().err
 
 
-def test_resume_that_pauses_again_exits_1_and_names_the_key(tmp_path):
+def test_resume_that_pauses_again_exits_1_and_names_the_key(tmp_path, capsys):
     path = tmp_path / "runs.db"
 
     @lw.tool(side_effects="destructive")
@@ -115,7 +116,8 @@ def test_resume_that_pauses_again_exits_1_and_names_the_key(tmp_path):
     code = runs_main(["resume", "p", "--db", str(path)], out=out,
                      policy_factory=lambda args: lw.ScriptedPolicy([]),
                      registry_factory=lambda args: lw.ToolRegistry([delete_file]))
-    assert code == 1 and f"waiting for approval: {approval_key('delete_file', {'path': '/a'})}" in out.getvalue()
+    assert code == 1 and out.getvalue() == ""
+    assert f"waiting for approval: {approval_key('delete_file', {'path': '/a'})}" in capsys.readouterr().err
 
 
 def test_unknown_run_and_missing_journal_exit_2_with_a_message(db, tmp_path, capsys):

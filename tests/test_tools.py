@@ -871,14 +871,15 @@ exception_bases = st.sampled_from(
 
 
 @st.composite
-def raising_tools(draw: st.DrawFn) -> Tool:
+def raising_calls(draw: st.DrawFn) -> tuple[Tool, dict[str, Any], bool]:
+    """A tool that raises, and arguments for it: half the time arguments that pass
+    validation (so the tool really runs and raises), else arbitrary ones."""
     base = draw(exception_bases)
     broken_str = draw(st.booleans())
     namespace = {"__str__": lambda self: 1 / 0} if broken_str else {}
     exc_type = type(draw(st.from_regex(r"[A-Z][A-Za-z]{0,12}", fullmatch=True)), (base,), namespace)
     message = draw(st.text(max_size=30))
-    is_async = draw(st.booleans())
-    typed = draw(st.booleans())
+    kind = draw(st.sampled_from(["sync", "async", "typed"]))
 
     def boom(**kwargs: Any) -> None:
         raise exc_type(message)
@@ -889,33 +890,59 @@ def raising_tools(draw: st.DrawFn) -> Tool:
     def typed_boom(x: int, tags: list[str] | None = None) -> None:
         raise exc_type(message)
 
-    func = typed_boom if typed else (aboom if is_async else boom)
-    return Tool(func, name="boom")
+    func = {"sync": boom, "async": aboom, "typed": typed_boom}[kind]
+    valid = draw(st.booleans())
+    if not valid:
+        args = draw(json_args)
+    elif kind == "typed":
+        args = draw(st.fixed_dictionaries({"x": st.integers()},
+                                          optional={"tags": st.lists(st.text(max_size=5), max_size=3)}))
+    else:
+        args = draw(json_args)  # **kwargs takes any object of arguments
+    return Tool(func, name="boom"), args, valid
 
 
 @settings(max_examples=60, deadline=None)
-@given(raising_tools(), json_args)
-def test_dispatch_never_raises_for_raising_tools(made: Tool, args: dict[str, Any]) -> None:
-    result = ToolRegistry([made]).execute("boom", args)
-    assert result.error is not None and result.error.kind in ("exception", "invalid_args")
-    assert result.observation.startswith("ERROR[boom]: ")
+@given(raising_calls())
+def test_dispatch_never_raises_for_raising_tools(made: tuple[Tool, dict[str, Any], bool]) -> None:
+    tool_, args, valid = made
+    result = ToolRegistry([tool_]).execute("boom", args)
+    assert result.error is not None and result.observation.startswith("ERROR[boom]: ")
+    if valid:  # validated, called, raised: the exception is the observation
+        assert result.error.kind == "exception"
+    else:
+        assert result.error.kind in ("exception", "invalid_args")
+
+
+strict_args = st.fixed_dictionaries(
+    {"x": st.integers(), "box": st.fixed_dictionaries({"width": st.floats(allow_nan=False), "label": st.text(max_size=5)})},
+    optional={"color": st.sampled_from(["red", "blue"])},
+)
 
 
 @settings(max_examples=60, deadline=None)
-@given(json_args, st.sampled_from(["echo", "strict", "unknown"]))
-def test_dispatch_never_raises_for_arbitrary_args(args: dict[str, Any], name: str) -> None:
+@given(st.one_of(json_args.map(lambda a: (a, False)), strict_args.map(lambda a: (a, True))),
+       st.sampled_from(["echo", "strict", "unknown"]))
+def test_dispatch_never_raises_for_arbitrary_args(made: tuple[dict[str, Any], bool], name: str) -> None:
+    args, valid_for_strict = made
+
     def echo(**kwargs: Any) -> Any:
         return kwargs
 
     def strict(x: int, box: Box, color: Color = Color.RED) -> Any:
+        assert isinstance(box, Box) and isinstance(color, Color)  # converted before the call
         return x
 
     reg = ToolRegistry([echo, strict])
     out = reg.dispatch(name, args)
     if name == "echo":
         assert out == args
-    elif isinstance(out, ToolError):
-        assert out.kind in ("invalid_args", "unknown_tool")
+    elif name == "unknown":
+        assert isinstance(out, ToolError) and out.kind == "unknown_tool"
+    elif valid_for_strict:
+        assert out == args["x"]
+    else:  # arbitrary arguments: rejected before the call, unless valid by chance
+        assert out.kind == "invalid_args" if isinstance(out, ToolError) else out == args["x"]
 
 
 @settings(max_examples=30, deadline=None)

@@ -71,3 +71,15 @@ def test_meta_with_keys_json_cannot_hold_still_round_trips():
     again = lw.Trace.from_dict(data)
     assert isinstance(again.steps[0].meta, dict) and "tuple key" in again.steps[0].meta["repr"]
     assert again.to_dict() == data
+
+
+def test_an_empty_or_blank_final_answer_is_not_answered():
+    for answer in ("", "  \n\t"):
+        assert not lw.Trace(task="t", mode="rewoo", final_answer=answer, stopped_reason="final").answered
+    assert lw.Trace(task="t", mode="react", final_answer="0", stopped_reason="final").answered
+    assert not lw.Trace(task="t", mode="react", final_answer="42", stopped_reason="max_steps").answered
+
+
+def test_str_of_a_trace_trims_a_long_task():
+    text = str(lw.Trace(task="word " * 20_000, mode="react"))
+    assert len(text.splitlines()[0]) < 300

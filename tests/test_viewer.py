@@ -1,8 +1,8 @@
 """The trace viewer: one self-contained page where every trace string stays text.
 
 Unit tests read the HTML with html.parser; the browser test opens the page in headless
-Chromium from a file:// URL, checks the DOM it built and saves a screenshot to
-artifacts/viewer.png.
+Chromium from a file:// URL, checks the DOM it built and takes a screenshot (in the
+test's temporary folder: tests write nowhere else).
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from loopwright.trace import Step, Trace, Usage, estimate_tokens
 from loopwright.viewer import load_trace, render_html, view_main, write_html
 
 HOSTILE = '</script><img src=x onerror="alert(1)"><svg onload=alert(2)>&amp;</details>'
-ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 
 # Every tag the viewer itself writes. Anything else in a page came from trace text.
 ALLOWED_TAGS = {
@@ -513,13 +512,11 @@ def test_browser_script_rebuilds_a_prompts_shared_prefix(tmp_path: Path) -> None
     assert unescape(m.group(1)) == prompt4
 
 
-def test_browser_screenshot_is_saved_as_an_artifact(tmp_path: Path) -> None:
+def test_browser_screenshot_shows_a_rendered_page(tmp_path: Path) -> None:
     trace = sample_trace(hostile="")
     page_path = write_html(trace, tmp_path / "trace.html")
     (tmp_path / "trace.json").write_text(json.dumps(trace.to_dict()), encoding="utf-8")
-    ARTIFACTS.mkdir(exist_ok=True)
-    shot = ARTIFACTS / "viewer.png"
-    shot.unlink(missing_ok=True)
+    shot = tmp_path / "viewer.png"
     proc = _browser([f"--screenshot={shot}", "--window-size=1280,2000",
                      "--hide-scrollbars", page_path.as_uri() + "#step-3"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]

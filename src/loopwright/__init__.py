@@ -23,6 +23,7 @@ from loopwright.errors import (
     ScriptExhaustedError,
     StoreError,
     ToolDefinitionError,
+    ToolSetChangedError,
 )
 from loopwright.guards import Limits
 from loopwright.modes import (
@@ -99,6 +100,7 @@ __all__ = [
     "Tool",
     "ToolCall",
     "ToolDefinitionError",
+    "ToolSetChangedError",
     "ToolError",
     "ToolRegistry",
     "ToolResult",

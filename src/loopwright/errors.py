@@ -41,6 +41,28 @@ class StoreError(LoopwrightError):
     """A run journal that cannot be used: corrupt, foreign, newer schema, unknown run id."""
 
 
+class ToolSetChangedError(LoopwrightError):
+    """A resume was given other tools than the journaled run recorded. `added`,
+    `removed` and `changed` name the tools; `resume(..., allow_tool_changes=True)`
+    resumes anyway."""
+
+    def __init__(
+        self,
+        run_id: str,
+        added: tuple[str, ...] = (),
+        removed: tuple[str, ...] = (),
+        changed: tuple[str, ...] = (),
+    ) -> None:
+        self.run_id, self.added, self.removed, self.changed = run_id, added, removed, changed
+        parts = [f"{label} {', '.join(names)}" for label, names in
+                 (("added", added), ("removed", removed), ("changed", changed)) if names]
+        super().__init__(
+            f"run {run_id!r} was journaled with other tools than this resume has "
+            f"({'; '.join(parts)}); resume it with the tools it started with, "
+            f"or pass allow_tool_changes=True"
+        )
+
+
 class RunInterrupted(KeyboardInterrupt):
     """Ctrl-C during a run. Still a KeyboardInterrupt, but it carries the partial trace,
     whose stopped_reason is "interrupted"."""

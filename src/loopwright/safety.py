@@ -1,7 +1,8 @@
 """Approval gates and exactly-once side effects.
 
 An approver is any callable given an ApprovalRequest (the exact tool and arguments)
-that returns a Decision (or a bool). A decision binds to the exact call: its key is a
+that returns a Decision (or a bool). Only an explicit approval runs the call: `True` or
+a Decision whose `approved` is True; any other answer ("yes", 1, None) denies it. A decision binds to the exact call: its key is a
 hash of the tool name and the canonical arguments, so approving `delete(id=1)` says
 nothing about `delete(id=2)`. An approver that cannot decide now raises
 ApprovalPending: the run stops with "paused", the request is serialisable, and a later
@@ -26,12 +27,16 @@ class Decision:
     approved: bool
     reason: str = ""
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.approved, bool):  # "no" is truthy: only a real bool decides
+            raise TypeError(f"Decision.approved must be True or False, got {self.approved!r}")
+
     def to_dict(self) -> dict[str, Any]:
         return {"approved": self.approved, "reason": self.reason}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Decision:
-        return cls(bool(d["approved"]), str(d.get("reason", "")))
+        return cls(d.get("approved") is True, str(d.get("reason", "")))  # fails closed
 
 
 def approve(reason: str = "approved") -> Decision:
@@ -93,7 +98,8 @@ Approver = Callable[[ApprovalRequest], "Decision | bool"]
 
 def ask(approver: Approver, request: ApprovalRequest) -> Decision:
     """Call an approver and normalise its answer. ApprovalPending propagates; any other
-    exception is a denial (an approver that breaks must not approve by accident)."""
+    exception is a denial (an approver that breaks must not approve by accident), and so
+    is any answer but `True` or a Decision: the gate fails closed."""
     try:
         out = approver(request)
     except ApprovalPending:

@@ -246,7 +246,10 @@ class Trace:
 
     @property
     def answered(self) -> bool:
-        return self.stopped_reason == "final" and self.final_answer is not None
+        """The run ended with a real answer: stop reason "final" and an answer that is not
+        empty or blank (a trace loaded from elsewhere may hold one)."""
+        answer = self.final_answer
+        return self.stopped_reason == "final" and answer is not None and not answer.isspace() and answer != ""
 
     def prompt_for(self, step: Step) -> str | None:
         """Exactly what the model was sent for this step (None if it made no call)."""
@@ -304,7 +307,7 @@ class Trace:
         return cls.from_dict(json.loads(text))
 
     def __str__(self) -> str:
-        lines = [f"Task: {self.task}  [{self.mode}]"]
+        lines = [f"Task: {_clip(self.task, 200)}  [{self.mode}]"]
         for s in self.steps:
             head = f"  {s.index:>3} {s.kind:<11}"
             if s.tool is not None:

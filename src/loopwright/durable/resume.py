@@ -9,6 +9,14 @@ A tool call that was started but whose result was not recorded (the process died
 it ran) is run again only if the tool is idempotent; otherwise the run stops with
 "error" and says so, and a person decides (then `rerun_unfinished=True`).
 
+A resume runs with the tools the run started with: the journal records each tool's name
+and schema fingerprint (`loopwright.wire.toolset`), and a registry that differs (a tool
+added, removed or changed) is a ToolSetChangedError naming the difference, before
+anything is replayed, unless `allow_tool_changes=True` (the trace's meta["tool_changes"]
+then says what changed; the recorded set stays the original one). A journal written
+before tool sets were recorded (no "tool_set" in its config) resumes as before: its
+tools are unknown, so nothing is refused.
+
 A run that already ended replays to the same trace: deterministic ends (final,
 max_steps, token_budget, denied, ...) come back without a model call or a tool call;
 an end caused by something outside the journal (the policy raised, the wall clock ran
@@ -20,14 +28,37 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from loopwright.durable.store import SQLiteStore
+from loopwright.durable.store import RunRecord, SQLiteStore
+from loopwright.errors import ToolSetChangedError
 from loopwright.modes import Run, iter_run
 from loopwright.policy import Policy
 from loopwright.safety import Approver, Decision, decisions_approver
 from loopwright.trace import Trace
 from loopwright.wire.tools import ToolRegistry
+from loopwright.wire.toolset import ToolSetDiff, diff_tool_sets, tool_set
 
-_NOT_LIMITS: Final = frozenset({"tools", "approver", "on_deny"})  # run options, not limits
+# run options and records, not limits
+_NOT_LIMITS: Final = frozenset({"tools", "approver", "on_deny", "tool_set", "meta"})
+
+
+def tool_changes(record: RunRecord, registry: ToolRegistry, tools: Any = None) -> ToolSetDiff:
+    """How `registry` (scoped to `tools`, else to the recorded scope) differs from the
+    tool set the run recorded; empty when it is the same or the journal recorded none
+    (written before tool sets were recorded: unknown, so nothing to compare)."""
+    recorded = record.config.get("tool_set")
+    if not isinstance(recorded, dict):
+        return ToolSetDiff()
+    scope = record.config.get("tools") if tools is None else tools
+    if scope is not None:  # a scoped tool this registry lacks shows as removed
+        registry = registry.subset([n for n in scope if n in registry])
+    return diff_tool_sets(recorded, tool_set(registry))
+
+
+def check_tools(record: RunRecord, registry: ToolRegistry, tools: Any = None) -> None:
+    """Raise ToolSetChangedError when `registry` differs from the run's recorded tools."""
+    diff = tool_changes(record, registry, tools)
+    if diff:
+        raise ToolSetChangedError(record.id, diff.added, diff.removed, diff.changed)
 
 
 def iter_resume(
@@ -39,6 +70,7 @@ def iter_resume(
     approver: Approver | None = None,
     decisions: Mapping[str, Decision | bool] | None = None,
     rerun_unfinished: bool = False,
+    allow_tool_changes: bool = False,
     **options: Any,
 ) -> Run:
     """`resume`, as a Run to iterate for each Step as it is replayed or made."""
@@ -48,6 +80,9 @@ def iter_resume(
     record, journal = store.reopen(run_id)
     config = dict(record.config)
     tools = options.pop("tools", config.get("tools"))
+    changes = tool_changes(record, registry, tools)
+    if changes and not allow_tool_changes:
+        raise ToolSetChangedError(run_id, changes.added, changes.removed, changes.changed)
     limits = {k: v for k, v in config.items() if k not in _NOT_LIMITS}
     if "on_deny" in config:
         limits["on_deny"] = config["on_deny"]
@@ -65,6 +100,8 @@ def iter_resume(
         tools=tools, approver=approver, run_id=run_id,
         _journal=journal, _rerun_unfinished=rerun_unfinished,
     )  # fmt: skip
+    if changes:
+        run.trace.meta["tool_changes"] = changes.to_dict()
     journal.mark_resumed()
     return run
 
@@ -78,6 +115,7 @@ def resume(
     approver: Approver | None = None,
     decisions: Mapping[str, Decision | bool] | None = None,
     rerun_unfinished: bool = False,
+    allow_tool_changes: bool = False,
     **options: Any,
 ) -> Trace:
     """Continue run `run_id` from its journal in `store` and return its trace.
@@ -87,12 +125,14 @@ def resume(
     decisions: {approval_key: Decision | bool} given ahead (see `store.pending_approvals`
     and `store.decide`, which records one in the journal). rerun_unfinished: run again a
     non-idempotent call whose outcome is unknown, once a person has checked it did not
-    take effect. options: run options the journal cannot hold (prompts, memory,
-    context_tokens); a limit given here replaces the recorded one.
+    take effect. allow_tool_changes: resume even though `registry` differs from the
+    tools the run recorded (by default that is a ToolSetChangedError). options: run
+    options the journal cannot hold (prompts, memory, context_tokens); a limit given here
+    replaces the recorded one.
 
-    Raises StoreError for an unknown run id.
+    Raises StoreError for an unknown run id, ToolSetChangedError for other tools.
     """
     return iter_resume(
         run_id, policy, registry, store=store, approver=approver, decisions=decisions,
-        rerun_unfinished=rerun_unfinished, **options,
+        rerun_unfinished=rerun_unfinished, allow_tool_changes=allow_tool_changes, **options,
     ).run()  # fmt: skip

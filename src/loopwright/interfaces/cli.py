@@ -4,9 +4,15 @@
     loopwright run "..." --mode rewoo --json                trace as JSON on stdout
     loopwright run "..." --base-url http://127.0.0.1:8000/v1 --model NAME
 
-Each step is printed as it happens (on stderr, so `--json` output stays clean), then a
-summary. Exit codes: 0 the run answered; 1 it stopped without an answer (a limit, an
-error, Ctrl-C); 2 usage error (bad arguments, unknown tools, no model).
+The answer goes to stdout, alone (`--json`: the whole trace as JSON instead); the header,
+each step as it happens, a live line naming the call in flight (when stderr is a
+terminal), the summary and errors go to stderr. `--quiet` leaves only stdout.
+Exit codes: 0 the run answered (stop "final", a non-empty answer); 1 it stopped without
+an answer (a limit, an error, Ctrl-C); 2 usage error (bad arguments, an empty task,
+unknown tools, a model that does not load, an existing --run-id), always one line on
+stderr and always before any model call. Files the run writes (--save, --record, --db)
+have their folders created before the run; a path that cannot be written is a usage
+error then.
 
 Subcommands register themselves through `add_subcommand`, so other modules can add
 their own (`runs`, `view`, ...) without editing the parser here.
@@ -16,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -34,13 +39,21 @@ from loopwright.interfaces.common import (
     EXIT_NO_ANSWER,
     EXIT_USAGE,
     SUBCOMMANDS,
+    ArgumentParser,
     UsageError,
     _non_negative_int,
     _positive_int,
+    _seconds,
+    add_model_args,
+    add_prompt_args,
     add_subcommand,
+    add_tool_args,
+    load_prompts,
     load_tools,
     make_model,
+    output_path,
 )
+from loopwright.interfaces.live import LiveLine, describe_in_flight
 from loopwright.modes import MODES
 from loopwright.trace import Step, Trace
 
@@ -71,7 +84,7 @@ def _register_provided() -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     _register_provided()
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="loopwright",
         description="A bounded, debuggable agent runtime.",
         epilog=EXIT_CODES_HELP,
@@ -106,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = handler(args)
     except UsageError as exc:
-        print(f"loopwright: error: {exc}", file=sys.stderr)
+        print(f"loopwright {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     return code
 
@@ -115,31 +128,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _setup_run(p: argparse.ArgumentParser) -> None:
-    p.add_argument("task", help="the question or task for the agent")
+    p.add_argument("task", help="the question or task for the agent (not empty)")
     p.add_argument("--mode", choices=sorted(MODES), default="react")
-    p.add_argument(
-        "--model",
-        metavar="PATH_OR_NAME",
-        help="a .gguf file for the embedded runtime (default: the bundled SmolLM2-135M), "
-        "or with --base-url the server's model name",
-    )
-    p.add_argument("--base-url", help="an OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1")
-    p.add_argument(
-        "--api-key",
-        default=os.environ.get("LOOPWRIGHT_API_KEY"),
-        help="API key for --base-url (default: $LOOPWRIGHT_API_KEY)",
-    )
-    p.add_argument(
-        "--tools",
-        nargs="+",
-        metavar="MODULE:ATTR",
-        help="tools to load: a Tool, a function, a list of them or a ToolRegistry "
-        "(default: the demo tools lookup and calculate)",
-    )
+    add_model_args(p)
+    add_tool_args(p)
+    add_prompt_args(p)
     p.add_argument("--max-steps", type=_positive_int, default=None,
                    help="model calls (ReAct, reflexion, tot) or plan length (default 6; reflexion 20, tot 60)")
     p.add_argument("--token-budget", type=_positive_int, default=None)
-    p.add_argument("--timeout-s", type=float, default=None, help="wall-clock limit of the run")
+    p.add_argument("--timeout-s", type=_seconds, default=None, help="wall-clock limit of the run")
     p.add_argument("--max-replans", type=_non_negative_int, default=2)
     p.add_argument("--max-reflections", type=_non_negative_int, default=2, help="reflexion: critiques at most")
     p.add_argument("--on-tool-error", choices=("observe", "reflect"), default="observe",
@@ -148,19 +145,15 @@ def _setup_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--breadth", type=_positive_int, default=2, help="tot: nodes BFS keeps per level")
     p.add_argument("--depth", type=_positive_int, default=3, help="tot: the longest path")
     p.add_argument("--max-nodes", type=_positive_int, default=24, help="tot: the node budget")
-    p.add_argument("--no-grammar", action="store_true", help="do not constrain local steps")
+    p.add_argument(
+        "--on-repeat", choices=("nudge", "stop", "off"), default=None,
+        help="ReAct: what an identical call for the third time in a row gets (default: nudge)",
+    )  # fmt: skip
     p.add_argument(
         "--dialect",
         choices=("json", "brackets", "native"),
         default="json",
         help="ReAct step format (native: the server's tool calling; needs --base-url)",
-    )
-    p.add_argument("--n-ctx", type=_positive_int, default=2048, help="local context size")
-    p.add_argument("--record", metavar="CASSETTE.jsonl", help="append every model call here")
-    p.add_argument(
-        "--replay",
-        metavar="CASSETTE.jsonl",
-        help="answer model calls from a recorded cassette instead of a model",
     )
     p.add_argument(
         "--approve",
@@ -173,62 +166,123 @@ def _setup_run(p: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="journal the run in this SQLite file, so `loopwright runs resume` can continue it",
     )
-    p.add_argument("--run-id", help="the journaled run's id (default: a new one)")
-    p.add_argument("--json", action="store_true", help="print the trace as JSON on stdout")
+    p.add_argument("--run-id", help="the journaled run's id (default: a new one; an existing one is refused)")
+    p.add_argument("--json", action="store_true", help="print the whole trace as JSON on stdout instead of the answer")
     p.add_argument("--save", metavar="TRACE.json", help="write the trace as JSON here")
-    p.add_argument("--quiet", action="store_true", help="no live steps and no summary")
+    p.add_argument("--quiet", action="store_true", help="no header, live steps or summary: only the answer")
+
+
+def run_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The limits and run options `loopwright run` passes to lw.iter_run for these flags
+    (no store, no approver: those need the terminal and the journal)."""
+    options: dict[str, Any] = {}
+    if args.max_steps is not None or args.mode not in ("reflexion", "tot"):  # their own defaults
+        options["max_steps"] = args.max_steps or 6
+    if not args.tools:
+        from loopwright.interfaces.demo_tools import demo_prompts
+
+        options["prompts"] = demo_prompts()
+    prompts = load_prompts(args.prompts)
+    if prompts is not None:
+        options["prompts"] = prompts
+    if args.token_budget is not None:
+        options["token_budget"] = args.token_budget
+    if args.timeout_s is not None:
+        options["timeout_s"] = args.timeout_s
+    if args.mode in ("react", "reflexion"):
+        options["dialect"] = args.dialect
+        options["on_tool_error"] = args.on_tool_error
+        if args.on_repeat is not None:
+            options["on_repeat"] = args.on_repeat
+    if args.mode == "reflexion":
+        options["max_reflections"] = args.max_reflections
+    if args.mode == "tot":
+        options.update(search=args.search, breadth=args.breadth, depth=args.depth, max_nodes=args.max_nodes)
+    if args.mode == "plan_execute":
+        options["max_replans"] = args.max_replans
+    return options
+
+
+def journal_meta(args: argparse.Namespace) -> dict[str, Any]:
+    """What a journaled CLI run records of its flags, so `runs resume` can load the same
+    tools and prompts again."""
+    return {"cli": {"tools": list(args.tools) if args.tools else None, "prompts": args.prompts}}
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Every file the run will write, checked (and its folder made) before the run."""
+    for flag in ("save", "record", "db"):
+        value = getattr(args, flag)
+        if value:
+            output_path(value, f"--{flag.replace('_', '-')}")
+
+
+def _open_store(args: argparse.Namespace) -> Any:
+    """The journal for --db, refusing an existing --run-id before any model loads."""
+    if not args.db:
+        if args.run_id:
+            raise UsageError("--run-id needs --db")
+        return None
+    try:
+        store = lw.SQLiteStore(args.db)
+    except LoopwrightError as exc:
+        raise UsageError(str(exc)) from None
+    if args.run_id:
+        try:
+            store.load_run(args.run_id)
+        except LoopwrightError:
+            return store  # a new id: good
+        store.close()
+        raise UsageError(
+            f"run id {args.run_id!r} already exists in {args.db}; continue it with "
+            f"`loopwright runs resume {args.run_id} --db {args.db}` or pick another id"
+        )
+    return store
 
 
 def _run(args: argparse.Namespace) -> int:
     console = Console(file=sys.stderr, highlight=False, soft_wrap=True)
-    registry = load_tools(args.tools)
-    model = make_model(args)
-    limits: dict[str, Any] = {}
-    if args.max_steps is not None or args.mode not in ("reflexion", "tot"):
-        limits["max_steps"] = args.max_steps or 6
-    if not args.tools:
-        from loopwright.interfaces.demo_tools import demo_prompts
-
-        limits["prompts"] = demo_prompts()
-    if args.token_budget is not None:
-        limits["token_budget"] = args.token_budget
-    if args.timeout_s is not None:
-        limits["timeout_s"] = args.timeout_s
-    if args.mode in ("react", "reflexion"):
-        limits["dialect"] = args.dialect
-        limits["on_tool_error"] = args.on_tool_error
-    if args.mode == "reflexion":
-        limits["max_reflections"] = args.max_reflections
-    if args.mode == "tot":
-        limits.update(search=args.search, breadth=args.breadth, depth=args.depth, max_nodes=args.max_nodes)
-    if args.mode == "plan_execute":
-        limits["max_replans"] = args.max_replans
+    if not args.task.strip():
+        raise UsageError('the task is empty; give the question to run, e.g. loopwright run "What is 17 * 23?"')
+    _check_outputs(args)
+    registry = load_tools(args.tools, args.tool_timeout_s)
+    limits = run_options(args)
     if args.approve:
         from loopwright.safety import terminal_approver
 
         limits["approver"] = terminal_approver(write=lambda text: console.print(escape(text), end=""))
-    if args.db:
-        try:
-            limits["store"] = lw.SQLiteStore(args.db)
-        except LoopwrightError as exc:
-            raise UsageError(str(exc)) from None
+    store = _open_store(args)
+    try:
+        model = make_model(args)
+    except BaseException:
+        if store is not None:
+            store.close()
+        raise
+    if store is not None:
+        limits.update(store=store, journal_meta=journal_meta(args))
         if args.run_id:
             limits["run_id"] = args.run_id
-    elif args.run_id:
-        raise UsageError("--run-id needs --db")
+    started = time.perf_counter()
+    try:  # starting the run journals it: a run id the journal refuses is a usage error
+        run = lw.iter_run(args.task, model, registry, mode=args.mode, **limits)
+    except LoopwrightError as exc:
+        if store is not None:
+            store.close()
+        raise UsageError(str(exc)) from None
     if not args.quiet:
         console.print(
-            f"[bold]{escape(args.task)}[/]  [dim]mode {args.mode} · "
-            f"model {escape(str(getattr(model, 'name', model)))} · "
+            f"[bold]{escape(_clip(args.task, TASK_SHOWN))}[/]"
+            + (f" [dim]({len(args.task):,} characters)[/]" if len(args.task) > TASK_SHOWN else "")
+            + f"  [dim]mode {args.mode} · model {escape(str(getattr(model, 'name', model)))} · "
             f"tools {', '.join(registry.names)}[/]"
         )
-    started = time.perf_counter()
-    run = lw.iter_run(args.task, model, registry, mode=args.mode, **limits)
     interrupted = False
     try:
-        for step in run:
-            if not args.quiet:
-                print_step(console, step)
+        # not with --approve: its questions use the terminal, which the live line redraws
+        with LiveLine(console, run, enabled=not (args.quiet or args.approve)):
+            for step in run:
+                if not args.quiet:
+                    print_step(console, step)
         trace = run.trace
     except lw.RunInterrupted as exc:
         trace, interrupted = exc.trace, True
@@ -237,19 +291,26 @@ def _run(args: argparse.Namespace) -> int:
         if trace.stopped_reason is None:
             trace.stopped_reason = "interrupted"
     wall = time.perf_counter() - started
-    if "store" in limits:
-        limits["store"].close()
+    if store is not None:
+        store.close()
     if args.save:
         Path(args.save).write_text(trace.to_json(), encoding="utf-8")
     if args.json:
         sys.stdout.write(trace.to_json() + "\n")
-        sys.stdout.flush()
+    elif trace.answered:
+        sys.stdout.write(f"{trace.final_answer}\n")
+    sys.stdout.flush()
     if not args.quiet:
         if interrupted:
-            console.print("[yellow]interrupted: partial trace below[/]")
+            cut = trace.meta.get("in_flight") or []
+            during = f" during {describe_in_flight(cut)}" if cut else ""
+            console.print(f"[yellow]interrupted{escape(during)}: partial trace below[/]")
             console.print(escape(str(trace)))
         print_summary(console, trace, wall, args.save)
     return EXIT_ANSWERED if trace.answered else EXIT_NO_ANSWER
+
+
+TASK_SHOWN = 200  # characters of the task the header shows
 
 
 def print_step(console: Console, step: Step) -> None:
@@ -287,12 +348,12 @@ def print_step(console: Console, step: Step) -> None:
 
 
 def print_summary(console: Console, trace: Trace, wall_s: float, saved: str | None) -> None:
-    """Answer, stop reason, calls, tokens and time of a finished run."""
+    """Stop reason, calls, tokens and time of a finished run (the answer itself goes to
+    stdout)."""
     u = trace.usage
-    answer = trace.final_answer if trace.final_answer is not None else "(none)"
-    console.print(f"[bold]Answer:[/] {escape(answer)}")
     console.print(
-        f"stopped: {trace.stopped_reason} · model calls {trace.llm_calls} · "
+        ("[green]answered[/] · " if trace.answered else "[yellow]no answer[/] · ")
+        + f"stopped: {trace.stopped_reason} · model calls {trace.llm_calls} · "
         f"tool calls {trace.tool_calls} · tokens sent {u.prompt_tokens}, evaluated "
         f"{u.evaluated_tokens}, generated {u.completion_tokens}"
         f"{' (estimated)' if u.estimated else ''} · {wall_s:.2f}s"

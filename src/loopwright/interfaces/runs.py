@@ -3,12 +3,16 @@
     loopwright runs list [--status S] [--limit N]
     loopwright runs show ID
     loopwright runs resume ID [--model M] [--base-url URL] [--tools MOD:ATTR ...] [--approve KEY] [--deny KEY]
+                              [--allow-tool-changes]
     loopwright runs export ID [--out FILE]
 
 Every command takes `--db PATH` (default: $LOOPWRIGHT_DB, else ./loopwright.db).
 `resume` builds its model and tools with the same flags, and the same code, as
-`loopwright run` (no --tools: the demo tools and their prompts); the ReAct dialect
-comes from the journal.
+`loopwright run`. Without --tools (or --prompts) it loads the ones the run was started
+with, as the journal recorded them (a run journaled before that was recorded: the demo
+tools and their prompts); the ReAct dialect comes from the journal. Tools that differ
+from the recorded tool set are refused (exit 2) unless --allow-tool-changes. Like `run`,
+the resumed run's answer goes to stdout and its account to stderr.
 
 Exit status: 0 done (resume: the run answered), 1 resume ended without an answer
 (paused, blocked, a limit), 2 a usage or journal error.
@@ -24,10 +28,21 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from loopwright.durable.resume import resume
+from loopwright.durable.resume import check_tools, resume
 from loopwright.durable.store import RunRecord, SQLiteStore
-from loopwright.errors import LoopwrightError, StoreError
-from loopwright.interfaces.common import UsageError, add_subcommand, load_tools, make_model
+from loopwright.errors import LoopwrightError, StoreError, ToolSetChangedError
+from loopwright.interfaces.common import (
+    ArgumentParser,
+    UsageError,
+    add_prompt_args,
+    add_subcommand,
+    add_tool_args,
+    load_prompts,
+    load_tools,
+    make_model,
+    output_path,
+)
+from loopwright.interfaces.common import add_model_args as _model_flags
 from loopwright.policy import Policy
 from loopwright.safety import Decision
 from loopwright.wire.tools import ToolRegistry
@@ -39,7 +54,7 @@ EPILOG = """\
 exit codes:
   0  done (resume: the run answered)
   1  the resumed run stopped without an answer (paused, blocked, a limit)
-  2  usage or journal error (no journal, unknown run id, bad arguments)
+  2  usage or journal error (no journal, unknown run id, bad arguments, other tools)
 """
 
 
@@ -68,21 +83,15 @@ def setup(parser: argparse.ArgumentParser) -> None:
     again.add_argument("--reason", default="", help="the reason recorded with --approve/--deny")
     again.add_argument("--rerun-unfinished", action="store_true",
                        help="run again a non-idempotent call whose outcome is unknown (check it first)")
+    again.add_argument("--allow-tool-changes", action="store_true",
+                       help="resume even though the tools differ from the ones the run recorded")
 
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:
-    """The flags `loopwright run` takes to pick a model and tools."""
-    parser.add_argument("--model", metavar="PATH_OR_NAME",
-                        help="a .gguf file (embedded model), or with --base-url the server's model name")
-    parser.add_argument("--base-url", help="an OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1")
-    parser.add_argument("--api-key", default=os.environ.get("LOOPWRIGHT_API_KEY"),
-                        help="API key for --base-url (default: $LOOPWRIGHT_API_KEY)")
-    parser.add_argument("--tools", nargs="+", metavar="MODULE:ATTR",
-                        help="the tools the run used (default: the demo tools lookup and calculate)")
-    parser.add_argument("--no-grammar", action="store_true", help="do not constrain local steps")
-    parser.add_argument("--n-ctx", type=int, default=2048, help="local context size")
-    parser.add_argument("--record", metavar="CASSETTE.jsonl", help="append every live model call here")
-    parser.add_argument("--replay", metavar="CASSETTE.jsonl", help="answer live model calls from a cassette")
+    """The flags `loopwright run` takes to pick a model, tools and prompts, as `runs resume` takes them."""
+    _model_flags(parser, for_resume=True)
+    add_tool_args(parser, for_resume=True)
+    add_prompt_args(parser, for_resume=True)
 
 
 def make_policy(args: argparse.Namespace) -> Policy:
@@ -93,7 +102,7 @@ def make_policy(args: argparse.Namespace) -> Policy:
 
 def make_registry(args: argparse.Namespace) -> ToolRegistry:
     """The tools `loopwright run` would load from these flags."""
-    return load_tools(args.tools)
+    return load_tools(args.tools, getattr(args, "tool_timeout_s", None))
 
 
 def handler(args: argparse.Namespace) -> int:
@@ -115,8 +124,8 @@ def runs_main(
 ) -> int:
     """`loopwright runs ...` on its own (`python -m loopwright.interfaces.runs`); returns the
     exit status. The factories build the policy and tools `resume` uses."""
-    parser = argparse.ArgumentParser(prog="loopwright runs", description=HELP, epilog=EPILOG,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(prog="loopwright runs", description=HELP, epilog=EPILOG,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     setup(parser)
     return _dispatch(parser.parse_args(argv), policy_factory, registry_factory, out or sys.stdout)
 
@@ -168,9 +177,10 @@ def _show(store: SQLiteStore, run_id: str, out: TextIO) -> int:
 
 
 def _export(store: SQLiteStore, args: argparse.Namespace, out: TextIO) -> int:
+    target = output_path(args.out, "--out") if args.out else None
     text = store.trace(args.run_id).to_json()
-    if args.out:
-        Path(args.out).write_text(text + "\n", encoding="utf-8")
+    if target is not None:
+        target.write_text(text + "\n", encoding="utf-8")
         print(args.out, file=out)
     else:
         print(text, file=out)
@@ -185,25 +195,47 @@ def _resume(
     out: TextIO,
 ) -> int:
     record = store.load_run(args.run_id)  # an unknown id fails before a model loads
-    for key in args.approve:
-        store.decide(args.run_id, key, Decision(True, args.reason or "approved"))
-    for key in args.deny:
-        store.decide(args.run_id, key, Decision(False, args.reason or "denied by approver"))
-    args.dialect = record.config.get("dialect") or "json"  # what make_model reads
+    recorded_cli = (record.config.get("meta") or {}).get("cli") or {}
+    if not args.tools and recorded_cli.get("tools"):  # the tools the run was started with
+        args.tools = list(recorded_cli["tools"])
+    if not getattr(args, "prompts", None) and recorded_cli.get("prompts"):
+        args.prompts = recorded_cli["prompts"]
+    if getattr(args, "record", None):
+        output_path(args.record, "--record")
+    registry = registry_factory(args)
+    if not args.allow_tool_changes:
+        try:
+            check_tools(record, registry)  # before any decision is written or a model loads
+        except ToolSetChangedError as exc:
+            changes = "; ".join(f"{label} {', '.join(names)}" for label, names in
+                                (("added", exc.added), ("removed", exc.removed), ("changed", exc.changed)) if names)
+            raise UsageError(f"run {args.run_id!r} was started with other tools than these ({changes}); "
+                             "give the --tools it was started with, or pass --allow-tool-changes") from None
     options: dict[str, Any] = {}
     if not args.tools:  # `loopwright run` pairs the demo tools with their prompts
         from loopwright.interfaces.demo_tools import demo_prompts
 
         options["prompts"] = demo_prompts()
-    trace = resume(args.run_id, policy_factory(args), registry_factory(args), store=store,
-                   rerun_unfinished=args.rerun_unfinished, **options)
-    print(trace, file=out)
+    prompts = load_prompts(getattr(args, "prompts", None))
+    if prompts is not None:
+        options["prompts"] = prompts
+    args.dialect = record.config.get("dialect") or "json"  # what make_model reads
+    policy = policy_factory(args)
+    for key in args.approve:
+        store.decide(args.run_id, key, Decision(True, args.reason or "approved"))
+    for key in args.deny:
+        store.decide(args.run_id, key, Decision(False, args.reason or "denied by approver"))
+    trace = resume(args.run_id, policy, registry, store=store, rerun_unfinished=args.rerun_unfinished,
+                   allow_tool_changes=args.allow_tool_changes, **options)
+    print(trace, file=sys.stderr)
     record = store.load_run(args.run_id)
     if record.status == "paused":
         for p in store.pending_approvals(args.run_id):
-            print(f"waiting for approval: {p.key}  {p.tool}({_clip(str(p.args), 80)})", file=out)
+            print(f"waiting for approval: {p.key}  {p.tool}({_clip(str(p.args), 80)})", file=sys.stderr)
     elif record.status == "blocked" and trace.steps and trace.steps[-1].error:
-        print(trace.steps[-1].error, file=out)
+        print(trace.steps[-1].error, file=sys.stderr)
+    if trace.answered:
+        print(trace.final_answer, file=out)
     return 0 if trace.answered else 1
 
 

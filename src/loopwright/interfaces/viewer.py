@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from loopwright.errors import LoopwrightError
+from loopwright.interfaces.common import ArgumentParser, UsageError, output_path
 from loopwright.interfaces.viewer_tree import attempts_section, tot_section
 from loopwright.trace import STEP_KINDS, Step, Trace, load_trace
 
@@ -528,8 +529,8 @@ def run_view(args: argparse.Namespace) -> int:
         else:
             trace = _journal_trace(args.trace, args.db)
             default_out = Path(f"{_safe_name(args.trace)}.html")
-        out = write_html(trace, Path(args.out) if args.out else default_out)
-    except (OSError, ValueError, LoopwrightError) as exc:
+        out = write_html(trace, output_path(args.out, "--out") if args.out else default_out)
+    except (OSError, ValueError, LoopwrightError, UsageError) as exc:
         print(f"loopwright view: {exc}", file=sys.stderr)
         return 2
     print(out)
@@ -540,7 +541,7 @@ def run_view(args: argparse.Namespace) -> int:
 
 def view_main(argv: Sequence[str] | None = None) -> int:
     """`loopwright view TRACE.json|RUN_ID [--out PATH] [--open] [--db PATH]` as a function."""
-    parser = argparse.ArgumentParser(prog="loopwright view", description=VIEW_HELP)
+    parser = ArgumentParser(prog="loopwright view", description=VIEW_HELP)
     setup_view_parser(parser)
     try:
         args = parser.parse_args(argv)

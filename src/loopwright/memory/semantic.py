@@ -86,6 +86,7 @@ class SemanticMemory:
         self._count = 0
         self._texts: list[str] = []
         self._metadata: list[dict[str, Any] | None] = []
+        self._forgotten: set[int] = set()
         self.index: VectorIndex | None = None
         if index is not None:
             self.attach_index(index)
@@ -173,6 +174,21 @@ class SemanticMemory:
         safe = json_safe({str(k): v for k, v in metadata.items()})
         return safe if isinstance(safe, dict) else None
 
+    def forget(self, ids: int | Sequence[int]) -> int:
+        """Remove memories from recall: their vector is zeroed and their text and
+        metadata dropped. Returns how many were not forgotten already."""
+        wanted = [ids] if isinstance(ids, int) else list(ids)
+        for i in wanted:
+            if not 0 <= i < self._count:
+                raise IndexError(f"no memory with id {i}; ids are 0..{self._count - 1}")
+        fresh = [i for i in dict.fromkeys(wanted) if i not in self._forgotten]
+        for i in fresh:
+            self._columns[:, i] = 0.0
+            self._texts[i] = ""
+            self._metadata[i] = None
+        self._forgotten.update(fresh)
+        return len(fresh)
+
     # -- reading ---------------------------------------------------------------------
 
     def recall(self, query: str | npt.ArrayLike, k: int = 5) -> list[Recalled]:
@@ -196,9 +212,19 @@ class SemanticMemory:
         """Top-k (scores, ids) for one normalised query of shape (1, dim), best first.
         The index answers when it covers every row; otherwise the exact scan does."""
         n = self._count
+        gone = self._forgotten
         if self.index is not None and len(self.index) == n:
-            return self.index.search(query, min(k, n))
+            found, ids = self.index.search(query, min(k + len(gone), n))
+            if gone:  # the index still holds forgotten rows: drop them
+                keep = np.array([int(i) not in gone for i in ids], dtype=bool)
+                found, ids = found[keep][:k], ids[keep][:k]
+            return found, ids
         scores = query[0] @ self._columns[:, :n]
+        if gone:
+            scores[np.fromiter(gone, dtype=np.int64)] = -np.inf
+            k = min(k, n - len(gone))
+            if k <= 0:
+                return np.zeros(0, np.float32), np.zeros(0, np.int64)
         if k < n:
             top = np.argpartition(scores, n - k)[n - k :]
         else:
@@ -214,6 +240,8 @@ class SemanticMemory:
         """The memory filed with this id (score 1.0)."""
         if not 0 <= id < self._count:
             raise IndexError(f"no memory with id {id}; ids are 0..{self._count - 1}")
+        if id in self._forgotten:
+            raise KeyError(f"memory {id} was forgotten")
         return self._recalled(id, 1.0)
 
     @property

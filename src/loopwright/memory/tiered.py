@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from loopwright.memory.buffer import BufferMemory
-from loopwright.memory.semantic import SemanticMemory
+from loopwright.memory.semantic import Recalled
 from loopwright.memory.summary import SummaryMemory
 from loopwright.trace import estimate_tokens
 
@@ -59,6 +59,17 @@ class Memory(Protocol):
     def context(self, query: str, budget_tokens: int) -> str: ...
 
 
+@runtime_checkable
+class Archive(Protocol):
+    """The recall tier of a TieredMemory: SemanticMemory, BM25Memory or HybridMemory."""
+
+    def add_many(
+        self, texts: Sequence[str], metadatas: Sequence[Mapping[str, Any] | None] | None = None
+    ) -> list[int]: ...
+
+    def recall(self, query: str, k: int = 5) -> list[Recalled]: ...
+
+
 def context_within(
     memory: Memory,
     query: str,
@@ -98,14 +109,16 @@ class TieredMemory:
     never passing the budget as counted by `count_tokens` (estimate_tokens by default;
     pass the model's own tokenizer count to be exact). Recent turns are placed first,
     then recalled ones, then the summary; a part that does not fit whole is trimmed.
-    Either the summary or the semantic tier may be None.
+    Either the summary or the semantic tier may be None. The semantic tier is any
+    Archive: SemanticMemory (cosine), BM25Memory, or HybridMemory (BM25 fused with dense
+    recall, the default of `lw.Session`); `min_score` compares with its scores.
     """
 
     def __init__(
         self,
         buffer: BufferMemory,
         summary: SummaryMemory | None = None,
-        semantic: SemanticMemory | None = None,
+        semantic: Archive | None = None,
         *,
         recall_k: int = 3,
         min_score: float | None = None,

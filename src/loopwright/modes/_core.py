@@ -26,6 +26,7 @@ from loopwright.safety import (
 )
 from loopwright.trace import Step, Trace, Usage, estimate_tokens
 from loopwright.wire.tools import Tool, ToolError, ToolRegistry, ToolResult
+from loopwright.wire.toolset import tool_set
 
 StepGen = Generator[Step, None, None]
 
@@ -143,6 +144,9 @@ class RunContext:
         self.journal = journal
         self.rerun_unfinished = rerun_unfinished
         self.trace.run_id = run_id
+        # calls in flight by key ("model", or a tool call's key): (tool or None, args, start);
+        # removed when the call returns, so after Ctrl-C what is left was cut off (Run._end)
+        self.in_flight: dict[str, tuple[str | None, dict[str, Any] | None, float]] = {}
         self._ledger: dict[str, tuple[str, ToolResult]] = {}
         self._key_locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
@@ -187,16 +191,21 @@ class RunContext:
                 self.trace.usage = self.trace.usage + usage
                 return ModelCall(completion.text, completion, usage, 0.0)
         remaining = self.deadline.remaining()
+        in_flight = self.in_flight
+        in_flight["model"] = (None, None, start)
         try:
             if remaining is None:
                 completion = call_policy(self.policy, request)
             else:
                 completion = _call_within(self.policy, request, remaining)
+            in_flight.pop("model", None)
         except _PolicyTimeout:
+            in_flight.pop("model", None)
             raise PolicyFailed(
                 f"model call outlived the run's timeout_s={self.limits.timeout_s}", "timeout"
             ) from None
         except Exception as exc:  # the choke point: any policy failure ends the run cleanly
+            in_flight.pop("model", None)
             raise PolicyFailed(f"policy raised {type(exc).__name__}: {exc}") from exc
         usage = completion.usage or Usage.estimate(request.prompt, completion.text)
         if self.journal is not None:  # written before it is used
@@ -209,10 +218,14 @@ class RunContext:
         wall clock: the policy gets the prompt directly, with no ModelRequest to build."""
         self.trace.llm_calls += 1
         start = time.perf_counter()
+        in_flight = self.in_flight
+        in_flight["model"] = (None, None, start)
         try:
             out = self.policy(prompt)  # type: ignore[operator]
         except Exception as exc:  # the same choke point as call_model
+            in_flight.pop("model", None)
             raise PolicyFailed(f"policy raised {type(exc).__name__}: {exc}") from exc
+        in_flight.pop("model", None)
         if type(out) is str:
             text, completion = out, None
         elif isinstance(out, Completion):
@@ -254,7 +267,10 @@ class RunContext:
         journal = self.journal
         if journal is None and (tool is None or (tool.idempotent and not tool.requires_approval)):
             # nothing to gate, record or deduplicate: straight to the registry
+            in_flight = self.in_flight
+            in_flight[key] = (name, args, time.perf_counter())
             result = self.registry.execute(name, args, timeout_s=self.deadline.remaining())
+            in_flight.pop(key, None)
             with self._lock:
                 self.trace.tool_calls += 1
             return Executed(result)
@@ -267,7 +283,7 @@ class RunContext:
 
         if tool is not None and tool.requires_approval:
             decision = self._approval(name, args, key, tool.side_effects, tool.description)
-            if not decision.approved:
+            if decision.approved is not True:  # fail closed on anything but an approval
                 observation = denial_observation(name, decision.reason)
                 denied = ToolResult(name, args, None, observation, ToolError(name, decision.reason, "denied"), 0.0)
                 if self.on_deny == "stop":
@@ -317,7 +333,9 @@ class RunContext:
         journal = self.journal
         if journal is not None:
             journal.record_tool_start(key, name, args)
+        self.in_flight[key] = (name, args, time.perf_counter())
         result = self.registry.execute(name, args, timeout_s=self.deadline.remaining())
+        self.in_flight.pop(key, None)
         with self._lock:
             self.trace.tool_calls += 1
         if journal is not None:
@@ -336,7 +354,9 @@ class RunContext:
         )
         if gated:
             return await asyncio.to_thread(self.execute, name, args, key)
+        self.in_flight[key] = (name, args, time.perf_counter())
         result = await self.registry.aexecute(name, args, timeout_s=self.deadline.remaining())
+        self.in_flight.pop(key, None)
         self.trace.tool_calls += 1
         return Executed(result)
 
@@ -375,7 +395,8 @@ def _idempotency_key(tool: Any, args: dict[str, Any]) -> str:
 
 
 RUN_OPTIONS = frozenset(
-    {"prompts", "tools", "approver", "on_deny", "store", "run_id", "max_tokens", "memory", "context_tokens"}
+    {"prompts", "tools", "approver", "on_deny", "store", "run_id", "max_tokens", "memory", "context_tokens",
+     "journal_meta"}
 )
 
 
@@ -391,8 +412,10 @@ def open_context(
     """Build a RunContext from a mode's limits and the run options shared by all modes.
 
     options: prompts, tools (the names this run may use), approver, on_deny, store (a
-    durable journal: the run's config is saved so `resume` can rebuild it), run_id,
-    max_tokens. Unknown names are a TypeError, not silently ignored.
+    durable journal: the run's config is saved so `resume` can rebuild it, with the tool
+    set: each tool's name and schema fingerprint), run_id, max_tokens, journal_meta (JSON
+    data saved with a journaled run's config under "meta": the CLI saves how it loaded
+    the tools). Unknown names are a TypeError, not silently ignored.
     """
     options = dict(options)
     journal: Journal | None = options.pop("_journal", None)  # set by resume()
@@ -403,12 +426,16 @@ def open_context(
     run_id = options.get("run_id")
     store = options.get("store")
     if store is not None and journal is None:
+        scope = options.get("tools")
         config = {
             **config,
-            "tools": None if options.get("tools") is None else list(options["tools"]),
+            "tools": None if scope is None else list(scope),
             "approver": options.get("approver") is not None,  # resume needs to know one was used
             "on_deny": options.get("on_deny", "observe"),
+            "tool_set": tool_set(registry if scope is None else registry.subset(scope)),
         }
+        if options.get("journal_meta") is not None:
+            config["meta"] = dict(options["journal_meta"])
         run_id, journal = store.start_run(run_id, task, mode, config)
     tools = options.get("tools")
     return RunContext(
@@ -494,6 +521,9 @@ class Run(Iterator[Step]):
         elif isinstance(exc, KeyboardInterrupt):
             if self.trace.stopped_reason is None:
                 self._ctx.stop("interrupted")
+            if self._ctx.in_flight:  # what Ctrl-C cut off goes in the partial trace
+                self.trace.meta["in_flight"] = self.in_flight
+                self._ctx.in_flight.clear()
             self._finish()
             raise RunInterrupted(self.trace) from exc
         elif isinstance(exc, Exception):  # a defect in a mode: keep the partial trace, say why
@@ -509,6 +539,13 @@ class Run(Iterator[Step]):
         else:
             raise exc
         self._finish()
+
+    @property
+    def in_flight(self) -> list[dict[str, Any]]:
+        """The calls running now (a snapshot): {"call": "model" | "tool", "tool", "args", "key", "elapsed_s"}."""
+        now = time.perf_counter()
+        return [{"call": "model" if tool is None else "tool", "tool": tool, "args": args, "key": key,
+                 "elapsed_s": round(now - start, 3)} for key, (tool, args, start) in list(self._ctx.in_flight.items())]
 
     def _finish(self) -> None:
         if not self._finished:

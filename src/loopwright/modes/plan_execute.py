@@ -2,6 +2,11 @@
 the first failure (a ToolError, an unresolved reference, an unusable plan) ask for a
 new plan that sees the failure and the evidence so far. `llm_calls == 1 + replans`;
 after `max_replans` recoveries the run stops with "max_replans".
+
+The answer is the result of the last step of a plan whose every step succeeded (the
+prompts say so). A failed step is never the answer: its ToolError text goes to the
+replanner as evidence, and when no replan is left the run stops with "max_replans" and
+no final_answer. A last step whose result is empty counts as a failure too.
 """
 
 from __future__ import annotations
@@ -123,4 +128,7 @@ def _execute(ctx: RunContext, plan: list[PlanStep], history: list[tuple[str, str
             return step.id, result.observation if executed.kind == "denied" else result.error.as_observation(), None, False
         evidence[step.id] = result.value
         answer = result.observation
+    if not answer.strip():  # an empty result is no answer: replan, as after a failure
+        last = plan[-1].id if plan else "plan"
+        return last, f"{last} gave an empty result, and the last step's result is the answer", None, False
     return "", "", answer, True

@@ -28,9 +28,10 @@ DIALECTS = ("json", "brackets", "native")
 class _Scratchpad:
     """The growing prompt, in one of the text dialects, plus its chat-message twin.
 
-    Without memory it is append-only. With `memory` and `context_tokens`, `fit()` folds
-    the oldest step blocks into memory whenever the prompt would pass the budget, and
-    the prompt becomes header + what memory recalls for the task + the recent blocks.
+    Without memory it is append-only. With `context_tokens` (and `memory`, or the default
+    one), `fit()` folds the oldest step blocks into memory whenever the prompt would pass
+    the budget, and the prompt becomes header + what memory recalls for the task + the
+    recent blocks.
     """
 
     def __init__(
@@ -55,12 +56,18 @@ class _Scratchpad:
                 {"role": "system", "content": header},
                 {"role": "user", "content": ctx.task},
             ]
+        if memory is None and context_tokens is not None:
+            from loopwright.memory import default_memory  # numpy: only with a budget
+
+            # BM25 recall of the folded steps; two recent turns, as the scratchpad itself
+            # keeps the newest steps and the rest of the room goes to recall
+            memory = default_memory(recent_turns=2)
         self.memory = memory
         self.budget = context_tokens
         self.blocks: list[tuple[int, str, str, int, str]] = []  # (step, block, readable, tokens, thought)
         if memory is not None or context_tokens is not None:
-            if memory is None or context_tokens is None:
-                raise ValueError("memory and context_tokens go together: pass both or neither")
+            if context_tokens is None:
+                raise ValueError("memory needs context_tokens: the prompt budget it folds steps into")
             if dialect == "native":
                 raise ValueError("a context budget with memory needs a text dialect ('json' or 'brackets')")
             at = self.text.rfind(f"Question: {ctx.task}")
@@ -229,6 +236,9 @@ def _react(
     guarded = limits.token_budget is not None or limits.timeout_s is not None
     try:
         while ctx.trace.llm_calls - first_call < cap:  # one call a step (and a reflection)
+            if guarded and ctx.deadline.expired():  # the clock ran out during the last tool call
+                ctx.stop("timeout")
+                return
             k = ctx.next_index
             fold = pad.fit() if pad.budget is not None else None
             if fold is not None:

@@ -93,11 +93,15 @@ def _rewoo(ctx: RunContext, max_tokens: int | None) -> StepGen:
         ctx.stop(failed.reason)
         return
     answer = solver_answer(call.text)
+    empty = None if answer else "the solver's reply holds no answer"
     yield ctx.record(
-        Step(ctx.next_index, "solve", raw=call.text, observation=None,
+        Step(ctx.next_index, "solve", raw=call.text, observation=None, error=empty,
              duration_s=time.perf_counter() - t0, usage=call.usage, prompt=solve_prompt)
     )
     ctx.trace.transcript = _transcript(ctx.task, plan, evidence_lines, answer)
+    if empty:  # an empty answer is not an answer: the run ends with "error", no final_answer
+        ctx.stop("error")
+        return
     ctx.stop("final", answer)
 
 

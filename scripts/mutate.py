@@ -1,0 +1,190 @@
+"""Plant one-line bugs in src/, one at a time, and check that the fast tests catch each.
+
+    .venv/bin/python scripts/mutate.py            # every mutation, then a table
+    .venv/bin/python scripts/mutate.py --only fence --list
+
+Each mutation names a file, an exact piece of one line, its replacement and the test
+files that must catch it. The file is changed in place and restored in a `finally`
+(Ctrl-C included); at the end the script checks that `git diff --quiet src` holds, so a
+run never leaves a bug behind. Tests run with the non-slow marker, `-x -q -p no:cacheprovider`,
+and a fresh bytecode folder each time (a stale .pyc of the same size and second would
+hide a mutation). Exit status 0 when every mutation is caught.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PKG = "src/loopwright/"
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    path: str  # under src/loopwright/
+    original: str  # an exact piece of one line
+    replacement: str
+    tests: tuple[str, ...]
+    nth: int | None = None  # which occurrence, when the piece appears more than once
+
+
+CORE = "modes/_core.py"
+MUTATIONS = [
+    # exactly-once
+    Mutation("exactly-once: no per-key lock (ReWOO fan-out)", CORE,
+             "lock = self._key_locks.setdefault(ledger_key, threading.Lock())", "lock = threading.Lock()",
+             ("tests/test_safety.py",)),
+    Mutation("exactly-once: callable idempotency_key ignored", CORE,
+             "return str(spec(args))", 'return call_key("", args)', ("tests/test_safety.py",)),
+    Mutation("exactly-once: named key ignores the other arguments", CORE,
+             r'return call_key("", args) + "\x00" + str(args.get(spec))', "return str(args.get(spec))",
+             ("tests/test_safety.py",)),
+    Mutation("exactly-once: replayed result not put back in the ledger", CORE,
+             r'self._ledger[name + "\x00" + _idempotency_key(tool, args)] = (key, recorded[1])', "pass",
+             ("tests/test_safety.py",)),
+    # the run's wall clock reaches the tools
+    Mutation("timeout_s not passed to tools: plain path", CORE,
+             "result = self.registry.execute(name, args, timeout_s=self.deadline.remaining())",
+             "result = self.registry.execute(name, args)", ("tests/test_react.py",), nth=1),
+    Mutation("timeout_s not passed to tools: gated path", CORE,
+             "result = self.registry.execute(name, args, timeout_s=self.deadline.remaining())",
+             "result = self.registry.execute(name, args)", ("tests/test_react.py",), nth=2),
+    Mutation("timeout_s not passed to tools: ReWOO plain path", CORE,
+             "result = await self.registry.aexecute(name, args, timeout_s=self.deadline.remaining())",
+             "result = await self.registry.aexecute(name, args)", ("tests/test_rewoo.py",)),
+    Mutation("ReAct: no clock check after a tool call", "modes/react.py",
+             "if guarded and ctx.deadline.expired():", "if False:", ("tests/test_react.py",)),
+    # fences
+    Mutation("fence: & not escaped", "prompts.py",
+             '.replace("&", "&amp;")', "", ("tests/test_prompts.py",)),
+    Mutation("fence: < not escaped", "prompts.py",
+             '.replace("<", "&lt;")', "", ("tests/test_prompts.py",)),
+    Mutation("fence: > not escaped", "prompts.py",
+             '.replace(">", "&gt;")', "", ("tests/test_prompts.py",)),
+    Mutation("fence: source attribute not escaped", "prompts.py",
+             '<untrusted source="{escape_untrusted(source)}">', '<untrusted source="{source}">',
+             ("tests/test_prompts.py",)),
+    Mutation("fence: < not escaped (injection suite alone)", "prompts.py",
+             '.replace("<", "&lt;")', "", ("tests/test_injection.py",)),
+    # the injection suite's containments can fail
+    Mutation("scope ignored (injection suite alone)", CORE,
+             "self.registry = registry if tools is None else registry.subset(tools)", "self.registry = registry",
+             ("tests/test_injection.py",)),
+    Mutation("approval gate skipped (injection suite alone)", CORE,
+             "if tool is not None and tool.requires_approval:", "if False:", ("tests/test_injection.py",)),
+    # boundaries
+    Mutation("token budget: >= becomes >", CORE,
+             "self.trace.usage.total_tokens >= budget", "self.trace.usage.total_tokens > budget",
+             ("tests/test_react.py",)),
+    Mutation("ReWOO: a plan of exactly max_steps refused", "modes/rewoo.py",
+             "if len(plan) > ctx.limits.max_steps:", "if len(plan) >= ctx.limits.max_steps:",
+             ("tests/test_rewoo.py",)),
+    Mutation("ReAct: a good action does not reset the parse-error streak", "modes/react.py",
+             "parse_errors = 0", "pass", ("tests/test_react.py",), nth=2),
+    Mutation("ReAct: nudge text says count, not count - 1", "modes/react.py",
+             "count=count - 1", "count=count", ("tests/test_react.py",)),
+    # the store's listing
+    Mutation("list_runs: newest first by id, not by creation", "durable/store.py",
+             '" ORDER BY created_at DESC, id DESC"', '" ORDER BY id DESC"', ("tests/test_store.py",)),
+    # approval fails closed
+    Mutation("approval: a truthy non-bool answer approves", "safety.py",
+             'return Decision(False, f"approver returned {type(out).__name__}, not a Decision or bool")',
+             'return Decision(bool(out), "approved")', ("tests/test_safety.py",)),
+    Mutation("approval: Decision takes a non-bool approved", "safety.py",
+             "if not isinstance(self.approved, bool):", "if False:", ("tests/test_safety.py",)),
+    Mutation("approval: Decision.from_dict takes a truthy approved", "safety.py",
+             'cls(d.get("approved") is True, ', 'cls(bool(d.get("approved")), ', ("tests/test_safety.py",)),
+]
+
+
+def apply(text: str, m: Mutation) -> str:
+    """The file's text with the mutation planted; ValueError if the piece is not where expected."""
+    starts = [found.start() for found in re.finditer(re.escape(m.original), text)]
+    if m.nth is None and len(starts) != 1:
+        raise ValueError(f"{m.path}: {m.original!r} occurs {len(starts)} times, expected once")
+    if m.nth is not None and len(starts) < m.nth:
+        raise ValueError(f"{m.path}: {m.original!r} occurs {len(starts)} times, wanted occurrence {m.nth}")
+    at = starts[0 if m.nth is None else m.nth - 1]
+    return text[:at] + m.replacement + text[at + len(m.original):]
+
+
+def run_tests(tests: tuple[str, ...]) -> tuple[bool, str]:
+    """(passed, the first failing test or the error), on the non-slow tests only."""
+    with tempfile.TemporaryDirectory(prefix="lw-mutate-pyc-") as pyc:
+        env = {**os.environ, "PYTHONPYCACHEPREFIX": pyc, "PYTHONDONTWRITEBYTECODE": "1"}
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", *tests, "-x", "-q", "-p", "no:cacheprovider", "-m", "not slow"],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+        )
+    failed = re.search(r"^(?:FAILED|ERROR) (.+?)(?: - .*)?$", done.stdout, re.MULTILINE)
+    if done.returncode == 0:
+        return True, ""
+    if failed:
+        return False, failed.group(1)
+    return False, f"pytest exit {done.returncode}: {done.stdout.strip().splitlines()[-1:]}"
+
+
+def src_is_clean() -> bool:
+    return subprocess.run(["git", "diff", "--quiet", "--", "src"], cwd=ROOT).returncode == 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", help="run the mutations whose name contains this text")
+    parser.add_argument("--list", action="store_true", help="list the mutations and exit")
+    args = parser.parse_args(argv)
+    chosen = [m for m in MUTATIONS if args.only is None or args.only in m.name]
+    if args.list:
+        for m in chosen:
+            print(f"{m.name}: {m.path}: {m.original!r} -> {m.replacement!r} [{' '.join(m.tests)}]")
+        return 0
+    if not src_is_clean():
+        print("src/ has uncommitted changes: commit or stash them first, so the restore can be checked",
+              file=sys.stderr)
+        return 2
+    for m in chosen:  # every piece must be where the list says before anything is touched
+        apply((ROOT / PKG / m.path).read_text(encoding="utf-8"), m)
+    baseline = sorted({t for m in chosen for t in m.tests})
+    ok, why = run_tests(tuple(baseline))
+    if not ok:
+        print(f"the unmutated tests fail ({why}): fix that first", file=sys.stderr)
+        return 2
+
+    rows: list[tuple[str, str, str]] = []
+    started = time.monotonic()
+    try:
+        for m in chosen:
+            path = ROOT / PKG / m.path
+            original = path.read_text(encoding="utf-8")
+            try:
+                path.write_text(apply(original, m), encoding="utf-8")
+                passed, failing = run_tests(m.tests)
+            finally:
+                path.write_text(original, encoding="utf-8")
+            rows.append((m.name, failing or "-", "SURVIVED" if passed else "caught"))
+            print(f"{rows[-1][2]:<8} {m.name}", file=sys.stderr, flush=True)
+    finally:
+        clean = src_is_clean()
+    width = max(len(r[0]) for r in rows) if rows else 10
+    by = max((len(r[1]) for r in rows), default=9)
+    print(f"| {'mutation':<{width}} | {'caught by':<{by}} | result   |")
+    print(f"|{'-' * (width + 2)}|{'-' * (by + 2)}|----------|")
+    for name, failing, result in rows:
+        print(f"| {name:<{width}} | {failing:<{by}} | {result:<8} |")
+    caught = sum(r[2] == "caught" for r in rows)
+    print(f"\n{caught}/{len(rows)} caught in {time.monotonic() - started:.0f} s; "
+          f"src restored: {'yes' if clean else 'NO (git diff src is not empty)'}")
+    return 0 if clean and caught == len(rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
