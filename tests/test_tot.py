@@ -207,7 +207,7 @@ def test_parse_value_reads_labels_and_numbers_leniently(reply, expected):
     assert parse_value(reply) == expected
 
 
-@pytest.mark.parametrize("reply", ["", "hmm", " 13 + 11 = 24 (", "24", "1.5 maybe"])
+@pytest.mark.parametrize("reply", ["", "hmm", " 13 + 11 = 24 (", "24", "1.5 maybe", " 10 + 12 = 22 (", "7 * 3"])
 def test_a_reply_with_no_label_and_no_leading_score_is_a_parse_error(reply):
     with pytest.raises(lw.ParseError):
         parse_value(reply)

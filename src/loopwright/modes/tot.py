@@ -40,16 +40,16 @@ from loopwright.wire.tools import ToolRegistry
 SEARCHES: Final = ("bfs", "dfs")
 LABELS: Final = {"sure": 1.0, "likely": 0.5, "impossible": 0.0}
 _LABEL: Final = re.compile(r"\b(sure|likely|impossible)\b", re.IGNORECASE)
-_NUMBER: Final = re.compile(r"\s*(10|[0-9])(?:\s*/\s*10)?(?![\d.])")
+_NUMBER: Final = re.compile(r"\s*(10|[0-9])(?:\s*/\s*10)?(?!\d|\.\d|\s*[-+*/=x×÷(])")
 _BULLET: Final = re.compile(r"^\s*(?:[-*•]\s*|\(?\d{1,2}[.):]\s*|step\s*\d+\s*[.:]\s*)", re.IGNORECASE)
 _CALL: Final = re.compile(r"^([A-Za-z0-9_.-]{1,64})\[(.*)\]$", re.DOTALL)
 
 
 def parse_value(text: str) -> tuple[float, str]:
     """A value reply as (score in [0, 1], label): the first of sure (1.0) / likely (0.5)
-    / impossible (0.0) anywhere in it, else a number 0-10 (n / 10) that starts it (a
-    number later on is arithmetic the model went on with, not a score). Raises
-    ParseError otherwise."""
+    / impossible (0.0) anywhere in it, else a number 0-10 (n / 10) that starts it and
+    is not the start of arithmetic (`10 + 12 = 22` is the model going on with the
+    problem, not a score; so is a number later on). Raises ParseError otherwise."""
     m = _LABEL.search(text)
     if m is not None:
         label = m.group(1).lower()
