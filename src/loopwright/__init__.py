@@ -11,6 +11,9 @@ import importlib
 from typing import Any
 
 from loopwright import _moved
+from loopwright.calls import CallInfo, current_call
+from loopwright.durable.fork import fork
+from loopwright.durable.postgres import PostgresStore
 from loopwright.durable.resume import resume
 from loopwright.durable.store import SQLiteStore
 from loopwright.errors import (
@@ -76,6 +79,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "STOP_REASONS",
     "Action",
+    "CallInfo",
     "Completion",
     "FinalAnswer",
     "Limits",
@@ -87,6 +91,7 @@ __all__ = [
     "ParseError",
     "PlanStep",
     "Policy",
+    "PostgresStore",
     "PromptSet",
     "ReplayMissError",
     "Run",
@@ -106,6 +111,8 @@ __all__ = [
     "ToolResult",
     "Trace",
     "Usage",
+    "current_call",
+    "fork",
     "iter_plan_execute",
     "iter_react",
     "iter_reflexion",

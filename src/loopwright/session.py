@@ -40,7 +40,7 @@ def memory_store_for(store: Any) -> MemoryStore | None:
     if isinstance(store, MemoryStore):
         return store
     path = getattr(store, "path", None)
-    if isinstance(path, str) and path != ":memory:":
+    if isinstance(path, str) and path != ":memory:" and getattr(store, "dsn", None) is None:  # not Postgres
         return SQLiteMemoryStore(path)
     return None
 

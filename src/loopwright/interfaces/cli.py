@@ -51,6 +51,7 @@ from loopwright.interfaces.common import (
     load_prompts,
     load_tools,
     make_model,
+    open_store,
     output_path,
 )
 from loopwright.interfaces.live import LiveLine, describe_in_flight
@@ -224,7 +225,7 @@ def _open_store(args: argparse.Namespace) -> Any:
             raise UsageError("--run-id needs --db")
         return None
     try:
-        store = lw.SQLiteStore(args.db)
+        store = open_store(args.db)
     except LoopwrightError as exc:
         raise UsageError(str(exc)) from None
     if args.run_id:

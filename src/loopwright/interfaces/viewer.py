@@ -462,6 +462,10 @@ def _header(trace: Trace, calls: int) -> str:
     cards = "".join(f'<div class="stat"><div class="v">{v}</div><div class="l">{k}</div></div>' for k, v in stats)
     cards += _issue_chips(trace.steps)
     run = f" · run <code>{_esc(trace.run_id)}</code>" if trace.run_id else ""
+    forked = trace.meta.get("forked_from")
+    if isinstance(forked, Mapping):
+        run += (f' · <span id="forked-from">forked from <code>{_esc(str(forked.get("run_id")))}</code> '
+                f'at step {_esc(str(forked.get("at_step")))}</span>')
     return (
         f'<header class="card"><div><div class="sub">loopwright trace · mode <b>{_esc(trace.mode)}</b>'
         f'{run}</div><h1>Task</h1><p class="task" id="task">{_esc(trace.task)}</p></div>'
@@ -553,13 +557,16 @@ def view_main(argv: Sequence[str] | None = None) -> int:
 def _journal_trace(run_id: str, db: str | None) -> Trace:
     """A journaled run's trace; a missing journal is an error naming both readings of
     the argument (it is read as a run id only when no such file exists)."""
-    path = Path(db or os.environ.get("LOOPWRIGHT_DB") or "loopwright.db")
-    if not path.is_file():
-        raise ValueError(f"no such trace file: {run_id} (and no run journal at {path} to look it up as a run id)")
-    from loopwright.durable.store import SQLiteStore  # the journal only when a run id is asked for
+    target = db or os.environ.get("LOOPWRIGHT_DB") or "loopwright.db"
+    from loopwright.durable.postgres import (
+        is_postgres_dsn,  # the journal only when a run id is asked for
+    )
+    from loopwright.interfaces.common import open_store
 
-    with SQLiteStore(path) as store:
-        return store.trace(run_id)
+    if not is_postgres_dsn(target) and not Path(target).is_file():
+        raise ValueError(f"no such trace file: {run_id} (and no run journal at {target} to look it up as a run id)")
+    with open_store(target) as store:
+        return store.trace(run_id)  # type: ignore[no-any-return]
 
 
 def _safe_name(text: str) -> str:

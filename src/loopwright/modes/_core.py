@@ -11,6 +11,7 @@ import traceback
 from collections.abc import Generator, Iterable, Iterator
 from typing import Any, Literal, Protocol
 
+from loopwright.calls import bind_call, ephemeral_run_id, unbind_call
 from loopwright.errors import RunInterrupted
 from loopwright.guards import Deadline, Limits, call_key
 from loopwright.policy import Completion, ModelRequest, Policy, call_policy
@@ -48,6 +49,7 @@ class Journal(Protocol):
     def record_completion(self, n: int, request: ModelRequest, completion: Completion, usage: Usage) -> None: ...
     def recorded_tool(self, key: str) -> tuple[str, ToolResult | None] | None: ...
     def record_tool_start(self, key: str, name: str, args: dict[str, Any]) -> None: ...
+    def attempt(self, key: str) -> int: ...
     def record_tool_result(self, key: str, result: ToolResult) -> None: ...
     def recorded_decision(self, key: str) -> Decision | None: ...
     def record_decision(self, request: ApprovalRequest, decision: Decision) -> None: ...
@@ -150,6 +152,27 @@ class RunContext:
         self._ledger: dict[str, tuple[str, ToolResult]] = {}
         self._key_locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
+        self._ephemeral_id: str | None = None
+
+    def call_run_id(self) -> tuple[str, bool]:
+        """The run id `lw.current_call()` reports, and whether it is durable."""
+        if self.trace.run_id is not None:
+            return self.trace.run_id, self.journal is not None
+        if self._ephemeral_id is None:
+            self._ephemeral_id = ephemeral_run_id()
+        return self._ephemeral_id, False
+
+    def _call_tool(self, name: str, args: dict[str, Any], key: str, attempt: int = 1) -> ToolResult:
+        """The registry's execute, with the call current for `lw.current_call()`."""
+        token = bind_call(self, key, attempt, name)
+        in_flight = self.in_flight
+        in_flight[key] = (name, args, time.perf_counter())
+        try:
+            result = self.registry.execute(name, args, timeout_s=self.deadline.remaining())
+        finally:
+            unbind_call(token)
+        in_flight.pop(key, None)  # kept when Ctrl-C cut the call: the trace says what was running
+        return result
 
     @property
     def schemas(self) -> list[dict[str, Any]]:
@@ -267,10 +290,7 @@ class RunContext:
         journal = self.journal
         if journal is None and (tool is None or (tool.idempotent and not tool.requires_approval)):
             # nothing to gate, record or deduplicate: straight to the registry
-            in_flight = self.in_flight
-            in_flight[key] = (name, args, time.perf_counter())
-            result = self.registry.execute(name, args, timeout_s=self.deadline.remaining())
-            in_flight.pop(key, None)
+            result = self._call_tool(name, args, key)
             with self._lock:
                 self.trace.tool_calls += 1
             return Executed(result)
@@ -320,22 +340,24 @@ class RunContext:
             and recorded[0] == "started"
             and tool is not None
             and not tool.idempotent
+            and not tool.dedupes_on_call_key  # its system ignores the same key twice: safe to rerun
             and not self.rerun_unfinished
         ):
             message = (
                 f"{name} was started before the run stopped but its result was not recorded; "
                 f"it is not idempotent, so it was not run again. Check whether it took effect, "
-                f"then resume with rerun_unfinished=True or finish the run by hand."
+                f"then settle it (store.settle or `loopwright runs settle`), resume with "
+                f"rerun_unfinished=True, or finish the run by hand."
             )
             self.record(Step(self.next_index, "error", tool=name, args=args, error=message))
             raise StopRun("error", message)
 
         journal = self.journal
+        attempt = 1
         if journal is not None:
+            attempt = journal.attempt(key)
             journal.record_tool_start(key, name, args)
-        self.in_flight[key] = (name, args, time.perf_counter())
-        result = self.registry.execute(name, args, timeout_s=self.deadline.remaining())
-        self.in_flight.pop(key, None)
+        result = self._call_tool(name, args, key, attempt)
         with self._lock:
             self.trace.tool_calls += 1
         if journal is not None:
@@ -354,8 +376,12 @@ class RunContext:
         )
         if gated:
             return await asyncio.to_thread(self.execute, name, args, key)
+        token = bind_call(self, key, 1, name)
         self.in_flight[key] = (name, args, time.perf_counter())
-        result = await self.registry.aexecute(name, args, timeout_s=self.deadline.remaining())
+        try:
+            result = await self.registry.aexecute(name, args, timeout_s=self.deadline.remaining())
+        finally:
+            unbind_call(token)
         self.in_flight.pop(key, None)
         self.trace.tool_calls += 1
         return Executed(result)

@@ -93,6 +93,7 @@ class Tool:
     idempotent: bool
     requires_approval: bool
     idempotency_key: IdempotencyKey
+    dedupes_on_call_key: bool
 
     def __init__(
         self,
@@ -105,6 +106,7 @@ class Tool:
         idempotent: bool | None = None,
         requires_approval: bool | None = None,
         idempotency_key: IdempotencyKey = None,
+        dedupes_on_call_key: bool = False,
     ) -> None:
         if not callable(func):
             raise ToolDefinitionError(f"a tool needs a callable, got {describe(func)}")
@@ -112,7 +114,7 @@ class Tool:
         summary, param_docs = parse_docstring(inspect.getdoc(func))
         self._setup(
             tool_name, description if description is not None else summary, func,
-            timeout_s, side_effects, idempotent, requires_approval, idempotency_key,
+            timeout_s, side_effects, idempotent, requires_approval, idempotency_key, dedupes_on_call_key,
         )  # fmt: skip
         self._use(typed_arguments(func, tool_name, param_docs))
         self._check_key()
@@ -134,6 +136,7 @@ class Tool:
         idempotent: bool | None = None,
         requires_approval: bool | None = None,
         idempotency_key: IdempotencyKey = None,
+        dedupes_on_call_key: bool = False,
     ) -> Tool:
         """A tool declared by a JSON Schema object (MCP, OpenAPI, BFCL function docs).
 
@@ -147,7 +150,7 @@ class Tool:
         self = cls.__new__(cls)
         self._setup(
             name, description, func, timeout_s, side_effects, idempotent, requires_approval,
-            idempotency_key,
+            idempotency_key, dedupes_on_call_key,
         )  # fmt: skip
         self._use(schema_arguments(parameters, name))
         self._check_key()
@@ -163,6 +166,7 @@ class Tool:
         idempotent: bool | None,
         requires_approval: bool | None,
         idempotency_key: IdempotencyKey,
+        dedupes_on_call_key: bool = False,
     ) -> None:
         if not isinstance(name, str) or not _NAME.fullmatch(name):
             raise ToolDefinitionError(
@@ -193,6 +197,13 @@ class Tool:
             side_effects == "destructive" if requires_approval is None else requires_approval
         )
         self.idempotency_key = idempotency_key
+        if not isinstance(dedupes_on_call_key, bool):
+            raise ToolDefinitionError(
+                f"tool {name!r}: dedupes_on_call_key must be True or False, got {describe(dedupes_on_call_key)}"
+            )
+        # The tool hands `loopwright.current_call().key` to the system it changes, which
+        # ignores a second call with that key: after a crash it is run again, not blocked on.
+        self.dedupes_on_call_key = dedupes_on_call_key
 
     def _check_key(self) -> None:
         key = self.idempotency_key
@@ -262,6 +273,7 @@ def tool(
     idempotent: bool | None = None,
     requires_approval: bool | None = None,
     idempotency_key: IdempotencyKey = None,
+    dedupes_on_call_key: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 def tool(
     func: Callable[..., Any] | None = None,
@@ -273,6 +285,7 @@ def tool(
     idempotent: bool | None = None,
     requires_approval: bool | None = None,
     idempotency_key: IdempotencyKey = None,
+    dedupes_on_call_key: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a Tool from a typed function; usable as `@tool` and `@tool(...)`."""
 
@@ -281,6 +294,7 @@ def tool(
             f, name=name, description=description, timeout_s=timeout_s,
             side_effects=side_effects, idempotent=idempotent,
             requires_approval=requires_approval, idempotency_key=idempotency_key,
+            dedupes_on_call_key=dedupes_on_call_key,
         )  # fmt: skip
 
     return make if func is None else make(func)
