@@ -28,6 +28,7 @@ import dataclasses
 import itertools
 import json
 import operator
+import signal
 import socket
 import subprocess
 import sys
@@ -305,6 +306,8 @@ def main() -> int:
     parser.add_argument("--tables-from", type=Path, metavar="DIR",
                         help="print the table from the traces a run saved with --traces, and run nothing")
     args = parser.parse_args()
+    # SIGTERM as SystemExit: the server's `finally` then stops it (a plain kill would orphan it)
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     if args.tables_from:
         print(markdown(rows_from_traces(args.tables_from)))
         return 0
