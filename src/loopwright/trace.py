@@ -24,6 +24,7 @@ STOP_REASONS: Final = frozenset(
         "error",
         "max_replans",
         "token_budget",
+        "cost_budget",  # the run's model calls cost cost_budget_usd (see loopwright.pricing)
         "repeated_call",
         "timeout",
         "denied",

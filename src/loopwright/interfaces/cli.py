@@ -33,6 +33,7 @@ from rich.markup import escape
 
 import loopwright as lw
 from loopwright.errors import LoopwrightError
+from loopwright.interfaces import mcp_cli
 from loopwright.interfaces.common import (
     EXIT_ANSWERED,
     EXIT_CODES_HELP,
@@ -71,6 +72,10 @@ def _register_provided() -> None:
             register = getattr(store_cli, "register", None)
             if callable(register):
                 register()
+    if "mcp" not in SUBCOMMANDS:
+        from loopwright.interfaces import mcp_cli
+
+        mcp_cli.register()
     if "view" not in SUBCOMMANDS:
         try:
             from loopwright.interfaces import viewer
@@ -133,6 +138,7 @@ def _setup_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", choices=sorted(MODES), default="react")
     add_model_args(p)
     add_tool_args(p)
+    mcp_cli.add_run_flags(p)
     add_prompt_args(p)
     p.add_argument("--max-steps", type=_positive_int, default=None,
                    help="model calls (ReAct, reflexion, tot) or plan length (default 6; reflexion 20, tot 60)")
@@ -179,7 +185,7 @@ def run_options(args: argparse.Namespace) -> dict[str, Any]:
     options: dict[str, Any] = {}
     if args.max_steps is not None or args.mode not in ("reflexion", "tot"):  # their own defaults
         options["max_steps"] = args.max_steps or 6
-    if not args.tools:
+    if not args.tools and not (getattr(args, "mcp", None) or getattr(args, "mcp_url", None)):
         from loopwright.interfaces.demo_tools import demo_prompts
 
         options["prompts"] = demo_prompts()
@@ -246,7 +252,9 @@ def _run(args: argparse.Namespace) -> int:
     if not args.task.strip():
         raise UsageError('the task is empty; give the question to run, e.g. loopwright run "What is 17 * 23?"')
     _check_outputs(args)
-    registry = load_tools(args.tools, args.tool_timeout_s)
+    servers = mcp_cli.mcp_servers(args.mcp, args.mcp_url)
+    registry = load_tools(args.tools, args.tool_timeout_s) if args.tools or not servers else lw.ToolRegistry()
+    mcp_cli.add_mcp_tools(registry, servers)
     limits = run_options(args)
     if args.approve:
         from loopwright.safety import terminal_approver

@@ -11,9 +11,11 @@ import traceback
 from collections.abc import Generator, Iterable, Iterator
 from typing import Any, Literal, Protocol
 
+from loopwright import otel, pricing
 from loopwright.calls import bind_call, ephemeral_run_id, unbind_call
 from loopwright.errors import RunInterrupted
 from loopwright.guards import Deadline, Limits, call_key
+from loopwright.modes._policycall import _call_within, _PolicyTimeout
 from loopwright.policy import Completion, ModelRequest, Policy, call_policy
 from loopwright.prompts import DEFAULT_PROMPTS, PromptSet
 from loopwright.safety import (
@@ -152,6 +154,8 @@ class RunContext:
         self._ledger: dict[str, tuple[str, ToolResult]] = {}
         self._key_locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
+        self.otel: otel.RunSpans | None = None  # OpenTelemetry spans, when tracing is on
+        self.pricing: pricing.PriceFunction | None = None  # and cost_budget: set by pricing.attach
         self._ephemeral_id: str | None = None
 
     def call_run_id(self) -> tuple[str, bool]:
@@ -192,6 +196,10 @@ class RunContext:
         self.trace.steps.append(step)
         if self.journal is not None:
             self.journal.record_step(step)
+        if self.pricing is not None:
+            pricing.charge(self.pricing, step)
+        if self.otel is not None:
+            self.otel.step(step)
         return step
 
     def stop(self, reason: str, answer: str | None = None) -> None:
@@ -224,17 +232,22 @@ class RunContext:
             in_flight.pop("model", None)
         except _PolicyTimeout:
             in_flight.pop("model", None)
-            raise PolicyFailed(
-                f"model call outlived the run's timeout_s={self.limits.timeout_s}", "timeout"
-            ) from None
+            raise self._failed(request.purpose, PolicyFailed(f"model call outlived the run's timeout_s={self.limits.timeout_s}", "timeout"), start) from None
         except Exception as exc:  # the choke point: any policy failure ends the run cleanly
             in_flight.pop("model", None)
-            raise PolicyFailed(f"policy raised {type(exc).__name__}: {exc}") from exc
+            raise self._failed(request.purpose, PolicyFailed(f"policy raised {type(exc).__name__}: {exc}"), start) from exc
         usage = completion.usage or Usage.estimate(request.prompt, completion.text)
         if self.journal is not None:  # written before it is used
             self.journal.record_completion(self.trace.llm_calls, request, completion, usage)
         self.trace.usage = self.trace.usage + usage
+        if self.otel is not None:
+            self.otel.model(request.purpose, request.prompt, completion.text, usage, start, completion.meta, self.pricing)
         return ModelCall(completion.text, completion, usage, time.perf_counter() - start)
+
+    def _failed(self, purpose: str, failed: PolicyFailed, start: float) -> PolicyFailed:
+        if self.otel is not None:
+            self.otel.model_failed(purpose, failed.message, time.perf_counter() - start)
+        return failed
 
     def call_text(self, prompt: str) -> ModelCall:
         """call_model for the common case, a plain callable policy with no journal and no
@@ -247,7 +260,7 @@ class RunContext:
             out = self.policy(prompt)  # type: ignore[operator]
         except Exception as exc:  # the same choke point as call_model
             in_flight.pop("model", None)
-            raise PolicyFailed(f"policy raised {type(exc).__name__}: {exc}") from exc
+            raise self._failed("react", PolicyFailed(f"policy raised {type(exc).__name__}: {exc}"), start) from exc
         in_flight.pop("model", None)
         if type(out) is str:
             text, completion = out, None
@@ -266,13 +279,17 @@ class RunContext:
         else:
             usage = completion.usage
         self.trace.usage = self.trace.usage + usage
+        if self.otel is not None:
+            self.otel.model("react", prompt, text, usage, start, None if completion is None else completion.meta, self.pricing)
         return ModelCall(text, completion, usage, time.perf_counter() - start)
 
     def guard_after_call(self) -> str | None:
-        """The stop reason if the token budget or the wall clock is spent, else None."""
+        """The stop reason if the token or cost budget or the wall clock is spent, else None."""
         budget = self.limits.token_budget
         if budget is not None and self.trace.usage.total_tokens >= budget:
             return "token_budget"
+        if self.pricing is not None and pricing.spent(self):
+            return "cost_budget"
         if self.deadline.expired():
             return "timeout"
         return None
@@ -290,10 +307,7 @@ class RunContext:
         journal = self.journal
         if journal is None and (tool is None or (tool.idempotent and not tool.requires_approval)):
             # nothing to gate, record or deduplicate: straight to the registry
-            result = self._call_tool(name, args, key)
-            with self._lock:
-                self.trace.tool_calls += 1
-            return Executed(result)
+            return self._done(key, self._call_tool(name, args, key))
         recorded = journal.recorded_tool(key) if journal is not None else None
         if recorded is not None and recorded[0] == "done" and recorded[1] is not None:
             self.trace.tool_calls += 1
@@ -306,6 +320,8 @@ class RunContext:
             if decision.approved is not True:  # fail closed on anything but an approval
                 observation = denial_observation(name, decision.reason)
                 denied = ToolResult(name, args, None, observation, ToolError(name, decision.reason, "denied"), 0.0)
+                if self.otel is not None:
+                    self.otel.tool(key, denied, "denied")
                 if self.on_deny == "stop":
                     self.record(Step(self.next_index, "denied", tool=name, args=args,
                                      observation=observation, error=decision.reason))
@@ -358,10 +374,15 @@ class RunContext:
             attempt = journal.attempt(key)
             journal.record_tool_start(key, name, args)
         result = self._call_tool(name, args, key, attempt)
-        with self._lock:
-            self.trace.tool_calls += 1
         if journal is not None:
             journal.record_tool_result(key, result)
+        return self._done(key, result)
+
+    def _done(self, key: str, result: ToolResult) -> Executed:
+        with self._lock:
+            self.trace.tool_calls += 1
+        if self.otel is not None:
+            self.otel.tool(key, result)
         return Executed(result)
 
     async def aexecute(self, name: str, args: dict[str, Any], key: str) -> Executed:
@@ -383,8 +404,7 @@ class RunContext:
         finally:
             unbind_call(token)
         self.in_flight.pop(key, None)
-        self.trace.tool_calls += 1
-        return Executed(result)
+        return self._done(key, result)
 
     def _approval(self, name: str, args: dict[str, Any], key: str, side_effects: str, description: str) -> Decision:
         request = ApprovalRequest(name, args, approval_key(name, args), key, side_effects,
@@ -422,7 +442,7 @@ def _idempotency_key(tool: Any, args: dict[str, Any]) -> str:
 
 RUN_OPTIONS = frozenset(
     {"prompts", "tools", "approver", "on_deny", "store", "run_id", "max_tokens", "memory", "context_tokens",
-     "journal_meta"}
+     "journal_meta", "tracer", "cost_budget_usd", "prices"}
 )
 
 
@@ -464,7 +484,7 @@ def open_context(
             config["meta"] = dict(options["journal_meta"])
         run_id, journal = store.start_run(run_id, task, mode, config)
     tools = options.get("tools")
-    return RunContext(
+    ctx = RunContext(
         task,
         mode,
         policy,
@@ -478,36 +498,8 @@ def open_context(
         run_id=run_id,
         rerun_unfinished=rerun_unfinished,
     )
-
-
-class _PolicyTimeout(Exception):
-    pass
-
-
-def _call_within(policy: Policy, request: ModelRequest, seconds: float) -> Completion:
-    """Call the policy on a daemon thread and wait at most `seconds` for it.
-
-    A policy that overruns is abandoned (Python cannot kill a thread); the run stops
-    with "timeout" rather than waiting on it.
-    """
-    box: list[Any] = []
-    done = threading.Event()
-
-    def target() -> None:
-        try:
-            box.append(call_policy(policy, request))
-        except BaseException as exc:  # handed to the caller's thread below
-            box.append(exc)
-        finally:
-            done.set()
-
-    threading.Thread(target=target, name="loopwright-policy", daemon=True).start()
-    if not done.wait(seconds):
-        raise _PolicyTimeout
-    out = box[0]
-    if isinstance(out, BaseException):
-        raise out
-    return out  # type: ignore[no-any-return]
+    ctx.otel = otel.run_spans(options.get("tracer"), task, mode, policy, run_id)
+    return pricing.attach(ctx, policy, options.get("cost_budget_usd"), options.get("prices"))
 
 
 class Run(Iterator[Step]):
@@ -578,8 +570,12 @@ class Run(Iterator[Step]):
             self._finished = True
             self.trace.duration_s = time.perf_counter() - self._ctx.started
             self._steps.close()
+            if self._ctx.pricing is not None:
+                pricing.spent(self._ctx)
             if self._ctx.journal is not None:
                 self._ctx.journal.record_end(self.trace)
+            if self._ctx.otel is not None:
+                self._ctx.otel.end(self.trace)
 
     def run(self) -> Trace:
         """Drive the run to its end and return the trace."""

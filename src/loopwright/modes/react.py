@@ -233,7 +233,7 @@ def _react(
     repeats = RepeatDetector()
     parse_errors = 0
     tools = () if plain else tuple(ctx.schemas)  # a plain policy only gets the prompt
-    guarded = limits.token_budget is not None or limits.timeout_s is not None
+    guarded = limits.token_budget is not None or limits.timeout_s is not None or ctx.pricing is not None
     try:
         while ctx.trace.llm_calls - first_call < cap:  # one call a step (and a reflection)
             if guarded and ctx.deadline.expired():  # the clock ran out during the last tool call
