@@ -239,20 +239,7 @@ What the curves say:
 """
 
 
-def kept_sections(path: Path, page: str) -> str:
-    """The `## ` sections of the existing page that this report does not write (other
-    benchmarks' own sections, e.g. Game of 24), so regenerating the page keeps them."""
-    if not path.exists():
-        return ""
-    ours = {line for line in page.splitlines() if line.startswith("## ")}
-    kept: list[str] = []
-    keep = False
-    for line in path.read_text().splitlines(keepends=True):
-        if line.startswith("## "):
-            keep = line.rstrip("\n") not in ours
-        if keep:
-            kept.append(line)
-    return ("\n" if kept and not page.endswith("\n\n") else "") + "".join(kept)
+KEEP_MARKER = "<!-- sections below are written by other benchmarks; report.py keeps them -->"
 
 
 def main() -> int:
@@ -267,8 +254,11 @@ def main() -> int:
     chart(data, args.png)
     modes_md = args.modes_md.read_text() if args.modes_md.exists() else "(not measured)\n"
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    page = document(data, modes_md, args.command)
-    args.out.write_text(page + kept_sections(args.out, page))
+    # Sections other benchmarks wrote below KEEP_MARKER (benchmarks/batch.py) stay as they are.
+    kept = ""
+    if args.out.exists() and KEEP_MARKER in (old := args.out.read_text()):
+        kept = "\n" + old[old.index(KEEP_MARKER):]
+    args.out.write_text(document(data, modes_md, args.command) + kept)
     print(args.out)
     return 0
 

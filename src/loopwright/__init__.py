@@ -11,6 +11,7 @@ import importlib
 from typing import Any
 
 from loopwright import _moved
+from loopwright.batch import PolicyFactory, arun_many, policy_factory, run_many
 from loopwright.calls import CallInfo, current_call
 from loopwright.durable.fork import fork
 from loopwright.durable.postgres import PostgresStore
@@ -30,7 +31,10 @@ from loopwright.errors import (
 )
 from loopwright.guards import Limits
 from loopwright.modes import (
+    AsyncRun,
     Run,
+    aiter_run,
+    arun,
     iter_plan_execute,
     iter_react,
     iter_reflexion,
@@ -69,6 +73,14 @@ def __getattr__(name: str) -> Any:
     # Submodules with heavy optional dependencies load on first use, not on import.
     if name in _LAZY:
         return importlib.import_module(f"loopwright.{name}")
+    if name == "RayExecutor":  # Ray itself is imported only when a batch runs on it
+        from loopwright.batch.ray_executor import RayExecutor
+
+        return RayExecutor
+    if name in ("evaluate", "EvalReport"):
+        from loopwright.batch import evaluation
+
+        return getattr(evaluation, name)
     if name == "Session":  # imports memory (numpy)
         from loopwright.session import Session
 
@@ -80,7 +92,9 @@ __all__ = [
     "STOP_REASONS",
     "Action",
     "CallInfo",
+    "AsyncRun",
     "Completion",
+    "EvalReport",
     "FinalAnswer",
     "Limits",
     "LoopwrightError",
@@ -92,7 +106,9 @@ __all__ = [
     "PlanStep",
     "Policy",
     "PostgresStore",
+    "PolicyFactory",
     "PromptSet",
+    "RayExecutor",
     "ReplayMissError",
     "Run",
     "RunInterrupted",
@@ -113,6 +129,10 @@ __all__ = [
     "Usage",
     "current_call",
     "fork",
+    "aiter_run",
+    "arun",
+    "arun_many",
+    "evaluate",
     "iter_plan_execute",
     "iter_react",
     "iter_reflexion",
@@ -122,8 +142,10 @@ __all__ = [
     "parse_plan",
     "parse_react_step",
     "parse_tool_calls",
+    "policy_factory",
     "resume",
     "run",
+    "run_many",
     "run_plan_execute",
     "run_react",
     "run_reflexion",

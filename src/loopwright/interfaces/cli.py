@@ -62,7 +62,8 @@ from loopwright.trace import Step, Trace
 
 def _register_provided() -> None:
     """Add the subcommands other modules provide, where present: `runs` (the run
-    journal, loopwright.interfaces.runs) and `view` (the trace viewer, loopwright.interfaces.viewer)."""
+    journal, loopwright.interfaces.runs), `batch` and `eval` (loopwright.interfaces.batch_cli)
+    and `view` (the trace viewer, loopwright.interfaces.viewer)."""
     if "runs" not in SUBCOMMANDS:
         try:
             from loopwright.interfaces import runs as store_cli
@@ -76,6 +77,10 @@ def _register_provided() -> None:
         from loopwright.interfaces import mcp_cli
 
         mcp_cli.register()
+    if "batch" not in SUBCOMMANDS:
+        from loopwright.interfaces import batch_cli
+
+        batch_cli.register()
     if "view" not in SUBCOMMANDS:
         try:
             from loopwright.interfaces import viewer

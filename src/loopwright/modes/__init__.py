@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from loopwright.modes._core import Run
+from loopwright.modes.asyncrun import AsyncRun
 from loopwright.modes.plan_execute import iter_plan_execute, run_plan_execute
 from loopwright.modes.react import iter_react, run_react
 from loopwright.modes.reflexion import iter_reflexion, run_reflexion
@@ -45,9 +46,24 @@ def run(task: str, policy: Policy, registry: ToolRegistry, mode: str = "react", 
     return iter_run(task, policy, registry, mode, **limits).run()
 
 
+def aiter_run(task: str, policy: Policy, registry: ToolRegistry, mode: str = "react", **limits: Any) -> AsyncRun:
+    """Start a run to drive from an event loop: `async for step in aiter_run(...)`, or
+    `await aiter_run(...).run()`. Same arguments as `run`."""
+    return AsyncRun(iter_run(task, policy, registry, mode, **limits))
+
+
+async def arun(task: str, policy: Policy, registry: ToolRegistry, mode: str = "react", **limits: Any) -> Trace:
+    """`run`, awaited: async policies and tools are awaited on this loop, sync ones run
+    in threads, so the event loop is never blocked. Same arguments and trace as `run`;
+    cancelling the awaiting task ends the run "interrupted" (see modes/asyncrun.py)."""
+    return await aiter_run(task, policy, registry, mode, **limits).run()
+
 __all__ = [
     "MODES",
+    "AsyncRun",
     "Run",
+    "aiter_run",
+    "arun",
     "iter_plan_execute",
     "iter_react",
     "iter_reflexion",

@@ -16,7 +16,7 @@ from loopwright.calls import bind_call, ephemeral_run_id, unbind_call
 from loopwright.errors import RunInterrupted
 from loopwright.guards import Deadline, Limits, call_key
 from loopwright.modes._policycall import _call_within, _PolicyTimeout
-from loopwright.policy import Completion, ModelRequest, Policy, call_policy
+from loopwright.policy import Completion, ModelRequest, Policy, call_policy, is_async_policy
 from loopwright.prompts import DEFAULT_PROMPTS, PromptSet
 from loopwright.safety import (
     ApprovalPending,
@@ -58,6 +58,14 @@ class Journal(Protocol):
     def record_pending(self, request: ApprovalRequest) -> None: ...
     def record_step(self, step: Step) -> None: ...
     def record_end(self, trace: Trace) -> None: ...
+
+
+class Bridge(Protocol):
+    """Where a run driven from an event loop sends its calls (modes/asyncrun.py)."""
+
+    def complete(self, policy: Policy, request: ModelRequest, timeout: float | None) -> Completion: ...
+    def execute(self, registry: ToolRegistry, name: str, args: dict[str, Any], timeout: float | None) -> ToolResult: ...
+    async def aexecute(self, registry: ToolRegistry, name: str, args: dict[str, Any], timeout: float | None) -> ToolResult: ...
 
 
 class Executed:
@@ -122,7 +130,8 @@ class RunContext:
             raise TypeError(f"task must be a str, got {type(task).__name__}")
         if not isinstance(registry, ToolRegistry):
             raise TypeError(f"registry must be a loopwright.ToolRegistry, got {type(registry).__name__}")
-        if not (callable(policy) or callable(getattr(policy, "complete", None))):
+        if not (callable(policy) or callable(getattr(policy, "complete", None))
+                or callable(getattr(policy, "acomplete", None))):
             raise TypeError(
                 f"policy must be a callable str -> str or have complete(request), got {type(policy).__name__}"
             )
@@ -140,7 +149,9 @@ class RunContext:
             not callable(getattr(policy, "complete", None))
             and journal is None
             and limits.timeout_s is None
+            and not is_async_policy(policy)
         )
+        self.bridge: Bridge | None = None  # set when an event loop drives the run (asyncrun.py)
         if on_deny not in ("observe", "stop"):
             raise ValueError(f"on_deny must be 'observe' or 'stop', got {on_deny!r}")
         self.approver = approver
@@ -172,7 +183,10 @@ class RunContext:
         in_flight = self.in_flight
         in_flight[key] = (name, args, time.perf_counter())
         try:
-            result = self.registry.execute(name, args, timeout_s=self.deadline.remaining())
+            if self.bridge is None:
+                result = self.registry.execute(name, args, timeout_s=self.deadline.remaining())
+            else:  # an async run: async tools go to its event loop
+                result = self.bridge.execute(self.registry, name, args, self.deadline.remaining())
         finally:
             unbind_call(token)
         in_flight.pop(key, None)  # kept when Ctrl-C cut the call: the trace says what was running
@@ -222,14 +236,19 @@ class RunContext:
                 self.trace.usage = self.trace.usage + usage
                 return ModelCall(completion.text, completion, usage, 0.0)
         remaining = self.deadline.remaining()
+        bridge = self.bridge
         in_flight = self.in_flight
         in_flight["model"] = (None, None, start)
         try:
-            if remaining is None:
+            if bridge is not None:
+                completion = bridge.complete(self.policy, request, remaining)
+            elif remaining is None:
                 completion = call_policy(self.policy, request)
             else:
                 completion = _call_within(self.policy, request, remaining)
             in_flight.pop("model", None)
+        except StopRun:  # cancelled from the event loop; the call stays in in_flight
+            raise
         except _PolicyTimeout:
             in_flight.pop("model", None)
             raise self._failed(request.purpose, PolicyFailed(f"model call outlived the run's timeout_s={self.limits.timeout_s}", "timeout"), start) from None
@@ -400,7 +419,10 @@ class RunContext:
         token = bind_call(self, key, 1, name)
         self.in_flight[key] = (name, args, time.perf_counter())
         try:
-            result = await self.registry.aexecute(name, args, timeout_s=self.deadline.remaining())
+            if self.bridge is not None:
+                result = await self.bridge.aexecute(self.registry, name, args, self.deadline.remaining())
+            else:
+                result = await self.registry.aexecute(name, args, timeout_s=self.deadline.remaining())
         finally:
             unbind_call(token)
         self.in_flight.pop(key, None)
@@ -536,6 +558,9 @@ class Run(Iterator[Step]):
         recorded on the trace; Ctrl-C becomes RunInterrupted; anything else propagates."""
         if isinstance(exc, StopRun):
             self._ctx.stop(exc.reason)
+            if exc.reason == "interrupted" and self._ctx.in_flight:  # cancelled from the event loop
+                self.trace.meta["in_flight"] = self.in_flight
+                self._ctx.in_flight.clear()
         elif isinstance(exc, KeyboardInterrupt):
             if self.trace.stopped_reason is None:
                 self._ctx.stop("interrupted")
