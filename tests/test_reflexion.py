@@ -280,3 +280,13 @@ def test_bracket_steps_are_numbered_per_scratchpad_across_critiques_and_attempts
         "</untrusted>\nReflection: do not divide by zero\nThought 2:")
     assert "Action 2: search[france]\nObservation 2: " in policy.prompts[3]
     assert policy.prompts[5].endswith("Thought 1:")  # the second attempt starts at 1 again
+
+
+def test_reflexion_runs_through_the_async_api(registry):
+    import asyncio
+
+    policy = lw.ScriptedPolicy([final("23"), "compute it", final("50")])
+    trace = asyncio.run(lw.arun("t", policy, registry, mode="reflexion",
+                                evaluator=lambda task, tr: tr.final_answer == "50"))
+    assert (trace.stopped_reason, trace.final_answer) == ("final", "50")
+    assert [s.kind for s in trace.steps] == ["final", "reflection", "final"]

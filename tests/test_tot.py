@@ -334,3 +334,18 @@ def test_sibling_value_calls_on_the_embedded_model_evaluate_only_past_the_shared
         usage = sibling.usage
         assert usage.evaluated_tokens < usage.prompt_tokens / 2, usage
         assert sibling.prompt[: state - 20] == values[0].prompt[: state - 20]
+
+
+def test_tot_runs_through_the_async_api_with_an_async_policy():
+    import asyncio
+
+    sync = tree_policy(TRAP, TRAP_VALUES)
+
+    async def policy(prompt: str) -> str:
+        await asyncio.sleep(0)
+        return sync(prompt)
+
+    trace = asyncio.run(lw.arun("make 24", policy, make_registry(), mode="tot"))
+    expected = lw.run("make 24", sync, make_registry(), mode="tot")
+    assert (trace.stopped_reason, trace.final_answer) == ("final", "24")
+    assert [s.kind for s in trace.steps] == [s.kind for s in expected.steps]
