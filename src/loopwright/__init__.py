@@ -37,12 +37,16 @@ from loopwright.modes import (
     arun,
     iter_plan_execute,
     iter_react,
+    iter_reflexion,
     iter_rewoo,
     iter_run,
+    iter_tot,
     run,
     run_plan_execute,
     run_react,
+    run_reflexion,
     run_rewoo,
+    run_tot,
 )
 from loopwright.policy import Completion, Model, ModelRequest, Policy, ScriptedPolicy, ToolCall
 from loopwright.prompts import PromptSet
@@ -131,8 +135,10 @@ __all__ = [
     "evaluate",
     "iter_plan_execute",
     "iter_react",
+    "iter_reflexion",
     "iter_rewoo",
     "iter_run",
+    "iter_tot",
     "parse_plan",
     "parse_react_step",
     "parse_tool_calls",
@@ -142,7 +148,9 @@ __all__ = [
     "run_many",
     "run_plan_execute",
     "run_react",
+    "run_reflexion",
     "run_rewoo",
+    "run_tot",
     "substitute",
     "tool",
 ]
