@@ -20,10 +20,11 @@ chromium --version
 ls /usr/lib/postgresql/*/bin/initdb
 
 # The Node MCP server the MCP tests talk to (@modelcontextprotocol/server-everything), into
-# .cache/node in the checkout: installed here, never fetched at test time. Needs node and npm.
-here=$(cd "$(dirname "$0")/.." && pwd)
+# $LOOPWRIGHT_CACHE/node (default ~/.cache/loopwright, kept between checkouts like the
+# wheelhouse): installed here, never fetched at test time. Needs node and npm.
+cache=${LOOPWRIGHT_CACHE:-$HOME/.cache/loopwright}
 everything_version=2026.8.31
-node_dir="$here/.cache/node"
+node_dir="$cache/node"
 if [ ! -x "$node_dir/node_modules/.bin/mcp-server-everything" ] \
   || ! grep -q "\"version\": \"$everything_version\"" "$node_dir/node_modules/@modelcontextprotocol/server-everything/package.json" 2>/dev/null; then
   if ! command -v npm >/dev/null 2>&1; then
@@ -38,9 +39,9 @@ fi
 echo "mcp-server-everything $everything_version in $node_dir"
 
 # A real OTLP receiver for the OpenTelemetry end-to-end test: Arize Phoenix from PyPI, in its
-# own virtual environment (.cache/phoenix; about 0.9 GB, kept apart from .venv's pins).
+# own virtual environment ($LOOPWRIGHT_CACHE/phoenix; about 0.9 GB, kept apart from .venv's pins).
 phoenix_version=20.26.1
-phoenix_dir="$here/.cache/phoenix"
+phoenix_dir="$cache/phoenix"
 if ! "$phoenix_dir/bin/python" -c "import sys, phoenix; sys.exit(phoenix.__version__ != '$phoenix_version')" 2>/dev/null; then
   python3 -m venv "$phoenix_dir"
   "$phoenix_dir/bin/python" -m pip install -q --disable-pip-version-check "arize-phoenix==$phoenix_version"

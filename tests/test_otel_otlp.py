@@ -1,5 +1,5 @@
 """End to end: a run's spans sent over OTLP/HTTP to a real receiver on 127.0.0.1 (Arize
-Phoenix from PyPI, installed by scripts/ci_deps.sh into .cache/phoenix), read back from
+Phoenix from PyPI, installed by scripts/ci_deps.sh into ~/.cache/loopwright/phoenix), read back from
 its REST API with the attributes the conventions name."""
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 import loopwright as lw
 from conftest import act, final, make_registry
-from helpers.mcp_servers import ROOT, free_port, stop
+from helpers.mcp_servers import free_port, stop
 
-PHOENIX = ROOT / ".cache" / "phoenix" / "bin" / "phoenix"
+CACHE = Path(os.environ.get("LOOPWRIGHT_CACHE") or Path.home() / ".cache" / "loopwright")
+PHOENIX = CACHE / "phoenix" / "bin" / "phoenix"  # where scripts/ci_deps.sh installs it
 
 
 def _get(url: str) -> object:

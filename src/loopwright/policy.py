@@ -17,7 +17,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from loopwright.errors import ScriptExhaustedError
 from loopwright.trace import Usage
 
-Purpose = Literal["react", "plan", "solve", "replan", "summarize"]
+Purpose = Literal["react", "plan", "solve", "replan", "summarize", "reflect", "propose", "value"]
 
 
 @dataclass(frozen=True, slots=True)

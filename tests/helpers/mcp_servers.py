@@ -2,7 +2,7 @@
 
 mcp-server-time (PyPI) comes with `scripts/install.sh --dev`; the Node server
 @modelcontextprotocol/server-everything (npm) with `scripts/ci_deps.sh`, into
-.cache/node in the checkout. A missing one fails the test, saying what to run.
+$LOOPWRIGHT_CACHE/node (default ~/.cache/loopwright/node). A missing one fails the test, saying what to run.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-NODE_BIN = ROOT / ".cache" / "node" / "node_modules" / ".bin"
+CACHE = Path(os.environ.get("LOOPWRIGHT_CACHE") or Path.home() / ".cache" / "loopwright")
+NODE_BIN = CACHE / "node" / "node_modules" / ".bin"  # where scripts/ci_deps.sh installs it
 
 
 def time_server() -> str:

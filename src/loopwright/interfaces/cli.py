@@ -73,14 +73,14 @@ def _register_provided() -> None:
             register = getattr(store_cli, "register", None)
             if callable(register):
                 register()
-    if "batch" not in SUBCOMMANDS:
-        from loopwright.interfaces import batch_cli
-
-        batch_cli.register()
     if "mcp" not in SUBCOMMANDS:
         from loopwright.interfaces import mcp_cli
 
         mcp_cli.register()
+    if "batch" not in SUBCOMMANDS:
+        from loopwright.interfaces import batch_cli
+
+        batch_cli.register()
     if "view" not in SUBCOMMANDS:
         try:
             from loopwright.interfaces import viewer
@@ -145,10 +145,18 @@ def _setup_run(p: argparse.ArgumentParser) -> None:
     add_tool_args(p)
     mcp_cli.add_run_flags(p)
     add_prompt_args(p)
-    p.add_argument("--max-steps", type=_positive_int, default=6)
+    p.add_argument("--max-steps", type=_positive_int, default=None,
+                   help="model calls (ReAct, reflexion, tot) or plan length (default 6; reflexion 20, tot 60)")
     p.add_argument("--token-budget", type=_positive_int, default=None)
     p.add_argument("--timeout-s", type=_seconds, default=None, help="wall-clock limit of the run")
     p.add_argument("--max-replans", type=_non_negative_int, default=2)
+    p.add_argument("--max-reflections", type=_non_negative_int, default=2, help="reflexion: critiques at most")
+    p.add_argument("--on-tool-error", choices=("observe", "reflect"), default="observe",
+                   help="react, reflexion: reflect asks for a critique after a tool error")
+    p.add_argument("--search", choices=("bfs", "dfs"), default="bfs", help="tot: the search")
+    p.add_argument("--breadth", type=_positive_int, default=2, help="tot: nodes BFS keeps per level")
+    p.add_argument("--depth", type=_positive_int, default=3, help="tot: the longest path")
+    p.add_argument("--max-nodes", type=_positive_int, default=24, help="tot: the node budget")
     p.add_argument(
         "--on-repeat", choices=("nudge", "stop", "off"), default=None,
         help="ReAct: what an identical call for the third time in a row gets (default: nudge)",
@@ -179,7 +187,9 @@ def _setup_run(p: argparse.ArgumentParser) -> None:
 def run_options(args: argparse.Namespace) -> dict[str, Any]:
     """The limits and run options `loopwright run` passes to lw.iter_run for these flags
     (no store, no approver: those need the terminal and the journal)."""
-    options: dict[str, Any] = {"max_steps": args.max_steps}
+    options: dict[str, Any] = {}
+    if args.max_steps is not None or args.mode not in ("reflexion", "tot"):  # their own defaults
+        options["max_steps"] = args.max_steps or 6
     if not args.tools and not (getattr(args, "mcp", None) or getattr(args, "mcp_url", None)):
         from loopwright.interfaces.demo_tools import demo_prompts
 
@@ -191,10 +201,15 @@ def run_options(args: argparse.Namespace) -> dict[str, Any]:
         options["token_budget"] = args.token_budget
     if args.timeout_s is not None:
         options["timeout_s"] = args.timeout_s
-    if args.mode == "react":
+    if args.mode in ("react", "reflexion"):
         options["dialect"] = args.dialect
+        options["on_tool_error"] = args.on_tool_error
         if args.on_repeat is not None:
             options["on_repeat"] = args.on_repeat
+    if args.mode == "reflexion":
+        options["max_reflections"] = args.max_reflections
+    if args.mode == "tot":
+        options.update(search=args.search, breadth=args.breadth, depth=args.depth, max_nodes=args.max_nodes)
     if args.mode == "plan_execute":
         options["max_replans"] = args.max_replans
     return options
@@ -320,6 +335,9 @@ def print_step(console: Console, step: Step) -> None:
         "action": "cyan",
         "plan": "magenta",
         "replan": "magenta",
+        "reflection": "magenta",
+        "propose": "blue",
+        "value": "blue",
         "nudge": "yellow",
         "parse_error": "red",
         "error": "red",

@@ -23,6 +23,7 @@ from typing import Any, Final
 
 from loopwright.errors import LoopwrightError
 from loopwright.interfaces.common import ArgumentParser, UsageError, output_path
+from loopwright.interfaces.viewer_tree import attempts_section, tot_section
 from loopwright.trace import STEP_KINDS, Step, Trace, load_trace
 
 __all__ = ["load_trace", "render_html", "run_view", "setup_view_parser", "view_main", "write_html"]
@@ -31,7 +32,7 @@ ISSUE_KINDS: Final = frozenset({"parse_error", "error"})
 """Steps drawn red: the model or the policy failed."""
 GUARD_KINDS: Final = frozenset({"nudge", "denied"})
 """Steps drawn amber: a guard or a gate stepped in."""
-MODEL_KINDS_WITHOUT_PROMPT: Final = frozenset({"plan", "solve", "replan"})
+MODEL_KINDS_WITHOUT_PROMPT: Final = frozenset({"plan", "solve", "replan", "reflection", "propose", "value"})
 
 _PREVIEW_CHARS: Final = 160
 
@@ -497,7 +498,7 @@ def render_html(trace: Trace | Mapping[str, Any]) -> str:
         f"<style>{_asset('viewer.css')}</style></head><body><main>"
         f"{_header(trace, len(calls))}"
         f'<div class="grid2">{_token_section(calls, trace)}{_latency_section(trace.steps)}</div>'
-        f"{_timeline(trace)}{extras}"
+        f"{attempts_section(trace)}{tot_section(trace)}{_timeline(trace)}{extras}"
         f"<footer>Written by loopwright's viewer. Every string above is model or tool output, "
         f"shown as text.</footer></main><script>{_asset('viewer.js')}</script></body></html>\n"
     )

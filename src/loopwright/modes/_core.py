@@ -9,13 +9,13 @@ import threading
 import time
 import traceback
 from collections.abc import Generator, Iterable, Iterator
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from loopwright import otel, pricing
 from loopwright.calls import bind_call, ephemeral_run_id, unbind_call
 from loopwright.errors import RunInterrupted
 from loopwright.guards import Deadline, Limits, call_key
-from loopwright.modes._bridge import Bridge
+from loopwright.modes._contracts import Bridge, Executed, Journal, ModelCall, PolicyFailed, StopRun
 from loopwright.modes._policycall import _call_within, _PolicyTimeout
 from loopwright.policy import Completion, ModelRequest, Policy, call_policy, is_async_policy
 from loopwright.prompts import DEFAULT_PROMPTS, PromptSet
@@ -32,72 +32,21 @@ from loopwright.trace import Step, Trace, Usage, estimate_tokens
 from loopwright.wire.tools import Tool, ToolError, ToolRegistry, ToolResult
 from loopwright.wire.toolset import tool_set
 
+__all__ = [  # the contracts are re-exported: the loops import them from here
+    "Bridge",
+    "Executed",
+    "Journal",
+    "ModelCall",
+    "PolicyFailed",
+    "Run",
+    "RunContext",
+    "StepGen",
+    "StopRun",
+    "first_line",
+    "open_context",
+]
+
 StepGen = Generator[Step, None, None]
-
-
-class StopRun(Exception):
-    """Internal: the run must end now (denied, paused, unknown side-effect outcome).
-    The step explaining why is already recorded."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-
-
-class Journal(Protocol):
-    """Where a durable run writes every model call, tool call and step before using it,
-    and where a resumed run finds them again (see loopwright.durable.store)."""
-
-    def recorded_completion(self, n: int) -> tuple[Completion, Usage] | None: ...
-    def record_completion(self, n: int, request: ModelRequest, completion: Completion, usage: Usage) -> None: ...
-    def recorded_tool(self, key: str) -> tuple[str, ToolResult | None] | None: ...
-    def record_tool_start(self, key: str, name: str, args: dict[str, Any]) -> None: ...
-    def attempt(self, key: str) -> int: ...
-    def record_tool_result(self, key: str, result: ToolResult) -> None: ...
-    def recorded_decision(self, key: str) -> Decision | None: ...
-    def record_decision(self, request: ApprovalRequest, decision: Decision) -> None: ...
-    def record_pending(self, request: ApprovalRequest) -> None: ...
-    def record_step(self, step: Step) -> None: ...
-    def record_end(self, trace: Trace) -> None: ...
-
-
-class Executed:
-    """What the execution choke point did with one proposed call. (A plain slots class,
-    not a frozen dataclass: one is built per tool call and never leaves the loop.)"""
-
-    __slots__ = ("kind", "meta", "result")
-
-    def __init__(self, result: ToolResult, kind: str = "action", meta: dict[str, Any] | None = None) -> None:
-        self.result = result
-        self.kind = kind  # or "denied"
-        self.meta = meta
-
-
-class ModelCall:
-    """One answered model call: its text, the Completion (None when a plain policy
-    returned a str), what it cost, and how long it took. Internal, one per call."""
-
-    __slots__ = ("completion", "seconds", "text", "usage")
-
-    def __init__(self, text: str, completion: Completion | None, usage: Usage, seconds: float) -> None:
-        self.text = text
-        self.completion = completion
-        self.usage = usage
-        self.seconds = seconds
-
-    @property
-    def retries(self) -> Any:
-        """Transient errors the backend retried for this call (its `meta["retries"]`)."""
-        return None if self.completion is None else self.completion.meta.get("retries")
-
-
-class PolicyFailed(Exception):
-    """Internal: the policy raised or timed out; `message` is what the trace records."""
-
-    def __init__(self, message: str, reason: str = "error") -> None:
-        super().__init__(message)
-        self.message = message
-        self.reason = reason
 
 
 class RunContext:
@@ -123,7 +72,8 @@ class RunContext:
             raise TypeError(f"task must be a str, got {type(task).__name__}")
         if not isinstance(registry, ToolRegistry):
             raise TypeError(f"registry must be a loopwright.ToolRegistry, got {type(registry).__name__}")
-        if not (callable(policy) or any(callable(getattr(policy, m, None)) for m in ("complete", "acomplete"))):
+        if not (callable(policy) or callable(getattr(policy, "complete", None))
+                or callable(getattr(policy, "acomplete", None))):
             raise TypeError(
                 f"policy must be a callable str -> str or have complete(request), got {type(policy).__name__}"
             )
@@ -137,13 +87,13 @@ class RunContext:
         self.started = time.perf_counter()
         self._schemas: list[dict[str, Any]] | None = None
         # a plain callable policy, no journal, no wall clock: call_text() may be used
-        self.bridge: Bridge | None = None  # set when an event loop drives the run (asyncrun.py)
         self.plain_policy = (
             not callable(getattr(policy, "complete", None))
             and journal is None
             and limits.timeout_s is None
             and not is_async_policy(policy)
         )
+        self.bridge: Bridge | None = None  # set when an event loop drives the run (asyncrun.py)
         if on_deny not in ("observe", "stop"):
             raise ValueError(f"on_deny must be 'observe' or 'stop', got {on_deny!r}")
         self.approver = approver
@@ -175,7 +125,10 @@ class RunContext:
         in_flight = self.in_flight
         in_flight[key] = (name, args, time.perf_counter())
         try:
-            result = self.registry.execute(name, args, timeout_s=self.deadline.remaining()) if self.bridge is None else self.bridge.execute(self.registry, name, args, self.deadline.remaining())
+            if self.bridge is None:
+                result = self.registry.execute(name, args, timeout_s=self.deadline.remaining())
+            else:  # an async run: async tools go to its event loop
+                result = self.bridge.execute(self.registry, name, args, self.deadline.remaining())
         finally:
             unbind_call(token)
         in_flight.pop(key, None)  # kept when Ctrl-C cut the call: the trace says what was running
@@ -225,16 +178,19 @@ class RunContext:
                 self.trace.usage = self.trace.usage + usage
                 return ModelCall(completion.text, completion, usage, 0.0)
         remaining = self.deadline.remaining()
+        bridge = self.bridge
         in_flight = self.in_flight
         in_flight["model"] = (None, None, start)
         try:
-            if self.bridge is not None:  # RunCancelled (a BaseException) passes the excepts below
-                completion = self.bridge.complete(self.policy, request, remaining)
+            if bridge is not None:
+                completion = bridge.complete(self.policy, request, remaining)
             elif remaining is None:
                 completion = call_policy(self.policy, request)
             else:
                 completion = _call_within(self.policy, request, remaining)
             in_flight.pop("model", None)
+        except StopRun:  # cancelled from the event loop; the call stays in in_flight
+            raise
         except _PolicyTimeout:
             in_flight.pop("model", None)
             raise self._failed(request.purpose, PolicyFailed(f"model call outlived the run's timeout_s={self.limits.timeout_s}", "timeout"), start) from None
@@ -405,7 +361,10 @@ class RunContext:
         token = bind_call(self, key, 1, name)
         self.in_flight[key] = (name, args, time.perf_counter())
         try:
-            result = await (self.registry.aexecute(name, args, timeout_s=self.deadline.remaining()) if self.bridge is None else self.bridge.aexecute(self.registry, name, args, self.deadline.remaining()))
+            if self.bridge is not None:
+                result = await self.bridge.aexecute(self.registry, name, args, self.deadline.remaining())
+            else:
+                result = await self.registry.aexecute(name, args, timeout_s=self.deadline.remaining())
         finally:
             unbind_call(token)
         self.in_flight.pop(key, None)
@@ -541,6 +500,9 @@ class Run(Iterator[Step]):
         recorded on the trace; Ctrl-C becomes RunInterrupted; anything else propagates."""
         if isinstance(exc, StopRun):
             self._ctx.stop(exc.reason)
+            if exc.reason == "interrupted" and self._ctx.in_flight:  # cancelled from the event loop
+                self.trace.meta["in_flight"] = self.in_flight
+                self._ctx.in_flight.clear()
         elif isinstance(exc, KeyboardInterrupt):
             if self.trace.stopped_reason is None:
                 self._ctx.stop("interrupted")

@@ -8,10 +8,9 @@ an async tool are awaited there; a sync policy or tool runs in a daemon thread a
 there. Nothing blocks the event loop, and the worker thread only ever waits on a future.
 
 Cancelling the awaiting task cancels the call in flight (a sync call in its thread is
-abandoned, as a tool timeout abandons it), the choke point raises RunCancelled (a
-BaseException, so no `except Exception` turns it into an observation), and the run ends
-"interrupted": partial trace, the calls cut off in `trace.meta["in_flight"]`, journal
-closed as "interrupted" (resumable). The CancelledError then propagates, as asyncio expects; the
+abandoned, as a tool timeout abandons it), the choke point raises StopRun("interrupted"),
+and the run ends the way every run ends: partial trace, journal closed as
+"interrupted" (resumable). The CancelledError then propagates, as asyncio expects; the
 partial trace is on the AsyncRun (`aiter_run`) and in the journal.
 """
 
@@ -24,8 +23,7 @@ from collections.abc import Callable, Coroutine
 from functools import partial
 from typing import Any, TypeVar
 
-from loopwright.modes._bridge import RunCancelled
-from loopwright.modes._core import Run
+from loopwright.modes._core import Run, StopRun
 from loopwright.modes._policycall import _PolicyTimeout
 from loopwright.policy import Completion, ModelRequest, Policy, as_completion, is_async_policy
 from loopwright.trace import Step, Trace
@@ -48,21 +46,21 @@ class Bridge:
         self._in_flight: set[concurrent.futures.Future[Any]] = set()
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-        """Schedule `coro` on the loop; RunCancelled if the run is cancelled already."""
+        """Schedule `coro` on the loop; StopRun if the run is cancelled already."""
         with self._lock:
             if self.cancelled:
                 coro.close()
-                raise RunCancelled(CANCELLED)
+                raise StopRun("interrupted", CANCELLED)
             future = asyncio.run_coroutine_threadsafe(coro, self.loop)
             self._in_flight.add(future)
         return future
 
     def wait(self, future: concurrent.futures.Future[T]) -> T:
-        """Block the worker thread until `future` is done; RunCancelled when it was cancelled."""
+        """Block the worker thread until `future` is done; StopRun when it was cancelled."""
         try:
             return future.result()
         except concurrent.futures.CancelledError:
-            raise RunCancelled(CANCELLED) from None
+            raise StopRun("interrupted", CANCELLED) from None
         finally:
             with self._lock:
                 self._in_flight.discard(future)
@@ -79,9 +77,9 @@ class Bridge:
 
     def complete(self, policy: Policy, request: ModelRequest, timeout: float | None) -> Completion:
         """RunContext.call_model's call, on the loop. Raises what the policy raised,
-        _PolicyTimeout past `timeout`, RunCancelled when cancelled."""
+        _PolicyTimeout past `timeout`, StopRun when cancelled."""
         if self.cancelled:
-            raise RunCancelled(CANCELLED)
+            raise StopRun("interrupted", CANCELLED)
         if timeout is not None and timeout <= 0:
             raise _PolicyTimeout
         ok, value = self.wait(self.submit(guard(acall_policy(policy, request), timeout)))
@@ -102,7 +100,7 @@ class Bridge:
             return await asyncio.wrap_future(future)
         except asyncio.CancelledError:
             if future.cancelled():
-                raise RunCancelled(CANCELLED) from None
+                raise StopRun("interrupted", CANCELLED) from None
             raise
         finally:
             with self._lock:
@@ -195,9 +193,6 @@ class AsyncRun:
         if not run._finished:
             if run.trace.stopped_reason is None:
                 run._ctx.stop("interrupted")
-            if run._ctx.in_flight:  # what the cancellation cut off, as for Ctrl-C
-                run.trace.meta["in_flight"] = run.in_flight
-                run._ctx.in_flight.clear()
             run._finish()
 
     async def run(self) -> Trace:
@@ -224,11 +219,8 @@ class AsyncRun:
         """Stop iterating: a run not yet ended ends as "interrupted"."""
         if not self._done:
             self._attach().cancel()
-            try:
-                await self._in_worker(self._run.run)
-            except RunCancelled:
-                pass
-            self._close()
+            await self._in_worker(self._run.run)
+            self._done = True
         return self.trace
 
 
