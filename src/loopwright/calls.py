@@ -47,6 +47,8 @@ class CallSource(Protocol):
 _CURRENT: Final[ContextVar[tuple[CallSource, str, int, str] | None]] = ContextVar(
     "loopwright_current_call", default=None
 )
+CURRENT_CALL: Final = _CURRENT
+"""The variable itself, for the tool choke point's hot path (set/reset without a call)."""
 
 
 def current_call() -> CallInfo | None:

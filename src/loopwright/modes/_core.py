@@ -12,7 +12,7 @@ from collections.abc import Generator, Iterable, Iterator
 from typing import Any, Literal
 
 from loopwright import otel, pricing
-from loopwright.calls import bind_call, ephemeral_run_id, unbind_call
+from loopwright.calls import CURRENT_CALL, bind_call, ephemeral_run_id, unbind_call
 from loopwright.errors import RunInterrupted
 from loopwright.guards import Deadline, Limits, call_key
 from loopwright.modes._contracts import Bridge, Executed, Journal, ModelCall, PolicyFailed, StopRun
@@ -121,7 +121,7 @@ class RunContext:
 
     def _call_tool(self, name: str, args: dict[str, Any], key: str, attempt: int = 1) -> ToolResult:
         """The registry's execute, with the call current for `lw.current_call()`."""
-        token = bind_call(self, key, attempt, name)
+        token = CURRENT_CALL.set((self, key, attempt, name))  # bind_call, without the call
         in_flight = self.in_flight
         in_flight[key] = (name, args, time.perf_counter())
         try:
@@ -130,7 +130,7 @@ class RunContext:
             else:  # an async run: async tools go to its event loop
                 result = self.bridge.execute(self.registry, name, args, self.deadline.remaining())
         finally:
-            unbind_call(token)
+            CURRENT_CALL.reset(token)
         in_flight.pop(key, None)  # kept when Ctrl-C cut the call: the trace says what was running
         return result
 
