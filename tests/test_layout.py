@@ -133,7 +133,7 @@ def test_imports_run_one_way_from_interfaces_down_to_the_wire():
 
 
 def test_each_subpackage_init_says_what_lives_there():
-    for pkg in ("wire", "durable", "interfaces", "modes", "models", "memory", "batch"):
+    for pkg in ("wire", "durable", "interfaces", "modes", "models", "memory", "batch", "mcp"):
         doc = importlib.import_module(f"loopwright.{pkg}").__doc__ or ""
         assert len(doc.strip().splitlines()) >= 2, pkg
 
