@@ -1,8 +1,12 @@
-"""What durability costs a step: loopwright's SQLite journal against an in-memory run,
-side by side in one process, at N = 10 and N = 200 steps; and, for comparison, what
-LangGraph's in-memory checkpointer costs on the same workload.
+"""What durability costs a step: loopwright's SQLite and PostgreSQL journals against an
+in-memory run, side by side in one process, at N = 10 and N = 200 steps; and, for
+comparison, what LangGraph's in-memory checkpointer costs on the same workload.
 
-    .venv/bin/python benchmarks/journal.py [--repeats 9] [--ns 10,200]
+    .venv/bin/python benchmarks/journal.py [--repeats 9] [--ns 10,200] [--no-postgres]
+
+PostgreSQL: a server of the benchmark's own (Debian's postgresql, initdb in a temporary
+folder, a unix socket, fsync on as in production; tests/helpers/pgserver.py), stopped at
+the end. Its CPU is another process's, so for it the wall clock is the figure that counts.
 
 The workload is the peer benchmarks' (benchmarks/peers/common.py): a scripted model
 calls add(previous, k) N times, reading the previous result from the history, then
@@ -69,7 +73,7 @@ def check(script: Script, answer: object) -> None:
 # -- loopwright --------------------------------------------------------------------------
 
 
-def loopwright_runners(directory: Path) -> tuple[dict[str, Runner], list[Any]]:
+def loopwright_runners(directory: Path, pg_dsn: str | None = None) -> tuple[dict[str, Runner], list[Any]]:
     import loopwright as lw
     from loopwright.store import SQLiteStore
 
@@ -91,10 +95,13 @@ def loopwright_runners(directory: Path) -> tuple[dict[str, Runner], list[Any]]:
                 return f"Thought: done\nFinal Answer: {value}"
             return f" add the next number\nAction: add\nAction Input: {json.dumps(value)}"
 
-    stores = {
+    stores: dict[str, Any] = {
         "journal NORMAL": SQLiteStore(directory / "normal.db", synchronous="NORMAL"),
         "journal FULL": SQLiteStore(directory / "full.db", synchronous="FULL"),
     }
+    if pg_dsn is not None:
+        stores["journal Postgres"] = lw.PostgresStore(pg_dsn)
+        stores["Postgres async"] = lw.PostgresStore(pg_dsn, synchronous_commit="off")
 
     def runner(store: Any) -> Runner:
         def run(n: int) -> None:
@@ -108,28 +115,70 @@ def loopwright_runners(directory: Path) -> tuple[dict[str, Runner], list[Any]]:
     return runners, list(stores.values())
 
 
-def bench_loopwright(ns: list[int], repeats: int, full: bool) -> None:
+def start_postgres() -> Any:
+    """A durable PostgreSQL server of the benchmark's own, or None (saying why)."""
+    sys.path.insert(0, str(HERE.parent / "tests"))
+    from helpers.pgserver import PostgresServer
+
+    try:
+        return PostgresServer().start(durable=True)
+    except RuntimeError as exc:
+        print(f"Postgres: skipped ({str(exc).splitlines()[0]})")
+        return None
+
+
+def bench_loopwright(ns: list[int], repeats: int, full: bool, postgres: bool) -> None:
+    server = start_postgres() if postgres else None
+    try:
+        _bench_loopwright(ns, repeats, full, None if server is None else server.dsn())
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def _bench_loopwright(ns: list[int], repeats: int, full: bool, pg_dsn: str | None) -> None:
+    from loopwright.store import SQLiteStore
+
     with tempfile.TemporaryDirectory() as tmp:
-        runners, stores = loopwright_runners(Path(tmp))
+        runners, stores = loopwright_runners(Path(tmp), pg_dsn)
         if not full:
             runners.pop("journal FULL")
+        pg = next((s for s in stores if not isinstance(s, SQLiteStore)), None)
+        if pg is not None:  # what one round trip to this server costs now, for scale
+            t0 = time.perf_counter()
+            for _ in range(200):
+                pg._one("SELECT 1")
+            print(f"Postgres round trip (SELECT 1 on a unix socket): {(time.perf_counter() - t0) / 200 * 1e6:.0f} us")
         print("loopwright ReAct, scripted policy, trivial tool: us per step, wall / CPU, median of "
               f"{repeats} interleaved runs (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
-        print(f"{'N':>5} " + " ".join(f"{name:>17}" for name in runners) + f" {'NORMAL overhead':>17}")
+        journals = [name for name in ("journal NORMAL", "journal Postgres", "Postgres async") if name in runners]
+        print(f"{'N':>5} " + " ".join(f"{name:>17}" for name in runners)
+              + "".join(f" {name.replace('journal ', '') + ' extra':>17}" for name in journals))
         rows = {}
         for n in ns:
             us = per_step_us(runners, n, repeats)
             rows[n] = us
-            extra = {k: us["journal NORMAL"][k] - us["in-memory"][k] for k in ("wall", "cpu")}
             cells = [f"{us[name]['wall']:>8.1f} /{us[name]['cpu']:>7.1f}" for name in runners]
-            print(f"{n:>5} " + " ".join(cells) + f" {extra['wall']:>8.1f} /{extra['cpu']:>7.1f}")
+            for name in journals:
+                extra = {k: us[name][k] - us["in-memory"][k] for k in ("wall", "cpu")}
+                cells.append(f"{extra['wall']:>8.1f} /{extra['cpu']:>7.1f}")
+            print(f"{n:>5} " + " ".join(cells))
+        for name in ("journal Postgres", "Postgres async"):
+            if name not in runners:
+                continue
+            for n in ns:
+                pg = rows[n][name]["wall"] - rows[n]["in-memory"]["wall"]
+                lite = rows[n]["journal NORMAL"]["wall"] - rows[n]["in-memory"]["wall"]
+                print(f"N={n}: {name} costs {pg:.0f} us a step (wall), {pg / max(lite, 1e-9):.1f}x "
+                      f"SQLite NORMAL's {lite:.0f} us; the bare loop takes {rows[n]['in-memory']['wall']:.0f} us")
         if len(ns) > 1:
             lo, hi = ns[0], ns[-1]
-            for k in ("wall", "cpu"):
-                growth = (rows[hi]["journal NORMAL"][k] - rows[hi]["in-memory"][k]) / max(
-                    1e-9, rows[lo]["journal NORMAL"][k] - rows[lo]["in-memory"][k])
-                print(f"journal overhead per step ({k}) at N={hi} vs N={lo}: {growth:.2f}x (flat is 1.0)")
-        sizes = {Path(s.path).name: Path(s.path).stat().st_size for s in stores}
+            for name in journals:
+                for k in ("wall", "cpu"):
+                    growth = (rows[hi][name][k] - rows[hi]["in-memory"][k]) / max(
+                        1e-9, rows[lo][name][k] - rows[lo]["in-memory"][k])
+                    print(f"{name} overhead per step ({k}) at N={hi} vs N={lo}: {growth:.2f}x (flat is 1.0)")
+        sizes = {Path(s.path).name: Path(s.path).stat().st_size for s in stores if isinstance(s, SQLiteStore)}
         for s in stores:
             s.close()
         print(f"journal files after the benchmark: {sizes}")
@@ -231,13 +280,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--no-full", action="store_true", help="skip synchronous=FULL")
     parser.add_argument("--no-langgraph", action="store_true")
+    parser.add_argument("--no-postgres", action="store_true", help="skip the PostgreSQL journal")
     parser.add_argument("--langgraph", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     ns = [int(x) for x in args.ns.split(",")]
     if args.langgraph:
         bench_langgraph_here(ns, args.repeats)
         return
-    bench_loopwright(ns, args.repeats, full=not args.no_full)
+    bench_loopwright(ns, args.repeats, full=not args.no_full, postgres=not args.no_postgres)
     if not args.no_langgraph:
         bench_langgraph(ns, args.repeats)
 

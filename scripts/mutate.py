@@ -52,12 +52,13 @@ MUTATIONS = [
              r'self._ledger[name + "\x00" + _idempotency_key(tool, args)] = (key, recorded[1])', "pass",
              ("tests/test_safety.py",)),
     # the run's wall clock reaches the tools
-    Mutation("timeout_s not passed to tools: plain path", CORE,
+    # (the plain and gated paths share one call since the issue-15 merge: one line for both)
+    Mutation("timeout_s not passed to tools: plain and gated paths", CORE,
              "result = self.registry.execute(name, args, timeout_s=self.deadline.remaining())",
-             "result = self.registry.execute(name, args)", ("tests/test_react.py",), nth=1),
-    Mutation("timeout_s not passed to tools: gated path", CORE,
+             "result = self.registry.execute(name, args)", ("tests/test_react.py",)),
+    Mutation("timeout_s not passed to tools: ReWOO gated path", CORE,
              "result = self.registry.execute(name, args, timeout_s=self.deadline.remaining())",
-             "result = self.registry.execute(name, args)", ("tests/test_react.py",), nth=2),
+             "result = self.registry.execute(name, args)", ("tests/test_rewoo.py",)),
     Mutation("timeout_s not passed to tools: ReWOO plain path", CORE,
              "result = await self.registry.aexecute(name, args, timeout_s=self.deadline.remaining())",
              "result = await self.registry.aexecute(name, args)", ("tests/test_rewoo.py",)),
@@ -93,7 +94,7 @@ MUTATIONS = [
     Mutation("ReAct: nudge text says count, not count - 1", "modes/react.py",
              "count=count - 1", "count=count", ("tests/test_react.py",)),
     # the store's listing
-    Mutation("list_runs: newest first by id, not by creation", "durable/store.py",
+    Mutation("list_runs: newest first by id, not by creation", "durable/base.py",
              '" ORDER BY created_at DESC, id DESC"', '" ORDER BY id DESC"', ("tests/test_store.py",)),
     # approval fails closed
     Mutation("approval: a truthy non-bool answer approves", "safety.py",

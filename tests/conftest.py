@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import loopwright as lw
+from loopwright.durable.base import StoreBase
 
 FACT = "Paris is the capital and largest French city"  # 8 words
 
@@ -63,3 +64,33 @@ def act(name: str, args: str, thought: str = "next") -> str:
 
 def final(answer: str, thought: str = "done") -> str:
     return f"Thought: {thought}\nFinal Answer: {answer}"
+
+
+# -- run journals: SQLite and a real PostgreSQL server ------------------------------------
+
+STORE_KINDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.slow)]
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """A PostgreSQL server of the session's own (initdb in a temporary folder, a unix
+    socket there), stopped at the end. Not installed: the tests using it fail saying how
+    to install it."""
+    from helpers.pgserver import PostgresServer
+
+    server = PostgresServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def pg_dsn(pg_server) -> str:
+    """A DSN for a fresh, empty schema on the session's server."""
+    return pg_server.dsn(pg_server.new_schema())
+
+
+def open_journal(kind: str, request: pytest.FixtureRequest, path) -> StoreBase:
+    """A new journal of the given kind: a SQLite file at `path`, or a fresh Postgres schema."""
+    if kind == "postgres":
+        return lw.PostgresStore(request.getfixturevalue("pg_dsn"))
+    return lw.SQLiteStore(path)

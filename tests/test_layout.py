@@ -117,6 +117,7 @@ _FORBIDDEN = {
                           "loopwright.session"),
     "loopwright.modes": ("loopwright.durable", "loopwright.interfaces", "loopwright.session"),
     "loopwright.durable": ("loopwright.interfaces",),
+    "loopwright.batch": ("loopwright.interfaces", "loopwright.session"),
     "loopwright.trace": ("loopwright.wire", "loopwright.modes", "loopwright.durable", "loopwright.interfaces"),
     "loopwright.errors": ("loopwright.wire", "loopwright.modes", "loopwright.durable", "loopwright.interfaces"),
 }
@@ -132,7 +133,7 @@ def test_imports_run_one_way_from_interfaces_down_to_the_wire():
 
 
 def test_each_subpackage_init_says_what_lives_there():
-    for pkg in ("wire", "durable", "interfaces", "modes", "models", "memory"):
+    for pkg in ("wire", "durable", "interfaces", "modes", "models", "memory", "batch", "mcp"):
         doc = importlib.import_module(f"loopwright.{pkg}").__doc__ or ""
         assert len(doc.strip().splitlines()) >= 2, pkg
 

@@ -216,3 +216,45 @@ def test_with_grammars_twenty_tasks_give_no_parse_error_in_rewoo() -> None:
         failures += _parse_failures(trace)
         assert trace.llm_calls == 2 and trace.stopped_reason == "final", trace
     assert failures == []
+
+
+@pytest.mark.slow
+def test_two_runs_sharing_one_model_take_turns_on_its_context() -> None:
+    """Two arun runs and two threaded sync runs share one LlamaCpp at once: llama.cpp is
+    never entered by two calls together, every run ends, and each call's usage is its
+    own (what was evaluated is at most what was sent)."""
+    import asyncio
+    import threading
+
+    model = lw.models.LlamaCpp(n_ctx=1024, max_tokens=16, grammar=False)  # short calls: CI has 2 cores
+    inside = peak = 0
+    guard = threading.Lock()
+    create = model.llm.create_completion
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        nonlocal inside, peak
+        with guard:
+            inside += 1
+            peak = max(peak, inside)
+        try:
+            return create(*args, **kwargs)
+        finally:
+            with guard:
+                inside -= 1
+
+    model.llm.create_completion = counted  # type: ignore[method-assign]
+    tasks = [task for task, _answer in DEMO_TASKS[:2]]
+
+    async def two_async() -> list[lw.Trace]:
+        return list(await asyncio.gather(
+            *(lw.arun(t, model, demo_registry(), max_steps=1) for t in tasks)
+        ))
+
+    traces = asyncio.run(two_async())
+    traces += lw.run_many(tasks, model, demo_registry(), concurrency=2, max_steps=1)
+    assert peak == 1
+    assert len(traces) == 4 and all(t.stopped_reason in ("final", "max_steps", "error") for t in traces)
+    for trace in traces:
+        assert trace.llm_calls == 1 and trace.steps[0].kind != "error"  # the model answered
+        for step in trace.steps:
+            assert step.usage is not None and 0 < step.usage.evaluated_tokens <= step.usage.prompt_tokens

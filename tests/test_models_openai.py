@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import subprocess
@@ -356,3 +357,59 @@ def test_real_server_native_tool_call_round_trip_through_run_react(llama_server:
     assert trace.steps[1].kind == "final" and trace.stopped_reason == "final"
     assert trace.llm_calls == 2 and trace.final_answer
     assert trace.usage.prompt_tokens > 0 and not trace.usage.estimated
+
+
+# -- the async client -------------------------------------------------------------------
+
+
+def test_acomplete_sends_the_same_request_as_complete_and_reads_usage(stub: Any) -> None:
+    usage = {"prompt_tokens": 12, "completion_tokens": 2, "total_tokens": 14}
+    server = stub((200, completion_body(" 391", usage)), (200, completion_body(" 391", usage)))
+    model = lw.models.OpenAICompatible(server.url, "m")
+    request = lw.ModelRequest("17 * 23 =", ("\n",), max_tokens=8)
+    sync = model.complete(request)
+    out = asyncio.run(model.acomplete(request))
+    assert out.text == sync.text == " 391"
+    assert out.usage == sync.usage == lw.Usage(12, 12, 2)
+    assert server.requests[1] == server.requests[0]
+
+
+def test_acomplete_retries_transient_errors_and_counts_them(stub: Any) -> None:
+    server = stub((503, {"error": {"message": "busy"}}), (200, completion_body("ok")))
+    model = lw.models.OpenAICompatible(server.url, "m", max_retries=2, backoff_s=0.01)
+    out = asyncio.run(model.acomplete(lw.ModelRequest("p")))
+    assert out.text == "ok" and out.meta["retries"] == 1 and len(server.requests) == 2
+
+
+def test_acomplete_chat_returns_raw_tool_calls(stub: Any) -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "math_add", "arguments": '{"x": 1, "y": 2}'}}
+    server = stub((200, chat_body(None, [call])))
+    model = lw.models.OpenAICompatible(server.url, "m", mode="chat")
+    out = asyncio.run(model.acomplete(lw.ModelRequest("p", tools=(ADD,))))
+    assert out.tool_calls == (lw.ToolCall("math.add", '{"x": 1, "y": 2}', "c1"),)
+
+
+def test_arun_through_the_async_client_keeps_one_pooled_client_per_loop(stub: Any) -> None:
+    replies = [(200, completion_body("Thought: t\nFinal Answer: 4", {"prompt_tokens": 9, "completion_tokens": 3,
+                                                                    "total_tokens": 12}))] * 6
+    server = stub(*replies)
+    model = lw.models.OpenAICompatible(server.url, "m")
+
+    async def main() -> list[lw.Trace]:
+        traces = await asyncio.gather(*(lw.arun(f"q{i}", model, lw.ToolRegistry()) for i in range(6)))
+        assert len(model._aclients) == 1
+        return list(traces)
+
+    traces = asyncio.run(main())
+    assert [t.final_answer for t in traces] == ["4"] * 6
+    assert all(t.usage == lw.Usage(9, 9, 3) for t in traces)
+    assert len(server.requests) == 6
+
+
+@pytest.mark.slow
+def test_real_server_acomplete_matches_complete(llama_server: str) -> None:
+    model = lw.models.OpenAICompatible(llama_server, "smollm2", max_tokens=12)
+    request = lw.ModelRequest("Count to ten.\n1, 2, 3, 4,", (" 7",))
+    out = asyncio.run(model.acomplete(request))
+    assert " 7" not in out.text and out.meta["finish_reason"] == "stop"
+    assert out.usage is not None and out.usage.prompt_tokens > 5

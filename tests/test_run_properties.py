@@ -40,7 +40,7 @@ output = st.one_of(
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     outputs=st.lists(output, min_size=0, max_size=40),
-    mode=st.sampled_from(["react", "rewoo", "plan_execute"]),
+    mode=st.sampled_from(["react", "rewoo", "plan_execute", "reflexion", "tot"]),
     max_steps=st.integers(1, 12),
     budget=st.one_of(st.none(), st.integers(1, 20_000)),
     on_repeat=st.sampled_from(["nudge", "stop", "off"]),
@@ -67,12 +67,20 @@ def test_every_run_terminates_within_its_limits(outputs, mode, max_steps, budget
     possible |= {"token_budget"} if budget is not None else set()
     possible |= {"repeated_call"} if mode == "react" and on_repeat == "stop" else set()
     possible |= {"max_replans"} if mode == "plan_execute" else set()
+    possible |= {"max_reflections"} if mode == "reflexion" else set()  # a failed attempt is retried
+    possible |= {"max_nodes", "exhausted"} if mode == "tot" else set()
     assert trace.stopped_reason in possible
     if trace.stopped_reason == "max_steps" and mode == "react":
         assert trace.llm_calls == max_steps
-    if mode == "react":
+    if trace.stopped_reason == "max_steps" and mode == "reflexion":  # no room left for a critique
+        assert trace.llm_calls >= max_steps - 1
+    if mode in ("react", "reflexion"):  # reflexion: attempt steps + reflections, all within max_steps
         assert trace.llm_calls <= max_steps
         assert trace.llm_calls == len(trace.steps)
+    elif mode == "tot":
+        assert trace.llm_calls <= max_steps
+        assert trace.llm_calls == sum(s.kind in ("propose", "value", "error") for s in trace.steps)
+        assert trace.meta["tot"]["nodes"] <= 24
     elif mode == "rewoo":
         assert trace.llm_calls <= 2
     else:

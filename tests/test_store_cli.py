@@ -161,3 +161,9 @@ def test_runs_module_runs_as_a_command(db):
     out = subprocess.run([sys.executable, "-m", "loopwright.store_cli", "list", "--db", str(db)],
                          capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 0 and "interrupted" in out.stdout
+
+
+def test_show_lists_the_recorded_tools_by_name(db):
+    code, text = cli("show", "done", "--db", str(db))
+    assert code == 0
+    assert "'tool_set': ['add', 'divide', 'multiply', 'search', 'word_count']" in text

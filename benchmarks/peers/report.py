@@ -239,6 +239,9 @@ What the curves say:
 """
 
 
+KEEP_MARKER = "<!-- sections below are written by other benchmarks; report.py keeps them -->"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--peers", type=Path, default=HERE / "results" / "peers.json")
@@ -251,7 +254,11 @@ def main() -> int:
     chart(data, args.png)
     modes_md = args.modes_md.read_text() if args.modes_md.exists() else "(not measured)\n"
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(document(data, modes_md, args.command))
+    # Sections other benchmarks wrote below KEEP_MARKER (benchmarks/batch.py) stay as they are.
+    kept = ""
+    if args.out.exists() and KEEP_MARKER in (old := args.out.read_text()):
+        kept = "\n" + old[old.index(KEEP_MARKER):]
+    args.out.write_text(document(data, modes_md, args.command) + kept)
     print(args.out)
     return 0
 

@@ -5,7 +5,8 @@
 #
 #   benchmarks/peers/setup.sh            all environments
 #   benchmarks/peers/setup.sh NAME...    only these (bare loopwright langgraph smolagents
-#                                        openai_agents pydantic_ai report)
+#                                        openai_agents pydantic_ai report
+#                                        pydantic_ai_http langgraph_http)
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -25,6 +26,9 @@ declare -A pins=(
   [openai_agents]="openai-agents==0.24.0"
   [pydantic_ai]="pydantic-ai-slim==2.62.0"
   [report]="matplotlib==3.11.2 -e $repo"
+  # benchmarks/batch.py: the same frameworks talking to an OpenAI-compatible HTTP server
+  [pydantic_ai_http]="pydantic-ai-slim[openai]==2.62.0"
+  [langgraph_http]="langchain==1.5.0 langgraph==1.2.22 langchain-openai==1.7.4"
 )
 order=(bare loopwright langgraph smolagents openai_agents pydantic_ai report)
 [ $# -gt 0 ] && order=("$@")

@@ -11,6 +11,10 @@ import importlib
 from typing import Any
 
 from loopwright import _moved
+from loopwright.batch import PolicyFactory, arun_many, policy_factory, run_many
+from loopwright.calls import CallInfo, current_call
+from loopwright.durable.fork import fork
+from loopwright.durable.postgres import PostgresStore
 from loopwright.durable.resume import resume
 from loopwright.durable.store import SQLiteStore
 from loopwright.errors import (
@@ -27,15 +31,22 @@ from loopwright.errors import (
 )
 from loopwright.guards import Limits
 from loopwright.modes import (
+    AsyncRun,
     Run,
+    aiter_run,
+    arun,
     iter_plan_execute,
     iter_react,
+    iter_reflexion,
     iter_rewoo,
     iter_run,
+    iter_tot,
     run,
     run_plan_execute,
     run_react,
+    run_reflexion,
     run_rewoo,
+    run_tot,
 )
 from loopwright.policy import Completion, Model, ModelRequest, Policy, ScriptedPolicy, ToolCall
 from loopwright.prompts import PromptSet
@@ -55,13 +66,21 @@ __version__ = "0.1.0"
 
 _moved.install(globals())  # old module paths (loopwright.tools, loopwright.cli, ...) keep working
 
-_LAZY = {"models", "memory"}
+_LAZY = {"models", "memory", "mcp", "otel", "pricing"}
 
 
 def __getattr__(name: str) -> Any:
     # Submodules with heavy optional dependencies load on first use, not on import.
     if name in _LAZY:
         return importlib.import_module(f"loopwright.{name}")
+    if name == "RayExecutor":  # Ray itself is imported only when a batch runs on it
+        from loopwright.batch.ray_executor import RayExecutor
+
+        return RayExecutor
+    if name in ("evaluate", "EvalReport"):
+        from loopwright.batch import evaluation
+
+        return getattr(evaluation, name)
     if name == "Session":  # imports memory (numpy)
         from loopwright.session import Session
 
@@ -72,7 +91,10 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "STOP_REASONS",
     "Action",
+    "CallInfo",
+    "AsyncRun",
     "Completion",
+    "EvalReport",
     "FinalAnswer",
     "Limits",
     "LoopwrightError",
@@ -83,7 +105,10 @@ __all__ = [
     "ParseError",
     "PlanStep",
     "Policy",
+    "PostgresStore",
+    "PolicyFactory",
     "PromptSet",
+    "RayExecutor",
     "ReplayMissError",
     "Run",
     "RunInterrupted",
@@ -103,18 +128,30 @@ __all__ = [
     "ToolResult",
     "Trace",
     "Usage",
+    "current_call",
+    "fork",
+    "aiter_run",
+    "arun",
+    "arun_many",
+    "evaluate",
     "iter_plan_execute",
     "iter_react",
+    "iter_reflexion",
     "iter_rewoo",
     "iter_run",
+    "iter_tot",
     "parse_plan",
     "parse_react_step",
     "parse_tool_calls",
+    "policy_factory",
     "resume",
     "run",
+    "run_many",
     "run_plan_execute",
     "run_react",
+    "run_reflexion",
     "run_rewoo",
+    "run_tot",
     "substitute",
     "tool",
 ]

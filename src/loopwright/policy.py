@@ -7,6 +7,9 @@ backend sees the same prompt the trace records.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import inspect
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -14,7 +17,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from loopwright.errors import ScriptExhaustedError
 from loopwright.trace import Usage
 
-Purpose = Literal["react", "plan", "solve", "replan", "summarize"]
+Purpose = Literal["react", "plan", "solve", "replan", "summarize", "reflect", "propose", "value"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,13 +91,57 @@ def call_policy(policy: Policy, request: ModelRequest) -> Completion:
     naming what is accepted.
     """
     complete = getattr(policy, "complete", None)
-    out = complete(request) if callable(complete) else policy(request.prompt)  # type: ignore[operator]
+    if callable(complete):
+        out = complete(request)
+    elif callable(acomplete := getattr(policy, "acomplete", None)):
+        out = acomplete(request)
+    else:
+        out = policy(request.prompt)  # type: ignore[operator]
+    if inspect.isawaitable(out):  # an async policy in a sync run: awaited on a private loop
+        out = _await_here(out)
+    return as_completion(out)
+
+
+def _await_here(awaitable: Any) -> Any:
+    """Await on a private event loop: in this thread, or in a helper thread when this
+    one already runs a loop (a sync run called from a notebook)."""
+
+    async def wait() -> Any:
+        return await awaitable
+
+    def run() -> Any:
+        with asyncio.Runner(loop_factory=asyncio.new_event_loop) as runner:
+            return runner.run(wait())
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return run()
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="loopwright-policy") as pool:
+        return pool.submit(run).result()
+
+
+def as_completion(out: Any) -> Completion:
+    """A policy's answer as a Completion; anything but str or Completion is a TypeError
+    naming what is accepted."""
     if isinstance(out, Completion):
         return out
     if isinstance(out, str):
         return Completion(str(out))  # a str subclass becomes a plain str, as in the trace
     raise TypeError(
         f"a policy must return str or loopwright.Completion, got {type(out).__name__}"
+    )
+
+
+def is_async_policy(policy: Any) -> bool:
+    """Whether the policy answers with a coroutine: it has `acomplete`, or its
+    `complete` or `__call__` is an `async def`."""
+    if callable(getattr(policy, "acomplete", None)):
+        return True
+    complete = getattr(policy, "complete", None)
+    target = complete if callable(complete) else policy
+    return inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(
+        getattr(target, "__call__", None)  # noqa: B004 - an object with `async def __call__`
     )
 
 

@@ -35,12 +35,13 @@ def default_memory(store: MemoryStore | None = None, namespace: str = "default")
 
 def memory_store_for(store: Any) -> MemoryStore | None:
     """The memory store that `Session(store=...)` means: a memory store as it is; a run
-    journal (anything with a file `path`, such as lw.SQLiteStore) holds memory in its
-    own file, in tables of their own; None for anything else."""
+    journal in a SQLite file (lw.SQLiteStore) holds memory in that file, in tables of
+    their own; None for anything else (a journal in memory, or on a PostgreSQL server:
+    a PostgreSQL memory store is left for later)."""
     if isinstance(store, MemoryStore):
         return store
     path = getattr(store, "path", None)
-    if isinstance(path, str) and path != ":memory:":
+    if isinstance(path, str) and path != ":memory:" and getattr(store, "dsn", None) is None:  # not Postgres
         return SQLiteMemoryStore(path)
     return None
 

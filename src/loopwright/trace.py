@@ -24,11 +24,15 @@ STOP_REASONS: Final = frozenset(
         "error",
         "max_replans",
         "token_budget",
+        "cost_budget",  # the run's model calls cost cost_budget_usd (see loopwright.pricing)
         "repeated_call",
         "timeout",
         "denied",
         "interrupted",
         "paused",  # waiting for an approval decision; resume() continues it
+        "max_reflections",  # Reflexion: every attempt failed and no reflection is left
+        "max_nodes",  # Tree-of-Thoughts: the node budget ran out before a solution
+        "exhausted",  # Tree-of-Thoughts: every branch within depth was tried or pruned
     }
 )
 
@@ -43,6 +47,9 @@ STEP_KINDS: Final = frozenset(
         "nudge",  # a repeated call that was not executed again
         "denied",  # a call refused by approval or scope
         "error",  # the policy itself raised
+        "reflection",  # a critique of a failed attempt or tool call (Reflexion, on_tool_error)
+        "propose",  # Tree-of-Thoughts: candidate next steps for one node
+        "value",  # Tree-of-Thoughts: the score of one node (meta: node, parent, score)
     }
 )
 

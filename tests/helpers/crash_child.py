@@ -3,7 +3,9 @@ forks a child that runs the crash workload against a journal, and kills it with 
 a given delay after the run is under way.
 
     stdin:  one JSON request a line: {"db", "run_id", "effects", "executions", "delay_s",
-            "variant": "idempotent" | "non_idempotent"}
+            "variant": "idempotent" | "non_idempotent"}, or for the payments trial
+            {"workload": "payments", "db" (a SQLite path or a postgresql:// DSN), "run_id",
+            "mode", "ledger" (the payments table's path or DSN), "delay_s"}
     stdout: one JSON reply a line: {"killed": bool, "status": int, "error": str | None,
             "elapsed_s": seconds from the run being under way to the child's end}
     A request with "delay_s": null is a calibration: the child runs to its end.
@@ -24,12 +26,25 @@ import traceback
 from pathlib import Path
 
 import crash_workload as work
+import payments_workload as pay
 
 import loopwright as lw
+from loopwright.interfaces.common import open_store
 from loopwright.store import SQLiteStore
 
 
+def payments_child(request: dict, fd: int) -> None:
+    pay.signal_fd = fd
+    policy = pay.PaymentsPolicy(request["mode"], signal_on_first_call=True)
+    with open_store(request["db"]) as store:
+        lw.run(pay.TASK, policy, pay.registry(pay.Ledger(request["ledger"])), mode=request["mode"],
+               max_steps=pay.PAYMENTS + 2, store=store, run_id=request["run_id"])
+
+
 def child(request: dict, fd: int) -> None:
+    if request.get("workload") == "payments":
+        payments_child(request, fd)
+        return
     work.signal_fd = fd
     variant = request["variant"]
     registry = work.registry(Path(request["effects"]), Path(request["executions"]),

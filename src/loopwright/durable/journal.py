@@ -1,20 +1,21 @@
-"""The journal of one run on a SQLiteStore: what the loops record and replay through.
+"""The journal of one run on a store (SQLite or PostgreSQL): what the loops record and
+replay through.
 
 RunJournal implements `loopwright.modes._core.Journal`: each model call, tool call,
 approval and step is written (see `store` for the tables and durability) before the run
-uses it, and a resumed run's journal answers lookups from what was recorded. It is the
-store's close collaborator and uses its connection, lock and query helpers directly.
+uses it, and a resumed run's journal answers lookups from what was recorded. A fork's
+journal also answers from its source run for the steps it replays, copying each answer
+into its own rows. The journal renews its run's lease as it writes. It is the store's
+close collaborator and uses its lock and query primitives (`JournalStore`) directly.
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 import time
 import weakref
 from collections.abc import Mapping
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, fields
 from typing import Any, Final, Literal, Protocol
 
@@ -29,18 +30,19 @@ RunStatus = Literal["running", "paused", "interrupted", "blocked", "finished"]
 
 
 class JournalStore(Protocol):
-    """What a journal needs of the store it writes to (SQLiteStore is one). The store
-    creates journals and flushes them; the journal never imports the store."""
+    """What a journal needs of the store it writes to (SQLiteStore and PostgresStore are
+    two). The store creates journals and flushes them; the journal never imports the store.
+    SQL is written with `?` placeholders; the store adapts it to its driver."""
 
     path: Any
+    lease_s: float
     _lock: threading.RLock
     _journals: weakref.WeakSet[RunJournal]
+    _db_errors: tuple[type[Exception], ...]
 
-    @property
-    def conn(self) -> sqlite3.Connection: ...
     def _all(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]: ...
     def _one(self, sql: str, params: tuple[Any, ...] = ()) -> Any: ...
-    def _batch(self) -> AbstractContextManager[sqlite3.Connection]: ...
+    def _run_batch(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None: ...
 
 
 @dataclass(eq=False)
@@ -51,6 +53,8 @@ class RunJournal:
     store: JournalStore
     run_id: str
     preload: bool = False
+    lease_owner: str | None = None  # renewed as the journal writes; released at the run's end
+    fork_of: tuple[str, int] | None = None  # (source run, k): replay its first k steps
     _completions: dict[int, tuple[Completion, Usage]] = field(default_factory=dict)
     _tools: dict[str, tuple[str, ToolResult | None]] = field(default_factory=dict)
     _steps: dict[int, str] = field(default_factory=dict)
@@ -58,14 +62,22 @@ class RunJournal:
     _last_prompt: tuple[int, str, tuple[dict[str, Any], ...]] | None = None
     _pending: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)
     _spec: tuple[tuple[Any, ...], str] | None = None
+    _attempts: dict[str, int] = field(default_factory=dict)
+    _last_step: int = 0
+    _renew_at: float = 0.0
+    _source: RunJournal | None = None
 
     def __post_init__(self) -> None:
         self.store._journals.add(self)
+        self._renew_at = time.time() + self.store.lease_s / 3
         if self.preload:
-            self._load()
+            self._load(self.run_id)
+        if self.fork_of is not None:
+            self._source = RunJournal(self.store, self.fork_of[0])
+            self._source._load(self.fork_of[0])
 
-    def _load(self) -> None:
-        store, rid = self.store, self.run_id
+    def _load(self, rid: str) -> None:
+        store = self.store
         for row in store._all(
             "SELECT n, completion, tool_calls, completion_meta, prompt_tokens, evaluated_tokens, "
             "completion_tokens, usage_estimated FROM model_calls WHERE run_id = ?", (rid,)):
@@ -73,9 +85,10 @@ class RunJournal:
             calls = tuple(ToolCall(*c) for c in json.loads(row[2])) if row[2] else ()
             meta = json.loads(row[3]) if row[3] else {}
             self._completions[row[0]] = (Completion(row[1], None if usage.estimated else usage, calls, meta), usage)
-        for key, name, args, state, value, obs, kind, error, duration in store._all(
-            "SELECT key, name, args, state, value, observation, error_kind, error, duration_s "
+        for key, name, args, state, value, obs, kind, error, duration, attempts in store._all(
+            "SELECT key, name, args, state, value, observation, error_kind, error, duration_s, attempts "
             "FROM tool_calls WHERE run_id = ?", (rid,)):
+            self._attempts[key] = int(attempts)
             if state == "done":
                 err = None if kind is None else ToolError(name, error or "", kind)
                 result = ToolResult(name, json.loads(args), None if value is None else json.loads(value),
@@ -86,6 +99,12 @@ class RunJournal:
                 self._unfinished.add(key)
         for idx, step in store._all("SELECT idx, step FROM steps WHERE run_id = ?", (rid,)):
             self._steps[idx] = _comparable_step(json.loads(step))
+
+    def _replaying_source(self) -> RunJournal | None:
+        """A fork's source journal while the fork is within the steps it replays."""
+        if self._source is not None and self.fork_of is not None and self._last_step < self.fork_of[1]:
+            return self._source
+        return None
 
     # -- writing --------------------------------------------------------------------
     # Events that nothing outside the process has acted on yet (a completion, a tool's
@@ -109,15 +128,16 @@ class RunJournal:
             batch = [*self._pending, *statements]
             if not batch:
                 return
+            now = time.time()
+            if self.lease_owner is not None and now >= self._renew_at:  # the run is alive: keep it
+                batch.append(("UPDATE runs SET lease_expires = ? WHERE id = ? AND lease_owner = ?",
+                              (now + self.store.lease_s, self.run_id, self.lease_owner)))
             try:
-                if len(batch) == 1:
-                    self.store.conn.execute(*batch[0])  # one statement: its own transaction
-                else:
-                    with self.store._batch() as conn:
-                        for statement, params in batch:
-                            conn.execute(statement, params)
-            except sqlite3.Error as exc:
+                self.store._run_batch(batch)
+            except self.store._db_errors as exc:
                 raise StoreError(f"run journal {self.store.path}: cannot record run {self.run_id!r}: {exc}") from exc
+            if len(batch) > len(self._pending) + len(statements):
+                self._renew_at = now + self.store.lease_s / 3
             self._pending.clear()
 
     def mark_resumed(self) -> None:
@@ -134,7 +154,13 @@ class RunJournal:
     def recorded_completion(self, n: int) -> tuple[Completion, Usage] | None:
         if self._pending:
             self._commit()  # before a model call is paid for, what came before is durable
-        return self._completions.get(n)
+        found = self._completions.get(n)
+        source = self._replaying_source() if found is None else None
+        if source is not None and n in source._completions:  # a fork's prefix: copied, then used
+            found = self._completions[n] = source._completions[n]
+            self._defer(f"INSERT INTO model_calls SELECT ?, {_MODEL_CALL_COLUMNS} FROM model_calls "
+                        "WHERE run_id = ? AND n = ?", (self.run_id, source.run_id, n))
+        return found
 
     def record_completion(self, n: int, request: ModelRequest, completion: Completion, usage: Usage) -> None:
         prompt, messages, base = request.prompt, request.messages, None
@@ -164,14 +190,25 @@ class RunJournal:
     # -- tool calls -----------------------------------------------------------------
 
     def recorded_tool(self, key: str) -> tuple[str, ToolResult | None] | None:
-        return self._tools.get(key)
+        found = self._tools.get(key)
+        source = self._replaying_source() if found is None else None
+        if source is not None and source._tools.get(key, ("", None))[0] == "done":
+            found = self._tools[key] = source._tools[key]
+            self._defer(f"INSERT INTO tool_calls SELECT ?, {_TOOL_CALL_COLUMNS} FROM tool_calls "
+                        "WHERE run_id = ? AND key = ?", (self.run_id, source.run_id, key))
+        return found
+
+    def attempt(self, key: str) -> int:
+        """Which attempt at call `key` a start now would be (1: the first)."""
+        return self._attempts.get(key, 0) + 1
 
     def record_tool_start(self, key: str, name: str, args: dict[str, Any]) -> None:
         self._unfinished.add(key)
+        self._attempts[key] = self._attempts.get(key, 0) + 1
         self._commit(
             "INSERT INTO tool_calls (run_id, key, name, args, state, started_at) "
             "VALUES (?, ?, ?, ?, 'started', ?) ON CONFLICT (run_id, key) DO UPDATE SET "
-            "attempts = attempts + 1, started_at = excluded.started_at, name = excluded.name, "
+            "attempts = tool_calls.attempts + 1, started_at = excluded.started_at, name = excluded.name, "
             "args = excluded.args",
             (self.run_id, key, name, _dumps(args), time.time()),
         )
@@ -191,8 +228,11 @@ class RunJournal:
 
     def recorded_decision(self, key: str) -> Decision | None:
         # Asked live, not preloaded: a person may decide while this process runs.
-        row = self.store._one("SELECT approved, reason FROM approvals WHERE run_id = ? AND key = ? "
-                              "AND state = 'decided'", (self.run_id, key))
+        sql = "SELECT approved, reason FROM approvals WHERE run_id = ? AND key = ? AND state = 'decided'"
+        row = self.store._one(sql, (self.run_id, key))
+        source = self._replaying_source() if row is None else None
+        if source is not None:  # a fork's prefix is decided as its source was
+            row = self.store._one(sql, (source.run_id, key))
         return None if row is None else Decision(bool(row[0]), row[1] or "")
 
     def record_pending(self, request: ApprovalRequest) -> None:
@@ -216,6 +256,7 @@ class RunJournal:
     # -- steps and the end ----------------------------------------------------------
 
     def record_step(self, step: Step) -> None:
+        self._last_step = max(self._last_step, step.index)
         text = _step_json(step)
         old = self._steps.get(step.index)
         if old is not None and old == _comparable_step(json.loads(text)):
@@ -232,7 +273,8 @@ class RunJournal:
         end = (
             "UPDATE runs SET status = ?, stopped_reason = ?, final_answer = ?, llm_calls = ?, tool_calls = ?, "
             "replans = ?, prompt_tokens = ?, evaluated_tokens = ?, completion_tokens = ?, usage_estimated = ?, "
-            "duration_s = ?, transcript = ?, scratchpad = ?, meta = ?, started_at = ?, updated_at = ? WHERE id = ?",
+            "duration_s = ?, transcript = ?, scratchpad = ?, meta = ?, started_at = ?, updated_at = ?, "
+            "lease_owner = NULL, lease_expires = NULL WHERE id = ?",
             (self._status(trace), trace.stopped_reason, trace.final_answer, trace.llm_calls, trace.tool_calls,
              trace.replans, u.prompt_tokens, u.evaluated_tokens, u.completion_tokens, int(u.estimated),
              trace.duration_s, trace.transcript, trace.scratchpad, _dumps(trace.meta), trace.started_at,
@@ -256,6 +298,14 @@ class RunJournal:
 
 # -- helpers ---------------------------------------------------------------------------
 
+_MODEL_CALL_COLUMNS: Final = (
+    "n, purpose, prompt_base, prompt, messages, request, completion, tool_calls, completion_meta, "
+    "prompt_tokens, evaluated_tokens, completion_tokens, usage_estimated, created_at"
+)
+_TOOL_CALL_COLUMNS: Final = (
+    "key, name, args, state, attempts, value, observation, error_kind, error, duration_s, started_at, "
+    "finished_at, settled_at"
+)
 _ENCODER: Final = json.JSONEncoder(default=str, ensure_ascii=False)  # one, not one per call
 _STEP_FIELDS: Final = tuple(f.name for f in fields(Step))
 

@@ -9,6 +9,10 @@ A tool call that was started but whose result was not recorded (the process died
 it ran) is run again only if the tool is idempotent; otherwise the run stops with
 "error" and says so, and a person decides (then `rerun_unfinished=True`).
 
+Resuming takes the run's lease first (see `StoreBase.take_lease`): a run that another live
+worker runs or resumes is refused with a StoreError. A call left in doubt can instead be
+settled by a person (`store.settle`), after which the run goes on from its outcome.
+
 A resume runs with the tools the run started with: the journal records each tool's name
 and schema fingerprint (`loopwright.wire.toolset`), and a registry that differs (a tool
 added, removed or changed) is a ToolSetChangedError naming the difference, before
@@ -28,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from loopwright.durable.store import RunRecord, SQLiteStore
+from loopwright.durable.base import RunRecord, StoreBase
 from loopwright.errors import ToolSetChangedError
 from loopwright.modes import Run, iter_run
 from loopwright.policy import Policy
@@ -66,7 +70,7 @@ def iter_resume(
     policy: Policy,
     registry: ToolRegistry,
     *,
-    store: SQLiteStore,
+    store: StoreBase,
     approver: Approver | None = None,
     decisions: Mapping[str, Decision | bool] | None = None,
     rerun_unfinished: bool = False,
@@ -78,11 +82,35 @@ def iter_resume(
     if fixed:
         raise TypeError(f"resume continues the recorded run; it does not take {', '.join(fixed)}")
     record, journal = store.reopen(run_id)
+    try:
+        tools = options.pop("tools", record.config.get("tools"))
+        changes = tool_changes(record, registry, tools)
+        if changes and not allow_tool_changes:
+            raise ToolSetChangedError(run_id, changes.added, changes.removed, changes.changed)
+        limits, approver = recorded_options(store, record, options, approver, decisions)
+        run = iter_run(
+            record.task, policy, registry, record.mode, **limits,
+            tools=tools, approver=approver, run_id=run_id,
+            _journal=journal, _rerun_unfinished=rerun_unfinished,
+        )  # fmt: skip
+    except BaseException:
+        store.release_lease(run_id)  # it never started: the next resume may
+        raise
+    if changes:
+        run.trace.meta["tool_changes"] = changes.to_dict()
+    journal.mark_resumed()
+    return run
+
+
+def recorded_options(
+    store: StoreBase,
+    record: RunRecord,
+    options: dict[str, Any],
+    approver: Approver | None,
+    decisions: Mapping[str, Decision | bool] | None,
+) -> tuple[dict[str, Any], Approver | None]:
+    """The run's limits (the recorded ones, replaced by `options`) and its approver."""
     config = dict(record.config)
-    tools = options.pop("tools", config.get("tools"))
-    changes = tool_changes(record, registry, tools)
-    if changes and not allow_tool_changes:
-        raise ToolSetChangedError(run_id, changes.added, changes.removed, changes.changed)
     limits = {k: v for k, v in config.items() if k not in _NOT_LIMITS}
     if "on_deny" in config:
         limits["on_deny"] = config["on_deny"]
@@ -91,19 +119,11 @@ def iter_resume(
     # that had none is denied such calls, as it was (the gate fails closed either way).
     had_approver = config.get("approver")
     if had_approver is None:
-        had_approver = bool(store.approvals(run_id))
+        had_approver = bool(store.approvals(record.id))
     if decisions or approver is not None or had_approver:
         approver = decisions_approver(dict(decisions or {}), fallback=approver)
     limits.update(options)
-    run = iter_run(
-        record.task, policy, registry, record.mode, **limits,
-        tools=tools, approver=approver, run_id=run_id,
-        _journal=journal, _rerun_unfinished=rerun_unfinished,
-    )  # fmt: skip
-    if changes:
-        run.trace.meta["tool_changes"] = changes.to_dict()
-    journal.mark_resumed()
-    return run
+    return limits, approver
 
 
 def resume(
@@ -111,7 +131,7 @@ def resume(
     policy: Policy,
     registry: ToolRegistry,
     *,
-    store: SQLiteStore,
+    store: StoreBase,
     approver: Approver | None = None,
     decisions: Mapping[str, Decision | bool] | None = None,
     rerun_unfinished: bool = False,

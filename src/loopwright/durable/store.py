@@ -18,30 +18,25 @@ Tool values are stored as JSON (rendered like `json_safe`): JSON data comes back
 
 from __future__ import annotations
 
-import json
 import os
-import secrets
 import sqlite3
-import threading
 import time
-import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from loopwright.durable.base import DEFAULT_LEASE_S, SCHEMA_NAME, StoreBase
+from loopwright.durable.base import RESUMABLE as RESUMABLE
+from loopwright.durable.base import RunRecord as RunRecord
+from loopwright.durable.base import UnsettledCall as UnsettledCall
+from loopwright.durable.base import new_run_id as new_run_id
 from loopwright.durable.journal import RunJournal as RunJournal  # re-exported: it used to live here
 from loopwright.durable.journal import RunStatus as RunStatus
-from loopwright.durable.journal import _dumps
-from loopwright.errors import StoreError, describe
-from loopwright.safety import ApprovalRequest, Decision
-from loopwright.trace import Step, Trace, Usage
+from loopwright.errors import StoreError
 
 APPLICATION_ID: Final = 0x4C57524A  # "LWRJ" in the SQLite header: this file is a loopwright journal
-SCHEMA_NAME: Final = "loopwright-journal"
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
-RESUMABLE: Final = frozenset({"running", "paused", "interrupted", "blocked"})
 _WAL_SIZE_LIMIT: Final = 64 * 1024 * 1024  # bytes the WAL file is cut back to after a checkpoint
 
 _SCHEMA_V1: Final = """
@@ -160,36 +155,19 @@ def _statements(sql: str) -> list[str]:
     return [s for s in out if s]
 
 
-_MIGRATIONS: list[Migration] = [_script(_SCHEMA_V1)]
+_SCHEMA_V2: Final = """
+ALTER TABLE runs ADD COLUMN lease_owner TEXT;            -- host:pid:tag of the process running it
+ALTER TABLE runs ADD COLUMN lease_expires REAL;          -- unix seconds; renewed as the run writes
+ALTER TABLE runs ADD COLUMN forked_from TEXT;            -- loopwright.fork: the source run
+ALTER TABLE runs ADD COLUMN forked_at_step INTEGER;      -- and how many of its steps were replayed
+ALTER TABLE tool_calls ADD COLUMN settled_at REAL;       -- set when a person settled the call
+"""
+
+_MIGRATIONS: list[Migration] = [_script(_SCHEMA_V1), _script(_SCHEMA_V2)]
 """_MIGRATIONS[i] takes the schema from version i to i + 1, inside one transaction."""
 
 
-@dataclass(frozen=True, slots=True)
-class RunRecord:
-    """A run as the journal knows it (the `runs` row)."""
-
-    id: str
-    task: str
-    mode: str
-    config: dict[str, Any]
-    status: str
-    stopped_reason: str | None
-    final_answer: str | None
-    llm_calls: int
-    tool_calls: int
-    step_count: int
-    usage: Usage
-    duration_s: float
-    resumes: int
-    created_at: float
-    updated_at: float
-
-    @property
-    def resumable(self) -> bool:
-        return self.status in RESUMABLE
-
-
-class SQLiteStore:
+class SQLiteStore(StoreBase):
     """A run journal in one SQLite file (WAL mode), safe to share between threads and
     readable by other processes while a run writes it.
 
@@ -201,7 +179,11 @@ class SQLiteStore:
     checkpoint_pages: WAL pages between checkpoints. Each checkpoint costs two fsyncs
     (milliseconds on a virtual disk), so the default checkpoints rarely: 10,000 pages
     (about 40 MB of WAL); the WAL file is cut back to 64 MB after one.
+    lease_s: how long a run's lease lasts without a journal write (see `take_lease`).
     """
+
+    _db_errors = (sqlite3.Error,)
+    _unique_errors = (sqlite3.IntegrityError,)
 
     def __init__(
         self,
@@ -209,13 +191,15 @@ class SQLiteStore:
         *,
         synchronous: Synchronous = "NORMAL",
         checkpoint_pages: int = 10_000,
+        lease_s: float = DEFAULT_LEASE_S,
     ) -> None:
         if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, got {synchronous!r}")
         if isinstance(checkpoint_pages, bool) or not isinstance(checkpoint_pages, int) or checkpoint_pages < 1:
             raise ValueError(f"checkpoint_pages must be a positive integer, got {checkpoint_pages!r}")
+        super().__init__()
         self.path = str(path)
-        self._lock = threading.RLock()
+        self.lease_s = check_lease(lease_s)
         memory = self.path == ":memory:"
         if not memory:
             _check_file(Path(self.path))
@@ -241,7 +225,6 @@ class SQLiteStore:
             conn.close()
             raise
         self._conn: sqlite3.Connection | None = conn
-        self._journals: weakref.WeakSet[RunJournal] = weakref.WeakSet()
 
     # -- opening --------------------------------------------------------------------
 
@@ -266,16 +249,12 @@ class SQLiteStore:
     def close(self) -> None:
         with self._lock:
             if self._conn is not None:
-                for journal in list(self._journals):
-                    journal.flush()
+                self._flush_journals()
                 self._conn.close()
                 self._conn = None
 
     def __enter__(self) -> SQLiteStore:
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r})"
@@ -288,131 +267,11 @@ class SQLiteStore:
         """SQLite's `PRAGMA integrity_check`: "ok" for a sound file."""
         return "\n".join(str(r[0]) for r in self._all("PRAGMA integrity_check"))
 
-    # -- runs -----------------------------------------------------------------------
-
-    def start_run(
-        self, run_id: str | None, task: str, mode: str, config: Mapping[str, Any]
-    ) -> tuple[str, RunJournal]:
-        """Record a new run and return its id and journal. An id already in the journal
-        is a StoreError: a run's history is never overwritten."""
-        if run_id is None:
-            run_id = new_run_id()
-        elif not isinstance(run_id, str) or not 0 < len(run_id) <= 200 or not run_id.isprintable():
-            raise StoreError(f"run_id must be 1-200 printable characters, got {describe(run_id)}")
-        now = time.time()
-        try:
-            self._write(
-                "INSERT INTO runs (id, task, mode, config, status, created_at, updated_at) "
-                "VALUES (?, ?, ?, ?, 'running', ?, ?)",
-                (run_id, task, mode, _dumps(dict(config)), now, now),
-            )
-        except sqlite3.IntegrityError:
-            raise StoreError(
-                f"run id {run_id!r} already exists in {self.path}; nothing was overwritten "
-                "(use loopwright.durable.resume to continue it, or pick another id)"
-            ) from None
-        return run_id, RunJournal(self, run_id)
-
-    def load_run(self, run_id: str) -> RunRecord:
-        """The run's record; an unknown id is a StoreError naming it."""
-        row = self._one(_RUN_SELECT + " WHERE id = ?", (run_id,))
-        if row is None:
-            raise StoreError(f"no run {run_id!r} in {self.path} (see `loopwright runs list`)")
-        return _run_record(row)
-
-    def list_runs(self, *, status: str | None = None, limit: int | None = None) -> list[RunRecord]:
-        """Runs, newest first."""
-        sql = _RUN_SELECT + (" WHERE status = ?" if status else "") + " ORDER BY created_at DESC, id DESC"
-        params: tuple[Any, ...] = (status,) if status else ()
-        if limit is not None:
-            sql += " LIMIT ?"
-            params += (int(limit),)
-        return [_run_record(r) for r in self._all(sql, params)]
-
-    def reopen(self, run_id: str) -> tuple[RunRecord, RunJournal]:
-        """For resume: the run's record and a journal preloaded with everything it
-        recorded. `journal.mark_resumed()` marks the run running again."""
-        record = self.load_run(run_id)
-        return record, RunJournal(self, run_id, preload=True)
-
-    def trace(self, run_id: str) -> Trace:
-        """The run's trace, rebuilt from its steps and its run row. For a run that never
-        ended (killed) the counters and usage are summed from what was recorded."""
-        with self._snapshot():
-            record = self.load_run(run_id)
-            transcript, scratchpad, meta, replans, started_at = self._one(
-                "SELECT transcript, scratchpad, meta, replans, started_at FROM runs WHERE id = ?", (run_id,))
-            steps = [Step.from_dict(json.loads(s)) for (s,) in
-                     self._all("SELECT step FROM steps WHERE run_id = ? ORDER BY idx", (run_id,))]
-            trace = Trace(task=record.task, mode=record.mode, steps=steps, final_answer=record.final_answer,
-                          stopped_reason=record.stopped_reason, llm_calls=record.llm_calls,
-                          tool_calls=record.tool_calls, replans=replans, usage=record.usage,
-                          transcript=transcript or "", started_at=started_at or record.created_at,
-                          duration_s=record.duration_s, run_id=run_id,
-                          meta=json.loads(meta) if meta else {}, scratchpad=scratchpad or "")
-            if record.stopped_reason is None:  # never ended: count what was recorded
-                calls, sent, evaluated, completion, estimated = self._one(
-                    "SELECT count(*), coalesce(sum(prompt_tokens), 0), coalesce(sum(evaluated_tokens), 0), "
-                    "coalesce(sum(completion_tokens), 0), coalesce(max(usage_estimated), 0) "
-                    "FROM model_calls WHERE run_id = ?", (run_id,))
-                trace.llm_calls = calls
-                trace.usage = Usage(sent, evaluated, completion, bool(estimated))
-                trace.tool_calls = self._one(
-                    "SELECT count(*) FROM tool_calls WHERE run_id = ? AND state = 'done'", (run_id,))[0]
-                if record.mode == "react" and calls:
-                    trace.scratchpad = self.prompt(run_id, calls)
-        return trace
-
-    def prompt(self, run_id: str, n: int) -> str:
-        """Exactly what model call n of the run was sent."""
-        parts: list[str] = []
-        current: int | None = n
-        while current is not None:
-            row = self._one("SELECT prompt_base, prompt FROM model_calls WHERE run_id = ? AND n = ?",
-                            (run_id, current))
-            if row is None:
-                raise StoreError(f"run {run_id!r} has no model call {current} in {self.path}")
-            parts.append(row[1])
-            current = row[0]
-        return "".join(reversed(parts))
-
-    # -- approvals ------------------------------------------------------------------
-
-    def pending_approvals(self, run_id: str) -> list[ApprovalRequest]:
-        """Calls of the run waiting for a decision (see `decide`)."""
-        return [request for request, decision in self.approvals(run_id) if decision is None]
-
-    def approvals(self, run_id: str) -> list[tuple[ApprovalRequest, Decision | None]]:
-        """Every call of the run that asked for approval, with its decision (None: pending)."""
-        self.load_run(run_id)
-        rows = self._all(
-            "SELECT tool, args, key, step, side_effects, description, state, approved, reason FROM approvals "
-            "WHERE run_id = ? ORDER BY requested_at", (run_id,))
-        return [(ApprovalRequest(tool, json.loads(args), key, _step_key(step), side, desc, run_id),
-                 None if state == "pending" else Decision(bool(approved), reason or ""))
-                for tool, args, key, step, side, desc, state, approved, reason in rows]
-
-    def decide(self, run_id: str, approval_key: str, decision: Decision | bool) -> None:
-        """Record a person's decision on a pending call; `resume` applies it."""
-        if isinstance(decision, bool):
-            decision = Decision(decision, "approved" if decision else "denied by approver")
-        if not isinstance(decision, Decision):
-            raise TypeError(f"decision must be a Decision or bool, got {type(decision).__name__}")
-        self.load_run(run_id)
-        row = self._one("SELECT state FROM approvals WHERE run_id = ? AND key = ?", (run_id, approval_key))
-        if row is None or row[0] != "pending":
-            pending = [r.key for r in self.pending_approvals(run_id)]
-            what = "was already decided" if row is not None else "is not a pending approval"
-            raise StoreError(f"{approval_key!r} {what} in run {run_id!r}; pending: {pending or 'none'}")
-        self._write("UPDATE approvals SET state = 'decided', approved = ?, reason = ?, decided_at = ? "
-                    "WHERE run_id = ? AND key = ?",
-                    (int(decision.approved), decision.reason, time.time(), run_id, approval_key))
-
     # -- low level ------------------------------------------------------------------
 
-    def _write(self, sql: str, params: tuple[Any, ...] = ()) -> None:
+    def _execute(self, sql: str, params: tuple[Any, ...] = ()) -> int:
         with self._lock:  # one statement is one transaction (autocommit)
-            self.conn.execute(sql, params)
+            return self.conn.execute(sql, params).rowcount
 
     def _one(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
         with self._lock:
@@ -422,44 +281,29 @@ class SQLiteStore:
         with self._lock:
             return self.conn.execute(sql, params).fetchall()
 
-    @contextmanager
-    def _batch(self) -> Iterator[sqlite3.Connection]:
-        with self._lock, _transaction(self.conn):
-            yield self.conn
+    def _run_batch(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
+        with self._lock:
+            if len(statements) == 1:
+                self.conn.execute(*statements[0])  # one statement: its own transaction
+                return
+            conn = self.conn
+            with _transaction(conn):
+                for statement, params in statements:
+                    conn.execute(statement, params)
 
     @contextmanager
     def _snapshot(self) -> Iterator[None]:
-        """Reads that see one consistent state while another process writes."""
         with self._lock, _transaction(self.conn, "BEGIN"):
             yield
-
-
-_RUN_SELECT: Final = (
-    "SELECT id, task, mode, config, status, stopped_reason, final_answer, llm_calls, tool_calls, "
-    "(SELECT count(*) FROM steps WHERE steps.run_id = runs.id), prompt_tokens, evaluated_tokens, "
-    "completion_tokens, usage_estimated, duration_s, resumes, created_at, updated_at FROM runs"
-)
-
-
-def _run_record(row: Any) -> RunRecord:
-    return RunRecord(
-        id=row[0], task=row[1], mode=row[2], config=json.loads(row[3]), status=row[4],
-        stopped_reason=row[5], final_answer=row[6], llm_calls=row[7], tool_calls=row[8],
-        step_count=row[9], usage=Usage(row[10], row[11], row[12], bool(row[13])), duration_s=row[14],
-        resumes=row[15], created_at=row[16], updated_at=row[17],
-    )  # fmt: skip
 
 
 # -- helpers ---------------------------------------------------------------------------
 
 
-def new_run_id() -> str:
-    """A time-sortable id: UTC second, then 6 random hex digits."""
-    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
-
-
-def _step_key(step: str) -> int | str:
-    return int(step) if step.isdigit() else step
+def check_lease(lease_s: float) -> float:
+    if isinstance(lease_s, bool) or not isinstance(lease_s, int | float) or not 0 < lease_s < 10**9:
+        raise ValueError(f"lease_s must be a positive number of seconds, got {lease_s!r}")
+    return float(lease_s)
 
 
 @contextmanager

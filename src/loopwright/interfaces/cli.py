@@ -33,6 +33,7 @@ from rich.markup import escape
 
 import loopwright as lw
 from loopwright.errors import LoopwrightError
+from loopwright.interfaces import mcp_cli
 from loopwright.interfaces.common import (
     EXIT_ANSWERED,
     EXIT_CODES_HELP,
@@ -51,6 +52,7 @@ from loopwright.interfaces.common import (
     load_prompts,
     load_tools,
     make_model,
+    open_store,
     output_path,
 )
 from loopwright.interfaces.live import LiveLine, describe_in_flight
@@ -60,7 +62,8 @@ from loopwright.trace import Step, Trace
 
 def _register_provided() -> None:
     """Add the subcommands other modules provide, where present: `runs` (the run
-    journal, loopwright.interfaces.runs) and `view` (the trace viewer, loopwright.interfaces.viewer)."""
+    journal, loopwright.interfaces.runs), `batch` and `eval` (loopwright.interfaces.batch_cli)
+    and `view` (the trace viewer, loopwright.interfaces.viewer)."""
     if "runs" not in SUBCOMMANDS:
         try:
             from loopwright.interfaces import runs as store_cli
@@ -70,6 +73,14 @@ def _register_provided() -> None:
             register = getattr(store_cli, "register", None)
             if callable(register):
                 register()
+    if "mcp" not in SUBCOMMANDS:
+        from loopwright.interfaces import mcp_cli
+
+        mcp_cli.register()
+    if "batch" not in SUBCOMMANDS:
+        from loopwright.interfaces import batch_cli
+
+        batch_cli.register()
     if "view" not in SUBCOMMANDS:
         try:
             from loopwright.interfaces import viewer
@@ -132,11 +143,20 @@ def _setup_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", choices=sorted(MODES), default="react")
     add_model_args(p)
     add_tool_args(p)
+    mcp_cli.add_run_flags(p)
     add_prompt_args(p)
-    p.add_argument("--max-steps", type=_positive_int, default=6)
+    p.add_argument("--max-steps", type=_positive_int, default=None,
+                   help="model calls (ReAct, reflexion, tot) or plan length (default 6; reflexion 20, tot 60)")
     p.add_argument("--token-budget", type=_positive_int, default=None)
     p.add_argument("--timeout-s", type=_seconds, default=None, help="wall-clock limit of the run")
     p.add_argument("--max-replans", type=_non_negative_int, default=2)
+    p.add_argument("--max-reflections", type=_non_negative_int, default=2, help="reflexion: critiques at most")
+    p.add_argument("--on-tool-error", choices=("observe", "reflect"), default="observe",
+                   help="react, reflexion: reflect asks for a critique after a tool error")
+    p.add_argument("--search", choices=("bfs", "dfs"), default="bfs", help="tot: the search")
+    p.add_argument("--breadth", type=_positive_int, default=2, help="tot: nodes BFS keeps per level")
+    p.add_argument("--depth", type=_positive_int, default=3, help="tot: the longest path")
+    p.add_argument("--max-nodes", type=_positive_int, default=24, help="tot: the node budget")
     p.add_argument(
         "--on-repeat", choices=("nudge", "stop", "off"), default=None,
         help="ReAct: what an identical call for the third time in a row gets (default: nudge)",
@@ -167,7 +187,9 @@ def _setup_run(p: argparse.ArgumentParser) -> None:
 def run_options(args: argparse.Namespace) -> dict[str, Any]:
     """The limits and run options `loopwright run` passes to lw.iter_run for these flags
     (no store, no approver: those need the terminal and the journal)."""
-    options: dict[str, Any] = {"max_steps": args.max_steps}
+    options: dict[str, Any] = {}
+    if args.max_steps is not None or args.mode not in ("reflexion", "tot"):  # their own defaults
+        options["max_steps"] = args.max_steps or 6
     prompts = load_prompts(args.prompts)
     if prompts is not None:
         options["prompts"] = prompts
@@ -175,10 +197,15 @@ def run_options(args: argparse.Namespace) -> dict[str, Any]:
         options["token_budget"] = args.token_budget
     if args.timeout_s is not None:
         options["timeout_s"] = args.timeout_s
-    if args.mode == "react":
+    if args.mode in ("react", "reflexion"):
         options["dialect"] = args.dialect
+        options["on_tool_error"] = args.on_tool_error
         if args.on_repeat is not None:
             options["on_repeat"] = args.on_repeat
+    if args.mode == "reflexion":
+        options["max_reflections"] = args.max_reflections
+    if args.mode == "tot":
+        options.update(search=args.search, breadth=args.breadth, depth=args.depth, max_nodes=args.max_nodes)
     if args.mode == "plan_execute":
         options["max_replans"] = args.max_replans
     return options
@@ -205,7 +232,7 @@ def _open_store(args: argparse.Namespace) -> Any:
             raise UsageError("--run-id needs --db")
         return None
     try:
-        store = lw.SQLiteStore(args.db)
+        store = open_store(args.db)
     except LoopwrightError as exc:
         raise UsageError(str(exc)) from None
     if args.run_id:
@@ -226,7 +253,9 @@ def _run(args: argparse.Namespace) -> int:
     if not args.task.strip():
         raise UsageError('the task is empty; give the question to run, e.g. loopwright run "What is 17 * 23?"')
     _check_outputs(args)
-    registry = load_tools(args.tools, args.tool_timeout_s)
+    servers = mcp_cli.mcp_servers(args.mcp, args.mcp_url)
+    registry = load_tools(args.tools, args.tool_timeout_s) if args.tools or not servers else lw.ToolRegistry()
+    mcp_cli.add_mcp_tools(registry, servers)
     limits = run_options(args)
     if args.approve:
         from loopwright.safety import terminal_approver
@@ -302,6 +331,9 @@ def print_step(console: Console, step: Step) -> None:
         "action": "cyan",
         "plan": "magenta",
         "replan": "magenta",
+        "reflection": "magenta",
+        "propose": "blue",
+        "value": "blue",
         "nudge": "yellow",
         "parse_error": "red",
         "error": "red",

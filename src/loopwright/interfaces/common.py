@@ -45,6 +45,20 @@ class UsageError(Exception):
     """Bad command-line input: printed without a traceback, exit code 2."""
 
 
+def open_store(target: str, *, must_exist: bool = False) -> Any:
+    """The run journal `--db` names: a `postgresql://` DSN (PostgresStore) or a SQLite
+    file path. must_exist: a missing SQLite file is a StoreError instead of a new journal."""
+    from loopwright.durable.postgres import PostgresStore, is_postgres_dsn
+    from loopwright.durable.store import SQLiteStore
+    from loopwright.errors import StoreError
+
+    if is_postgres_dsn(target):
+        return PostgresStore(target)
+    if must_exist and not Path(target).is_file():
+        raise StoreError(f"no run journal at {target} (set --db or $LOOPWRIGHT_DB)")
+    return SQLiteStore(target)
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse with one-line usage errors: `loopwright run: error: ... (see --help)`,
     exit code 2, no usage block."""

@@ -1,12 +1,15 @@
-"""`loopwright runs ...`: list, show, resume and export journaled runs.
+"""`loopwright runs ...`: list, show, resume, settle, fork and export journaled runs.
 
     loopwright runs list [--status S] [--limit N]
     loopwright runs show ID
     loopwright runs resume ID [--model M] [--base-url URL] [--tools MOD:ATTR ...] [--approve KEY] [--deny KEY]
                               [--allow-tool-changes]
+    loopwright runs settle ID KEY --result JSON | --error TEXT
+    loopwright runs fork ID --at K [--new-id ID] [--max-steps N] [--model M] [--base-url URL] [--tools ...]
     loopwright runs export ID [--out FILE]
 
-Every command takes `--db PATH` (default: $LOOPWRIGHT_DB, else ./loopwright.db).
+Every command takes `--db PATH|DSN` (default: $LOOPWRIGHT_DB, else ./loopwright.db); a
+`postgresql://` DSN opens a PostgresStore.
 `resume` builds its model and tools with the same flags, and the same code, as
 `loopwright run`. Without --tools (or --prompts) it loads the ones the run was started
 with, as the journal recorded them (a run journaled before that was recorded: the demo
@@ -21,16 +24,17 @@ Exit status: 0 done (resume: the run answered), 1 resume ended without an answer
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, TextIO
 
+from loopwright.durable.base import RunRecord, StoreBase
+from loopwright.durable.fork import fork
 from loopwright.durable.resume import check_tools, resume
-from loopwright.durable.store import RunRecord, SQLiteStore
-from loopwright.errors import LoopwrightError, StoreError, ToolSetChangedError
+from loopwright.errors import LoopwrightError, ToolSetChangedError
 from loopwright.interfaces.common import (
     ArgumentParser,
     UsageError,
@@ -40,6 +44,7 @@ from loopwright.interfaces.common import (
     load_prompts,
     load_tools,
     make_model,
+    open_store,
     output_path,
 )
 from loopwright.interfaces.common import add_model_args as _model_flags
@@ -49,7 +54,7 @@ from loopwright.wire.tools import ToolRegistry
 
 PolicyFactory = Callable[[argparse.Namespace], Policy]
 RegistryFactory = Callable[[argparse.Namespace], ToolRegistry]
-HELP = "list, show, resume and export journaled runs"
+HELP = "list, show, resume, settle, fork and export journaled runs"
 EPILOG = """\
 exit codes:
   0  done (resume: the run answered)
@@ -65,7 +70,9 @@ def default_db() -> str:
 def setup(parser: argparse.ArgumentParser) -> None:
     """Add the `runs` subcommands to `parser`."""
     db = argparse.ArgumentParser(add_help=False)
-    db.add_argument("--db", default=None, help="the run journal (default: $LOOPWRIGHT_DB or ./loopwright.db)")
+    db.add_argument("--db", default=None, metavar="PATH|DSN",
+                    help="the run journal: a SQLite file or a postgresql:// DSN "
+                         "(default: $LOOPWRIGHT_DB or ./loopwright.db)")
     sub = parser.add_subparsers(dest="runs_command", metavar="COMMAND", required=True)
     listing = sub.add_parser("list", parents=[db], help="runs, newest first")
     listing.add_argument("--status", help="only runs with this status (running, paused, interrupted, blocked, finished)")
@@ -85,6 +92,18 @@ def setup(parser: argparse.ArgumentParser) -> None:
                        help="run again a non-idempotent call whose outcome is unknown (check it first)")
     again.add_argument("--allow-tool-changes", action="store_true",
                        help="resume even though the tools differ from the ones the run recorded")
+    settle = sub.add_parser("settle", parents=[db], help="record the outcome of a call left in doubt by a crash")
+    settle.add_argument("run_id")
+    settle.add_argument("key", help="the call's key, as `runs show` lists it")
+    outcome = settle.add_mutually_exclusive_group(required=True)
+    outcome.add_argument("--result", metavar="JSON", help="what the tool returned (JSON; a bare word is a string)")
+    outcome.add_argument("--error", metavar="TEXT", help="what went wrong (the model reads it as the tool's error)")
+    branch = sub.add_parser("fork", parents=[db], help="a new run replaying the first K steps of a run, then live")
+    branch.add_argument("run_id")
+    branch.add_argument("--at", type=int, required=True, metavar="K", help="how many recorded steps to replay")
+    branch.add_argument("--new-id", help="the new run's id (default: a new one)")
+    branch.add_argument("--max-steps", type=int, help="the new run's step cap (default: the recorded one)")
+    add_model_args(branch)
 
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:
@@ -132,17 +151,18 @@ def runs_main(
 
 def _dispatch(args: argparse.Namespace, policy_factory: PolicyFactory, registry_factory: RegistryFactory,
               out: TextIO) -> int:
-    path = Path(args.db or default_db())
     try:
-        if not path.is_file():
-            raise StoreError(f"no run journal at {path} (set --db or $LOOPWRIGHT_DB)")
-        with SQLiteStore(path) as store:
+        with open_store(args.db or default_db(), must_exist=True) as store:
             if args.runs_command == "list":
                 return _list(store, args, out)
             if args.runs_command == "show":
                 return _show(store, args.run_id, out)
             if args.runs_command == "export":
                 return _export(store, args, out)
+            if args.runs_command == "settle":
+                return _settle(store, args, out)
+            if args.runs_command == "fork":
+                return _fork(store, args, policy_factory, registry_factory, out)
             return _resume(store, args, policy_factory, registry_factory, out)
     except Exception as exc:
         if not isinstance(exc, (LoopwrightError, UsageError)):
@@ -151,7 +171,7 @@ def _dispatch(args: argparse.Namespace, policy_factory: PolicyFactory, registry_
         return 2
 
 
-def _list(store: SQLiteStore, args: argparse.Namespace, out: TextIO) -> int:
+def _list(store: StoreBase, args: argparse.Namespace, out: TextIO) -> int:
     runs = store.list_runs(status=args.status, limit=args.limit)
     if not runs:
         print("no runs", file=out)
@@ -164,7 +184,7 @@ def _list(store: SQLiteStore, args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def _show(store: SQLiteStore, run_id: str, out: TextIO) -> int:
+def _show(store: StoreBase, run_id: str, out: TextIO) -> int:
     record = store.load_run(run_id)
     print(_describe(record), file=out)
     print(store.trace(run_id), file=out)
@@ -173,10 +193,62 @@ def _show(store: SQLiteStore, run_id: str, out: TextIO) -> int:
         print("Pending approvals (resume with --approve KEY or --deny KEY):", file=out)
         for p in pending:
             print(f"  {p.key}  step {p.step}: {p.tool}({_clip(str(p.args), 80)})  [{p.side_effects}]", file=out)
+    unsettled = store.unsettled(run_id)
+    if unsettled:
+        print("Calls started and never recorded (check each, then `runs settle ID KEY --result JSON | "
+              "--error TEXT`, and resume):", file=out)
+        for c in unsettled:
+            print(f"  {c.key}  {c.tool}({_clip(json.dumps(c.args, default=str), 80)})  attempts {c.attempts}  "
+                  f"call key {c.call_key}", file=out)
+    if record.forked_from is not None:
+        print(f"Forked from {record.forked_from} at step {record.forked_at_step}", file=out)
     return 0
 
 
-def _export(store: SQLiteStore, args: argparse.Namespace, out: TextIO) -> int:
+def _settle(store: StoreBase, args: argparse.Namespace, out: TextIO) -> int:
+    if args.error is not None:
+        store.settle(args.run_id, args.key, error=args.error)
+    else:
+        try:
+            value = json.loads(args.result)
+        except json.JSONDecodeError:
+            value = args.result  # a bare word: the text itself
+        store.settle(args.run_id, args.key, result=value)
+    print(f"settled {args.key} of run {args.run_id}; `loopwright runs resume {args.run_id}` goes on from it",
+          file=out)
+    return 0
+
+
+def _fork(
+    store: StoreBase,
+    args: argparse.Namespace,
+    policy_factory: PolicyFactory,
+    registry_factory: RegistryFactory,
+    out: TextIO,
+) -> int:
+    record = store.load_run(args.run_id)  # an unknown id fails before a model loads
+    recorded_cli = (record.config.get("meta") or {}).get("cli") or {}
+    if not args.tools and recorded_cli.get("tools"):  # the tools the run was started with
+        args.tools = list(recorded_cli["tools"])
+    if not getattr(args, "prompts", None) and recorded_cli.get("prompts"):
+        args.prompts = recorded_cli["prompts"]
+    options: dict[str, Any] = {}
+    prompts = load_prompts(getattr(args, "prompts", None))
+    if prompts is not None:
+        options["prompts"] = prompts
+    if args.max_steps is not None:
+        options["max_steps"] = args.max_steps
+    args.dialect = record.config.get("dialect") or "json"  # what make_model reads
+    trace = fork(args.run_id, args.at, policy_factory(args), registry_factory(args), store=store,
+                 new_run_id=args.new_id, **options)
+    print(trace, file=sys.stderr)
+    print(f"forked run: {trace.run_id} (from {args.run_id} at step {args.at})", file=sys.stderr)
+    if trace.answered:
+        print(trace.final_answer, file=out)
+    return 0 if trace.answered else 1
+
+
+def _export(store: StoreBase, args: argparse.Namespace, out: TextIO) -> int:
     target = output_path(args.out, "--out") if args.out else None
     text = store.trace(args.run_id).to_json()
     if target is not None:
@@ -188,7 +260,7 @@ def _export(store: SQLiteStore, args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _resume(
-    store: SQLiteStore,
+    store: StoreBase,
     args: argparse.Namespace,
     policy_factory: PolicyFactory,
     registry_factory: RegistryFactory,
@@ -241,7 +313,15 @@ def _describe(r: RunRecord) -> str:
             f"  created {_when(r.created_at)}  updated {_when(r.updated_at)}  resumes: {r.resumes}\n"
             f"  model calls: {r.llm_calls}  tool calls: {r.tool_calls}  steps: {r.step_count}  "
             f"tokens sent/evaluated/completion: {u.prompt_tokens}/{u.evaluated_tokens}/{u.completion_tokens}\n"
-            f"  config: {r.config}")
+            f"  config: {_shown_config(r.config)}")
+
+
+def _shown_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The config as `show` prints it: the tool set as names (fingerprints are for resume)."""
+    shown = dict(config)
+    if isinstance(shown.get("tool_set"), dict):
+        shown["tool_set"] = sorted(shown["tool_set"])
+    return shown
 
 
 def _when(ts: float) -> str:

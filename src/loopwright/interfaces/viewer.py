@@ -23,6 +23,7 @@ from typing import Any, Final
 
 from loopwright.errors import LoopwrightError
 from loopwright.interfaces.common import ArgumentParser, UsageError, output_path
+from loopwright.interfaces.viewer_tree import attempts_section, tot_section
 from loopwright.trace import STEP_KINDS, Step, Trace, load_trace
 
 __all__ = ["load_trace", "render_html", "run_view", "setup_view_parser", "view_main", "write_html"]
@@ -31,7 +32,7 @@ ISSUE_KINDS: Final = frozenset({"parse_error", "error"})
 """Steps drawn red: the model or the policy failed."""
 GUARD_KINDS: Final = frozenset({"nudge", "denied"})
 """Steps drawn amber: a guard or a gate stepped in."""
-MODEL_KINDS_WITHOUT_PROMPT: Final = frozenset({"plan", "solve", "replan"})
+MODEL_KINDS_WITHOUT_PROMPT: Final = frozenset({"plan", "solve", "replan", "reflection", "propose", "value"})
 
 _PREVIEW_CHARS: Final = 160
 
@@ -461,6 +462,10 @@ def _header(trace: Trace, calls: int) -> str:
     cards = "".join(f'<div class="stat"><div class="v">{v}</div><div class="l">{k}</div></div>' for k, v in stats)
     cards += _issue_chips(trace.steps)
     run = f" · run <code>{_esc(trace.run_id)}</code>" if trace.run_id else ""
+    forked = trace.meta.get("forked_from")
+    if isinstance(forked, Mapping):
+        run += (f' · <span id="forked-from">forked from <code>{_esc(str(forked.get("run_id")))}</code> '
+                f'at step {_esc(str(forked.get("at_step")))}</span>')
     return (
         f'<header class="card"><div><div class="sub">loopwright trace · mode <b>{_esc(trace.mode)}</b>'
         f'{run}</div><h1>Task</h1><p class="task" id="task">{_esc(trace.task)}</p></div>'
@@ -493,7 +498,7 @@ def render_html(trace: Trace | Mapping[str, Any]) -> str:
         f"<style>{_asset('viewer.css')}</style></head><body><main>"
         f"{_header(trace, len(calls))}"
         f'<div class="grid2">{_token_section(calls, trace)}{_latency_section(trace.steps)}</div>'
-        f"{_timeline(trace)}{extras}"
+        f"{attempts_section(trace)}{tot_section(trace)}{_timeline(trace)}{extras}"
         f"<footer>Written by loopwright's viewer. Every string above is model or tool output, "
         f"shown as text.</footer></main><script>{_asset('viewer.js')}</script></body></html>\n"
     )
@@ -552,13 +557,16 @@ def view_main(argv: Sequence[str] | None = None) -> int:
 def _journal_trace(run_id: str, db: str | None) -> Trace:
     """A journaled run's trace; a missing journal is an error naming both readings of
     the argument (it is read as a run id only when no such file exists)."""
-    path = Path(db or os.environ.get("LOOPWRIGHT_DB") or "loopwright.db")
-    if not path.is_file():
-        raise ValueError(f"no such trace file: {run_id} (and no run journal at {path} to look it up as a run id)")
-    from loopwright.durable.store import SQLiteStore  # the journal only when a run id is asked for
+    target = db or os.environ.get("LOOPWRIGHT_DB") or "loopwright.db"
+    from loopwright.durable.postgres import (
+        is_postgres_dsn,  # the journal only when a run id is asked for
+    )
+    from loopwright.interfaces.common import open_store
 
-    with SQLiteStore(path) as store:
-        return store.trace(run_id)
+    if not is_postgres_dsn(target) and not Path(target).is_file():
+        raise ValueError(f"no such trace file: {run_id} (and no run journal at {target} to look it up as a run id)")
+    with open_store(target) as store:
+        return store.trace(run_id)  # type: ignore[no-any-return]
 
 
 def _safe_name(text: str) -> str:

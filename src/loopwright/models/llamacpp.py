@@ -119,8 +119,9 @@ class LlamaCpp:
     prefix_cache False resets the KV cache before every call
     (to measure what the cache saves). exclude_known: a ReAct step's grammar cannot
     repeat the latest call of each tool whose result the prompt already holds (the
-    request's `known_calls`), so a greedy model stuck on one call must change it. The model loads on first use, once per instance;
-    calls are serialised by a lock.
+    request's `known_calls`), so a greedy model stuck on one call must change it. The
+    model loads on first use, once per instance; calls are serialised by a lock, so runs
+    may share one instance (`run_many`, `arun`, threads): they take turns on its single context.
     """
 
     def __init__(
@@ -156,7 +157,9 @@ class LlamaCpp:
         self._eval_sizes: list[int] = []
         self._grammars: dict[str, LlamaGrammar] = {}
         self._pieces: dict[int, bytes] = {}
-        self._lock = threading.Lock()
+        # One llama.cpp context: calls from runs sharing this model (run_many, arun,
+        # threads) take turns; re-entrant for the loading and tokenising inside a call.
+        self._lock = threading.RLock()
 
     def __repr__(self) -> str:
         return f"LlamaCpp({self.name!r}, n_ctx={self.n_ctx}, grammar={self.grammar})"
@@ -165,7 +168,9 @@ class LlamaCpp:
     def llm(self) -> Llama:
         """The loaded llama_cpp.Llama (loaded on first access)."""
         if self._llm is None:
-            self._llm = self._load()
+            with self._lock:  # two runs starting together load it once
+                if self._llm is None:
+                    self._llm = self._load()
         return self._llm
 
     def _load(self) -> Llama:
@@ -198,7 +203,8 @@ class LlamaCpp:
 
     def tokenize(self, text: str) -> list[int]:
         """The tokens of `text` as this model sees it in a prompt."""
-        return self._tokenize_bytes(text.encode("utf-8"))
+        with self._lock:
+            return self._tokenize_bytes(text.encode("utf-8"))
 
     @property
     def cached_tokens(self) -> int:
@@ -207,14 +213,16 @@ class LlamaCpp:
 
     def reset(self) -> None:
         """Forget the KV cache: the next call evaluates its whole prompt."""
-        if self._llm is not None:
-            self._llm.reset()  # type: ignore[no-untyped-call]
+        with self._lock:
+            if self._llm is not None:
+                self._llm.reset()  # type: ignore[no-untyped-call]
 
     def close(self) -> None:
         """Free the model (it reloads on next use)."""
-        if self._llm is not None:
-            self._llm.close()
-            self._llm = None
+        with self._lock:
+            if self._llm is not None:
+                self._llm.close()
+                self._llm = None
 
     def compiled_grammar(self, text: str) -> LlamaGrammar:
         """A LlamaGrammar for `text`, checked against the model's vocabulary once and

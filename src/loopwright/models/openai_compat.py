@@ -21,8 +21,10 @@ retries the call took.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -77,6 +79,7 @@ class OpenAICompatible:
         max_tokens: int = 256,
         seed: int | None = 0,
         client: Any = None,
+        pool_size: int = 256,
     ) -> None:
         if mode not in ("completion", "chat"):
             raise ValueError(f"mode must be 'completion' or 'chat', got {mode!r}")
@@ -92,6 +95,10 @@ class OpenAICompatible:
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.seed = seed
+        self.timeout_s = timeout_s
+        self.pool_size = pool_size
+        self._api_key = api_key or "no-key"
+        self._aclients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
         # The client's own retries are off: ours count, so the trace can say how many.
         import openai  # imported on use, not with loopwright.models: it takes about 0.5 s
 
@@ -109,7 +116,60 @@ class OpenAICompatible:
             return self._chat(request)
         return self._text(request)
 
+    async def acomplete(self, request: ModelRequest) -> Completion:
+        """`complete` on the running event loop, through a pooled `openai.AsyncOpenAI`
+        client (one per event loop, its connections kept alive between calls); what
+        `lw.arun` and `lw.run_many` use."""
+        chat = self.mode == "chat" or request.dialect == "native"
+        kwargs = self._chat_kwargs(request) if chat else self._text_kwargs(request)
+        client = self._async_client()
+        create = client.chat.completions.create if chat else client.completions.create
+        response, retries, elapsed = await self._acall(create, kwargs)
+        return (self._chat_completion if chat else self._text_completion)(request, response, retries, elapsed)
+
+    def _async_client(self) -> Any:
+        loop = asyncio.get_running_loop()
+        client = self._aclients.get(loop)
+        if client is None:
+            import openai
+            from openai._constants import DEFAULT_CONNECTION_LIMITS
+
+            # openai's own pool keeps 100 idle connections; keep one per run in flight
+            pool = type(DEFAULT_CONNECTION_LIMITS)(
+                max_connections=max(self.pool_size, 1), max_keepalive_connections=max(self.pool_size, 1)
+            )
+            client = openai.AsyncOpenAI(
+                base_url=self.base_url, api_key=self._api_key, timeout=self.timeout_s, max_retries=0,
+                http_client=openai.DefaultAsyncHttpxClient(limits=pool, timeout=self.timeout_s),
+            )
+            self._aclients[loop] = client
+        return client
+
+    async def _acall(self, create: Callable[..., Any], kwargs: dict[str, Any]) -> tuple[Any, int, float]:
+        """`_call`, awaited: the same retries, with asyncio.sleep between them."""
+        import openai
+
+        retries = 0
+        started = time.perf_counter()
+        while True:
+            try:
+                return await create(**kwargs), retries, time.perf_counter() - started
+            except openai.OpenAIError as exc:
+                if not _is_transient(exc):
+                    raise ModelError(f"{self.base_url}: {type(exc).__name__}: {exc}") from exc
+                if retries >= self.max_retries:
+                    raise ModelError(
+                        f"{self.base_url}: {type(exc).__name__} after {retries} retries: {exc}"
+                    ) from exc
+                await asyncio.sleep(self.backoff_s * 2**retries)
+                retries += 1
+
     def _text(self, request: ModelRequest) -> Completion:
+        kwargs = self._text_kwargs(request)
+        response, retries, elapsed = self._call(self.client.completions.create, kwargs)
+        return self._text_completion(request, response, retries, elapsed)
+
+    def _text_kwargs(self, request: ModelRequest) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
             "model": self.model,
             "prompt": request.prompt,
@@ -120,7 +180,9 @@ class OpenAICompatible:
             kwargs["stop"] = list(request.stop)
         if self.seed is not None:
             kwargs["seed"] = self.seed
-        response, retries, elapsed = self._call(self.client.completions.create, kwargs)
+        return kwargs
+
+    def _text_completion(self, request: ModelRequest, response: Any, retries: int, elapsed: float) -> Completion:
         choice = response.choices[0]
         text = choice.text or ""
         return Completion(
@@ -130,6 +192,11 @@ class OpenAICompatible:
         )
 
     def _chat(self, request: ModelRequest) -> Completion:
+        kwargs = self._chat_kwargs(request)
+        response, retries, elapsed = self._call(self.client.chat.completions.create, kwargs)
+        return self._chat_completion(request, response, retries, elapsed)
+
+    def _chat_kwargs(self, request: ModelRequest) -> dict[str, Any]:
         names = api_tool_names([str(t["name"]) for t in request.tools])
         to_api = {v: k for k, v in names.items()}
         messages = [_api_message(m, to_api) for m in request.messages] or [
@@ -159,7 +226,10 @@ class OpenAICompatible:
                 self.tool_choice(request) if callable(self.tool_choice) else self.tool_choice
             )
             kwargs["tool_choice"] = _api_tool_choice(choice_name, to_api)
-        response, retries, elapsed = self._call(self.client.chat.completions.create, kwargs)
+        return kwargs
+
+    def _chat_completion(self, request: ModelRequest, response: Any, retries: int, elapsed: float) -> Completion:
+        names = api_tool_names([str(t["name"]) for t in request.tools])
         choice = response.choices[0]
         message = choice.message
         text = message.content or ""

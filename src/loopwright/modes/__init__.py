@@ -1,5 +1,6 @@
-"""The loops behind one facade: `run(task, policy, registry, mode=...)`. ReAct, ReWOO and
-plan-execute-replan, and the run context they share (the model and tool choke points)."""
+"""The loops behind one facade: `run(task, policy, registry, mode=...)`. ReAct, ReWOO,
+plan-execute-replan, Reflexion and Tree-of-Thoughts, and the run context they share (the
+model and tool choke points)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,12 @@ from collections.abc import Callable
 from typing import Any
 
 from loopwright.modes._core import Run
+from loopwright.modes.asyncrun import AsyncRun
 from loopwright.modes.plan_execute import iter_plan_execute, run_plan_execute
 from loopwright.modes.react import iter_react, run_react
+from loopwright.modes.reflexion import iter_reflexion, run_reflexion
 from loopwright.modes.rewoo import iter_rewoo, run_rewoo
+from loopwright.modes.tot import iter_tot, run_tot
 from loopwright.policy import Policy
 from loopwright.trace import Trace
 from loopwright.wire.tools import ToolRegistry
@@ -18,6 +22,8 @@ MODES: dict[str, Callable[..., Run]] = {
     "react": iter_react,
     "rewoo": iter_rewoo,
     "plan_execute": iter_plan_execute,
+    "reflexion": iter_reflexion,
+    "tot": iter_tot,
 }
 
 
@@ -31,7 +37,7 @@ def iter_run(task: str, policy: Policy, registry: ToolRegistry, mode: str = "rea
 
 
 def run(task: str, policy: Policy, registry: ToolRegistry, mode: str = "react", **limits: Any) -> Trace:
-    """Run a task to the end in one of the three modes and return its Trace.
+    """Run a task to the end in one of the modes (MODES) and return its Trace.
 
     limits (same names in every mode): max_steps, token_budget, timeout_s, max_replans,
     on_parse_error, on_repeat; also dialect (ReAct), tools (the names this run may use),
@@ -40,15 +46,34 @@ def run(task: str, policy: Policy, registry: ToolRegistry, mode: str = "react", 
     return iter_run(task, policy, registry, mode, **limits).run()
 
 
+def aiter_run(task: str, policy: Policy, registry: ToolRegistry, mode: str = "react", **limits: Any) -> AsyncRun:
+    """Start a run to drive from an event loop: `async for step in aiter_run(...)`, or
+    `await aiter_run(...).run()`. Same arguments as `run`."""
+    return AsyncRun(iter_run(task, policy, registry, mode, **limits))
+
+
+async def arun(task: str, policy: Policy, registry: ToolRegistry, mode: str = "react", **limits: Any) -> Trace:
+    """`run`, awaited: async policies and tools are awaited on this loop, sync ones run
+    in threads, so the event loop is never blocked. Same arguments and trace as `run`;
+    cancelling the awaiting task ends the run "interrupted" (see modes/asyncrun.py)."""
+    return await aiter_run(task, policy, registry, mode, **limits).run()
+
 __all__ = [
     "MODES",
+    "AsyncRun",
     "Run",
+    "aiter_run",
+    "arun",
     "iter_plan_execute",
     "iter_react",
+    "iter_reflexion",
     "iter_rewoo",
     "iter_run",
+    "iter_tot",
     "run",
     "run_plan_execute",
     "run_react",
+    "run_reflexion",
     "run_rewoo",
+    "run_tot",
 ]

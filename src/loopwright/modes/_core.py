@@ -9,12 +9,16 @@ import threading
 import time
 import traceback
 from collections.abc import Generator, Iterable, Iterator
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
+from loopwright import otel, pricing
+from loopwright.calls import CURRENT_CALL, bind_call, ephemeral_run_id, unbind_call
 from loopwright.errors import RunInterrupted
 from loopwright.guards import Deadline, Limits, call_key
+from loopwright.modes._contracts import Bridge, Executed, Journal, ModelCall, PolicyFailed, StopRun
+from loopwright.modes._policycall import _call_within, _PolicyTimeout
 from loopwright.outputs import output_spec
-from loopwright.policy import Completion, ModelRequest, Policy, call_policy
+from loopwright.policy import Completion, ModelRequest, Policy, call_policy, is_async_policy
 from loopwright.prompts import DEFAULT_PROMPTS, PromptSet
 from loopwright.safety import (
     ApprovalPending,
@@ -29,71 +33,21 @@ from loopwright.trace import Step, Trace, Usage, estimate_tokens
 from loopwright.wire.tools import Tool, ToolError, ToolRegistry, ToolResult
 from loopwright.wire.toolset import tool_set
 
+__all__ = [  # the contracts are re-exported: the loops import them from here
+    "Bridge",
+    "Executed",
+    "Journal",
+    "ModelCall",
+    "PolicyFailed",
+    "Run",
+    "RunContext",
+    "StepGen",
+    "StopRun",
+    "first_line",
+    "open_context",
+]
+
 StepGen = Generator[Step, None, None]
-
-
-class StopRun(Exception):
-    """Internal: the run must end now (denied, paused, unknown side-effect outcome).
-    The step explaining why is already recorded."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-
-
-class Journal(Protocol):
-    """Where a durable run writes every model call, tool call and step before using it,
-    and where a resumed run finds them again (see loopwright.durable.store)."""
-
-    def recorded_completion(self, n: int) -> tuple[Completion, Usage] | None: ...
-    def record_completion(self, n: int, request: ModelRequest, completion: Completion, usage: Usage) -> None: ...
-    def recorded_tool(self, key: str) -> tuple[str, ToolResult | None] | None: ...
-    def record_tool_start(self, key: str, name: str, args: dict[str, Any]) -> None: ...
-    def record_tool_result(self, key: str, result: ToolResult) -> None: ...
-    def recorded_decision(self, key: str) -> Decision | None: ...
-    def record_decision(self, request: ApprovalRequest, decision: Decision) -> None: ...
-    def record_pending(self, request: ApprovalRequest) -> None: ...
-    def record_step(self, step: Step) -> None: ...
-    def record_end(self, trace: Trace) -> None: ...
-
-
-class Executed:
-    """What the execution choke point did with one proposed call. (A plain slots class,
-    not a frozen dataclass: one is built per tool call and never leaves the loop.)"""
-
-    __slots__ = ("kind", "meta", "result")
-
-    def __init__(self, result: ToolResult, kind: str = "action", meta: dict[str, Any] | None = None) -> None:
-        self.result = result
-        self.kind = kind  # or "denied"
-        self.meta = meta
-
-
-class ModelCall:
-    """One answered model call: its text, the Completion (None when a plain policy
-    returned a str), what it cost, and how long it took. Internal, one per call."""
-
-    __slots__ = ("completion", "seconds", "text", "usage")
-
-    def __init__(self, text: str, completion: Completion | None, usage: Usage, seconds: float) -> None:
-        self.text = text
-        self.completion = completion
-        self.usage = usage
-        self.seconds = seconds
-
-    @property
-    def retries(self) -> Any:
-        """Transient errors the backend retried for this call (its `meta["retries"]`)."""
-        return None if self.completion is None else self.completion.meta.get("retries")
-
-
-class PolicyFailed(Exception):
-    """Internal: the policy raised or timed out; `message` is what the trace records."""
-
-    def __init__(self, message: str, reason: str = "error") -> None:
-        super().__init__(message)
-        self.message = message
-        self.reason = reason
 
 
 class RunContext:
@@ -120,7 +74,8 @@ class RunContext:
             raise TypeError(f"task must be a str, got {type(task).__name__}")
         if not isinstance(registry, ToolRegistry):
             raise TypeError(f"registry must be a loopwright.ToolRegistry, got {type(registry).__name__}")
-        if not (callable(policy) or callable(getattr(policy, "complete", None))):
+        if not (callable(policy) or callable(getattr(policy, "complete", None))
+                or callable(getattr(policy, "acomplete", None))):
             raise TypeError(
                 f"policy must be a callable str -> str or have complete(request), got {type(policy).__name__}"
             )
@@ -138,7 +93,9 @@ class RunContext:
             not callable(getattr(policy, "complete", None))
             and journal is None
             and limits.timeout_s is None
+            and not is_async_policy(policy)
         )
+        self.bridge: Bridge | None = None  # set when an event loop drives the run (asyncrun.py)
         if on_deny not in ("observe", "stop"):
             raise ValueError(f"on_deny must be 'observe' or 'stop', got {on_deny!r}")
         self.approver = approver
@@ -153,6 +110,32 @@ class RunContext:
         self._ledger: dict[str, tuple[str, ToolResult]] = {}
         self._key_locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
+        self.otel: otel.RunSpans | None = None  # OpenTelemetry spans, when tracing is on
+        self.pricing: pricing.PriceFunction | None = None  # and cost_budget: set by pricing.attach
+        self._ephemeral_id: str | None = None
+
+    def call_run_id(self) -> tuple[str, bool]:
+        """The run id `lw.current_call()` reports, and whether it is durable."""
+        if self.trace.run_id is not None:
+            return self.trace.run_id, self.journal is not None
+        if self._ephemeral_id is None:
+            self._ephemeral_id = ephemeral_run_id()
+        return self._ephemeral_id, False
+
+    def _call_tool(self, name: str, args: dict[str, Any], key: str, attempt: int = 1) -> ToolResult:
+        """The registry's execute, with the call current for `lw.current_call()`."""
+        token = CURRENT_CALL.set((self, key, attempt, name))  # bind_call, without the call
+        in_flight = self.in_flight
+        in_flight[key] = (name, args, time.perf_counter())
+        try:
+            if self.bridge is None:
+                result = self.registry.execute(name, args, timeout_s=self.deadline.remaining())
+            else:  # an async run: async tools go to its event loop
+                result = self.bridge.execute(self.registry, name, args, self.deadline.remaining())
+        finally:
+            CURRENT_CALL.reset(token)
+        in_flight.pop(key, None)  # kept when Ctrl-C cut the call: the trace says what was running
+        return result
 
     @property
     def schemas(self) -> list[dict[str, Any]]:
@@ -172,6 +155,10 @@ class RunContext:
         self.trace.steps.append(step)
         if self.journal is not None:
             self.journal.record_step(step)
+        if self.pricing is not None:
+            pricing.charge(self.pricing, step)
+        if self.otel is not None:
+            self.otel.step(step)
         return step
 
     def stop(self, reason: str, answer: str | None = None) -> None:
@@ -194,27 +181,37 @@ class RunContext:
                 self.trace.usage = self.trace.usage + usage
                 return ModelCall(completion.text, completion, usage, 0.0)
         remaining = self.deadline.remaining()
+        bridge = self.bridge
         in_flight = self.in_flight
         in_flight["model"] = (None, None, start)
         try:
-            if remaining is None:
+            if bridge is not None:
+                completion = bridge.complete(self.policy, request, remaining)
+            elif remaining is None:
                 completion = call_policy(self.policy, request)
             else:
                 completion = _call_within(self.policy, request, remaining)
             in_flight.pop("model", None)
+        except StopRun:  # cancelled from the event loop; the call stays in in_flight
+            raise
         except _PolicyTimeout:
             in_flight.pop("model", None)
-            raise PolicyFailed(
-                f"model call outlived the run's timeout_s={self.limits.timeout_s}", "timeout"
-            ) from None
+            raise self._failed(request.purpose, PolicyFailed(f"model call outlived the run's timeout_s={self.limits.timeout_s}", "timeout"), start) from None
         except Exception as exc:  # the choke point: any policy failure ends the run cleanly
             in_flight.pop("model", None)
-            raise PolicyFailed(f"policy raised {type(exc).__name__}: {exc}") from exc
+            raise self._failed(request.purpose, PolicyFailed(f"policy raised {type(exc).__name__}: {exc}"), start) from exc
         usage = completion.usage or Usage.estimate(request.prompt, completion.text)
         if self.journal is not None:  # written before it is used
             self.journal.record_completion(self.trace.llm_calls, request, completion, usage)
         self.trace.usage = self.trace.usage + usage
+        if self.otel is not None:
+            self.otel.model(request.purpose, request.prompt, completion.text, usage, start, completion.meta, self.pricing)
         return ModelCall(completion.text, completion, usage, time.perf_counter() - start)
+
+    def _failed(self, purpose: str, failed: PolicyFailed, start: float) -> PolicyFailed:
+        if self.otel is not None:
+            self.otel.model_failed(purpose, failed.message, time.perf_counter() - start)
+        return failed
 
     def call_text(self, prompt: str) -> ModelCall:
         """call_model for the common case, a plain callable policy with no journal and no
@@ -227,7 +224,7 @@ class RunContext:
             out = self.policy(prompt)  # type: ignore[operator]
         except Exception as exc:  # the same choke point as call_model
             in_flight.pop("model", None)
-            raise PolicyFailed(f"policy raised {type(exc).__name__}: {exc}") from exc
+            raise self._failed("react", PolicyFailed(f"policy raised {type(exc).__name__}: {exc}"), start) from exc
         in_flight.pop("model", None)
         if type(out) is str:
             text, completion = out, None
@@ -246,13 +243,17 @@ class RunContext:
         else:
             usage = completion.usage
         self.trace.usage = self.trace.usage + usage
+        if self.otel is not None:
+            self.otel.model("react", prompt, text, usage, start, None if completion is None else completion.meta, self.pricing)
         return ModelCall(text, completion, usage, time.perf_counter() - start)
 
     def guard_after_call(self) -> str | None:
-        """The stop reason if the token budget or the wall clock is spent, else None."""
+        """The stop reason if the token or cost budget or the wall clock is spent, else None."""
         budget = self.limits.token_budget
         if budget is not None and self.trace.usage.total_tokens >= budget:
             return "token_budget"
+        if self.pricing is not None and pricing.spent(self):
+            return "cost_budget"
         if self.deadline.expired():
             return "timeout"
         return None
@@ -270,13 +271,7 @@ class RunContext:
         journal = self.journal
         if journal is None and (tool is None or (tool.idempotent and not tool.requires_approval)):
             # nothing to gate, record or deduplicate: straight to the registry
-            in_flight = self.in_flight
-            in_flight[key] = (name, args, time.perf_counter())
-            result = self.registry.execute(name, args, timeout_s=self.deadline.remaining())
-            in_flight.pop(key, None)
-            with self._lock:
-                self.trace.tool_calls += 1
-            return Executed(result)
+            return self._done(key, self._call_tool(name, args, key))
         recorded = journal.recorded_tool(key) if journal is not None else None
         if recorded is not None and recorded[0] == "done" and recorded[1] is not None:
             self.trace.tool_calls += 1
@@ -289,6 +284,8 @@ class RunContext:
             if decision.approved is not True:  # fail closed on anything but an approval
                 observation = denial_observation(name, decision.reason)
                 denied = ToolResult(name, args, None, observation, ToolError(name, decision.reason, "denied"), 0.0)
+                if self.otel is not None:
+                    self.otel.tool(key, denied, "denied")
                 if self.on_deny == "stop":
                     self.record(Step(self.next_index, "denied", tool=name, args=args,
                                      observation=observation, error=decision.reason))
@@ -323,26 +320,33 @@ class RunContext:
             and recorded[0] == "started"
             and tool is not None
             and not tool.idempotent
+            and not tool.dedupes_on_call_key  # its system ignores the same key twice: safe to rerun
             and not self.rerun_unfinished
         ):
             message = (
                 f"{name} was started before the run stopped but its result was not recorded; "
                 f"it is not idempotent, so it was not run again. Check whether it took effect, "
-                f"then resume with rerun_unfinished=True or finish the run by hand."
+                f"then settle it (store.settle or `loopwright runs settle`), resume with "
+                f"rerun_unfinished=True, or finish the run by hand."
             )
             self.record(Step(self.next_index, "error", tool=name, args=args, error=message))
             raise StopRun("error", message)
 
         journal = self.journal
+        attempt = 1
         if journal is not None:
+            attempt = journal.attempt(key)
             journal.record_tool_start(key, name, args)
-        self.in_flight[key] = (name, args, time.perf_counter())
-        result = self.registry.execute(name, args, timeout_s=self.deadline.remaining())
-        self.in_flight.pop(key, None)
-        with self._lock:
-            self.trace.tool_calls += 1
+        result = self._call_tool(name, args, key, attempt)
         if journal is not None:
             journal.record_tool_result(key, result)
+        return self._done(key, result)
+
+    def _done(self, key: str, result: ToolResult) -> Executed:
+        with self._lock:
+            self.trace.tool_calls += 1
+        if self.otel is not None:
+            self.otel.tool(key, result)
         return Executed(result)
 
     async def aexecute(self, name: str, args: dict[str, Any], key: str) -> Executed:
@@ -357,11 +361,17 @@ class RunContext:
         )
         if gated:
             return await asyncio.to_thread(self.execute, name, args, key)
+        token = bind_call(self, key, 1, name)
         self.in_flight[key] = (name, args, time.perf_counter())
-        result = await self.registry.aexecute(name, args, timeout_s=self.deadline.remaining())
+        try:
+            if self.bridge is not None:
+                result = await self.bridge.aexecute(self.registry, name, args, self.deadline.remaining())
+            else:
+                result = await self.registry.aexecute(name, args, timeout_s=self.deadline.remaining())
+        finally:
+            unbind_call(token)
         self.in_flight.pop(key, None)
-        self.trace.tool_calls += 1
-        return Executed(result)
+        return self._done(key, result)
 
     def _approval(self, name: str, args: dict[str, Any], key: str, side_effects: str, description: str) -> Decision:
         request = ApprovalRequest(name, args, approval_key(name, args), key, side_effects,
@@ -399,7 +409,7 @@ def _idempotency_key(tool: Any, args: dict[str, Any]) -> str:
 
 RUN_OPTIONS = frozenset(
     {"prompts", "tools", "approver", "on_deny", "store", "run_id", "max_tokens", "memory", "context_tokens",
-     "journal_meta", "output_type"}
+     "journal_meta", "tracer", "cost_budget_usd", "prices", "output_type"}
 )
 
 
@@ -441,7 +451,7 @@ def open_context(
             config["meta"] = dict(options["journal_meta"])
         run_id, journal = store.start_run(run_id, task, mode, config)
     tools = options.get("tools")
-    return RunContext(
+    ctx = RunContext(
         task,
         mode,
         policy,
@@ -456,36 +466,8 @@ def open_context(
         rerun_unfinished=rerun_unfinished,
         output_type=options.get("output_type"),
     )
-
-
-class _PolicyTimeout(Exception):
-    pass
-
-
-def _call_within(policy: Policy, request: ModelRequest, seconds: float) -> Completion:
-    """Call the policy on a daemon thread and wait at most `seconds` for it.
-
-    A policy that overruns is abandoned (Python cannot kill a thread); the run stops
-    with "timeout" rather than waiting on it.
-    """
-    box: list[Any] = []
-    done = threading.Event()
-
-    def target() -> None:
-        try:
-            box.append(call_policy(policy, request))
-        except BaseException as exc:  # handed to the caller's thread below
-            box.append(exc)
-        finally:
-            done.set()
-
-    threading.Thread(target=target, name="loopwright-policy", daemon=True).start()
-    if not done.wait(seconds):
-        raise _PolicyTimeout
-    out = box[0]
-    if isinstance(out, BaseException):
-        raise out
-    return out  # type: ignore[no-any-return]
+    ctx.otel = otel.run_spans(options.get("tracer"), task, mode, policy, run_id)
+    return pricing.attach(ctx, policy, options.get("cost_budget_usd"), options.get("prices"))
 
 
 class Run(Iterator[Step]):
@@ -522,6 +504,9 @@ class Run(Iterator[Step]):
         recorded on the trace; Ctrl-C becomes RunInterrupted; anything else propagates."""
         if isinstance(exc, StopRun):
             self._ctx.stop(exc.reason)
+            if exc.reason == "interrupted" and self._ctx.in_flight:  # cancelled from the event loop
+                self.trace.meta["in_flight"] = self.in_flight
+                self._ctx.in_flight.clear()
         elif isinstance(exc, KeyboardInterrupt):
             if self.trace.stopped_reason is None:
                 self._ctx.stop("interrupted")
@@ -556,8 +541,12 @@ class Run(Iterator[Step]):
             self._finished = True
             self.trace.duration_s = time.perf_counter() - self._ctx.started
             self._steps.close()
+            if self._ctx.pricing is not None:
+                pricing.spent(self._ctx)
             if self._ctx.journal is not None:
                 self._ctx.journal.record_end(self.trace)
+            if self._ctx.otel is not None:
+                self._ctx.otel.end(self.trace)
 
     def run(self) -> Trace:
         """Drive the run to its end and return the trace."""

@@ -14,6 +14,7 @@ from typing import Any
 from loopwright.errors import ParseError
 from loopwright.guards import Limits, RepeatDetector
 from loopwright.modes._core import PolicyFailed, Run, RunContext, StepGen, first_line, open_context
+from loopwright.modes._critique import check_on_tool_error, reflect
 from loopwright.policy import ModelRequest, Policy
 from loopwright.prompts import describe_tools, example_call, fence, fill, worked_examples
 from loopwright.trace import Step, estimate_tokens
@@ -33,7 +34,9 @@ class _Scratchpad:
     recent blocks.
     """
 
-    def __init__(self, ctx: RunContext, dialect: str, memory: Any = None, context_tokens: int | None = None) -> None:
+    def __init__(
+        self, ctx: RunContext, dialect: str, memory: Any = None, context_tokens: int | None = None, notes: str = ""
+    ) -> None:
         self.dialect = dialect
         prompts = ctx.prompts
         template = prompts.react_brackets if dialect == "brackets" else prompts.react_json
@@ -44,7 +47,11 @@ class _Scratchpad:
         )
         task = ctx.task if ctx.output is None else f"{ctx.task}\n{ctx.output.instruction()}"
         self.text = fill(template, f"react_{shape}", tools=tools, task=task, **fields)
+        if notes:  # text placed just before the question (Reflexion's critiques so far)
+            at = self.text.rfind(f"Question: {ctx.task}")
+            self.text = self.text[:at] + notes + self.text[at:]
         self.stop = prompts.stop_brackets if dialect == "brackets" else prompts.stop_json
+        self.number = 0  # steps appended (k, a trace index, also counts critiques and earlier attempts)
         self.transcript = f"Question: {ctx.task}\n"
         self.task = ctx.task
         self.messages: list[dict[str, Any]] = []
@@ -80,10 +87,10 @@ class _Scratchpad:
     def append(self, k: int, thought: str, action: str, observation: str, plain: str | None = None) -> None:
         """Add step k (1-based): the model's part, then the observation (as placed in the
         prompt; `plain` is the same without its fence, for the transcript and memory)."""
-        if self.dialect == "brackets":
-            block = f" {thought}\nAction {k}: {action}\nObservation {k}: {observation}\nThought {k + 1}:"
-        else:
-            block = f" {thought}\n{action}\nObservation: {observation}\nThought:"
+        self.number += 1  # the bracket dialect's step number: this scratchpad's own count
+        n = self.number
+        block = _block(self.dialect, n, thought, action, observation)
+        block += f"\nThought {n + 1}:" if self.dialect == "brackets" else "\nThought:"
         readable = f"Thought: {thought}\n{action}\nObservation: {observation if plain is None else plain}\n"
         # Grow both strings in place, without copying the whole prompt each step: with
         # the attribute cleared, the local is the only reference, and CPython extends a
@@ -110,7 +117,7 @@ class _Scratchpad:
         folded: list[int] = []
         turns: list[str] = []
         while self.blocks and sum(b[3] for b in self.blocks) > keep:
-            k, _block, readable, _tokens, _thought = self.blocks.pop(0)
+            k, _text, readable, _tokens, _thought = self.blocks.pop(0)
             folded.append(k)
             turns.append(readable)
         add_many = getattr(self.memory, "add_many", None)
@@ -131,6 +138,13 @@ class _Scratchpad:
         self.text = self.head + section + self.question + recent
         return {"folded_steps": folded, "prompt_tokens_before": before,
                 "prompt_tokens_after": estimate_tokens(self.text), "memory_tokens": estimate_tokens(section)}
+
+
+def _block(dialect: str, k: int, thought: str, action: str, observation: str) -> str:
+    """Step k's part of the scratchpad, up to and including its observation."""
+    if dialect == "brackets":
+        return f" {thought}\nAction {k}: {action}\nObservation {k}: {observation}"
+    return f" {thought}\n{action}\nObservation: {observation}"
 
 
 def _tool_fields(registry: ToolRegistry, dialect: str, budget: int, from_tools: bool) -> tuple[str, dict[str, str]]:
@@ -170,15 +184,19 @@ def iter_react(
     dialect: str = "json",
     max_replans: int | None = None,
     max_nudges: int = 2,
+    on_tool_error: str = "observe",
     **options: Any,
 ) -> Run:
     """Start a ReAct run; iterate the result to get each Step as it happens.
 
+    on_tool_error="reflect": after a tool's ERROR observation, one more model call writes
+    a critique (a `reflection` step, counted against max_steps) that the next step sees.
     max_replans is accepted (and ignored) so one set of limits works in every mode.
     Other options: see `loopwright.modes._core.open_context`.
     """
     if dialect not in DIALECTS:
         raise ValueError(f"dialect must be one of {DIALECTS}, got {dialect!r}")
+    check_on_tool_error(on_tool_error)
     limits = Limits(
         max_steps=max_steps,
         token_budget=token_budget,
@@ -190,9 +208,11 @@ def iter_react(
     config = {"max_steps": max_steps, "token_budget": token_budget, "timeout_s": timeout_s,
               "on_parse_error": on_parse_error, "on_repeat": on_repeat, "dialect": dialect, "max_nudges": max_nudges,
               "max_tokens": options.get("max_tokens")}
+    if on_tool_error != "observe":
+        config["on_tool_error"] = on_tool_error
     ctx = open_context(task, "react", policy, registry, limits, config, options)
     pad = _Scratchpad(ctx, dialect, options.get("memory"), options.get("context_tokens"))
-    return Run(ctx, _react(ctx, pad, options.get("max_tokens")))
+    return Run(ctx, _react(ctx, pad, options.get("max_tokens"), on_tool_error=on_tool_error))
 
 
 def run_react(task: str, policy: Policy, registry: ToolRegistry, **limits: Any) -> Any:
@@ -200,17 +220,31 @@ def run_react(task: str, policy: Policy, registry: ToolRegistry, **limits: Any) 
     return iter_react(task, policy, registry, **limits).run()
 
 
-def _react(ctx: RunContext, pad: _Scratchpad, max_tokens: int | None) -> StepGen:
+def _react(
+    ctx: RunContext,
+    pad: _Scratchpad,
+    max_tokens: int | None,
+    *,
+    max_steps: int | None = None,
+    keep_prompts: bool = False,
+    on_tool_error: str = "observe",
+) -> StepGen:
+    """The ReAct loop on `ctx`. max_steps: model calls this loop may make (default the
+    run's); keep_prompts: each step keeps a copy of its prompt (Reflexion runs several
+    scratchpads in one trace, so a prompt is not a prefix of `trace.scratchpad`)."""
     limits = ctx.limits
+    cap = limits.max_steps if max_steps is None else max_steps
+    first_call = ctx.trace.llm_calls
+    copy_prompts = keep_prompts or pad.budget is not None
     dialect = pad.dialect
     plain = ctx.plain_policy and dialect != "native"
     repeats = RepeatDetector()
     known: dict[str, dict[str, Any]] = {}  # the latest executed call of each tool
     parse_errors = 0
     tools = () if plain else tuple(ctx.schemas)  # a plain policy only gets the prompt
-    guarded = limits.token_budget is not None or limits.timeout_s is not None
+    guarded = limits.token_budget is not None or limits.timeout_s is not None or ctx.pricing is not None
     try:
-        for _ in range(limits.max_steps):
+        while ctx.trace.llm_calls - first_call < cap:  # one call a step (and a reflection)
             if guarded and ctx.deadline.expired():  # the clock ran out during the last tool call
                 ctx.stop("timeout")
                 return
@@ -221,8 +255,8 @@ def _react(ctx: RunContext, pad: _Scratchpad, max_tokens: int | None) -> StepGen
                 ctx.trace.meta.setdefault("folds", []).append(fold)
             # Append-only: the prompt is trace.scratchpad[:prompt], kept as a length. With
             # a context budget the prompt is rewritten at folds, so the step keeps a copy.
-            prompt = len(pad.text) if pad.budget is None else None
-            copy = None if pad.budget is None else pad.text
+            prompt = None if copy_prompts else len(pad.text)
+            copy = pad.text if copy_prompts else None
             t0 = time.perf_counter()
             try:
                 if plain:
@@ -354,7 +388,18 @@ def _react(ctx: RunContext, pad: _Scratchpad, max_tokens: int | None) -> StepGen
                      duration_s=time.perf_counter() - t0, usage=call.usage, prompt_chars=prompt, prompt=copy,
                      meta=meta)
             )
-            pad.append(k, parsed.thought, _render_action(dialect, parsed), fence(observation, f"{name}#{k}"), observation)
+            fenced = fence(observation, f"{name}#{k}")
+            if (on_tool_error == "reflect" and result.error is not None and executed.kind == "action"
+                    and ctx.trace.llm_calls - first_call < cap):
+                so_far = pad.text + _block(dialect, pad.number + 1, parsed.thought, _render_action(dialect, parsed),
+                                           fenced)
+                prompt_text = ctx.prompts.reflect_step.format(scratchpad=so_far, error=result.error.as_observation())
+                critique = yield from reflect(ctx, prompt_text, max_tokens, {"after_step": k, "tool": name})
+                if critique is None:  # the critique call failed or a guard fired: the run is stopped
+                    return
+                fenced += f"\nReflection: {critique}"
+                observation += f"\nReflection: {critique}"
+            pad.append(k, parsed.thought, _render_action(dialect, parsed), fenced, observation)
             _native_call(pad, parsed, name, args, observation)
         ctx.stop("max_steps")
     finally:

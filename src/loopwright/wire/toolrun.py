@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import inspect
 import threading
 from collections.abc import Callable
@@ -84,7 +85,9 @@ def run_job(job: Callable[[], Outcome], timeout: float | None, label: str) -> Ou
         finally:
             done.set()
 
-    threading.Thread(target=target, name=f"loopwright-tool:{label}", daemon=True).start()
+    # the caller's context goes with the job (loopwright.current_call() inside the tool)
+    threading.Thread(target=contextvars.copy_context().run, args=(target,), name=f"loopwright-tool:{label}",
+                     daemon=True).start()
     if not done.wait(None if timeout is None else max(timeout, 0.0)):
         return False, Timeout(timeout if timeout is not None else 0.0)
     ok, value = box[0]
@@ -104,7 +107,8 @@ async def in_thread(job: Callable[[], Outcome], timeout: float | None, label: st
         except BaseException as exc:
             future.set_exception(exc)
 
-    threading.Thread(target=target, name=f"loopwright-tool:{label}", daemon=True).start()
+    threading.Thread(target=contextvars.copy_context().run, args=(target,), name=f"loopwright-tool:{label}",
+                     daemon=True).start()
     waiting = asyncio.wrap_future(future)
     if timeout is None:
         return await waiting

@@ -98,6 +98,7 @@ class Tool:
     requires_approval: bool
     idempotency_key: IdempotencyKey
     examples: tuple[ToolExample, ...]
+    dedupes_on_call_key: bool
 
     def __init__(
         self,
@@ -111,6 +112,7 @@ class Tool:
         requires_approval: bool | None = None,
         idempotency_key: IdempotencyKey = None,
         examples: Sequence[Mapping[str, Any] | ToolExample] | None = None,
+        dedupes_on_call_key: bool = False,
     ) -> None:
         if not callable(func):
             raise ToolDefinitionError(f"a tool needs a callable, got {describe(func)}")
@@ -119,7 +121,7 @@ class Tool:
         summary, param_docs = parse_docstring(doc)
         self._setup(
             tool_name, description if description is not None else summary, func,
-            timeout_s, side_effects, idempotent, requires_approval, idempotency_key,
+            timeout_s, side_effects, idempotent, requires_approval, idempotency_key, dedupes_on_call_key,
         )  # fmt: skip
         self._use(typed_arguments(func, tool_name, param_docs))
         self._check_key()
@@ -144,6 +146,7 @@ class Tool:
         requires_approval: bool | None = None,
         idempotency_key: IdempotencyKey = None,
         examples: Sequence[Mapping[str, Any] | ToolExample] | None = None,
+        dedupes_on_call_key: bool = False,
     ) -> Tool:
         """A tool declared by a JSON Schema object (MCP, OpenAPI, BFCL function docs).
 
@@ -160,7 +163,7 @@ class Tool:
         self = cls.__new__(cls)
         self._setup(
             name, description, func, timeout_s, side_effects, idempotent, requires_approval,
-            idempotency_key,
+            idempotency_key, dedupes_on_call_key,
         )  # fmt: skip
         self._use(schema_arguments(parameters, name))
         self._check_key()
@@ -179,6 +182,7 @@ class Tool:
         idempotent: bool | None,
         requires_approval: bool | None,
         idempotency_key: IdempotencyKey,
+        dedupes_on_call_key: bool = False,
     ) -> None:
         if not isinstance(name, str) or not _NAME.fullmatch(name):
             raise ToolDefinitionError(
@@ -209,6 +213,13 @@ class Tool:
             side_effects == "destructive" if requires_approval is None else requires_approval
         )
         self.idempotency_key = idempotency_key
+        if not isinstance(dedupes_on_call_key, bool):
+            raise ToolDefinitionError(
+                f"tool {name!r}: dedupes_on_call_key must be True or False, got {describe(dedupes_on_call_key)}"
+            )
+        # The tool hands `loopwright.current_call().key` to the system it changes, which
+        # ignores a second call with that key: after a crash it is run again, not blocked on.
+        self.dedupes_on_call_key = dedupes_on_call_key
 
     def _check_key(self) -> None:
         key = self.idempotency_key
@@ -307,6 +318,7 @@ def tool(
     requires_approval: bool | None = None,
     idempotency_key: IdempotencyKey = None,
     examples: Sequence[Mapping[str, Any] | ToolExample] | None = None,
+    dedupes_on_call_key: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 def tool(
     func: Callable[..., Any] | None = None,
@@ -319,6 +331,7 @@ def tool(
     requires_approval: bool | None = None,
     idempotency_key: IdempotencyKey = None,
     examples: Sequence[Mapping[str, Any] | ToolExample] | None = None,
+    dedupes_on_call_key: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a Tool from a typed function; usable as `@tool` and `@tool(...)`.
 
@@ -331,6 +344,7 @@ def tool(
             side_effects=side_effects, idempotent=idempotent,
             requires_approval=requires_approval, idempotency_key=idempotency_key,
             examples=examples,
+            dedupes_on_call_key=dedupes_on_call_key,
         )  # fmt: skip
 
     return make if func is None else make(func)

@@ -1,0 +1,212 @@
+"""Reflexion: ReAct attempts in one run; after a failed attempt the model critiques it,
+and the next attempt starts with the critiques so far in its prompt (Shinn et al., 2023:
+the critiques are the agent's episodic memory).
+
+An attempt fails when it stops with anything but `final`, or when `evaluator(task,
+trace)` rejects its answer; a hard stop (token budget, wall clock, the policy raising,
+a denial or pause that ends the run) ends the run instead. Every limit holds for the
+whole run: `max_steps` counts every model call, critiques included, so
+`llm_calls == attempt steps + reflections <= max_steps`. When `max_reflections`
+critiques were written and the last attempt failed too, the run stops with
+`max_reflections` (each attempt's own stop reason is in `trace.meta["attempts"]`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any, Final
+
+from loopwright.guards import Limits
+from loopwright.modes._core import Run, RunContext, StepGen, first_line, open_context
+from loopwright.modes._critique import check_on_tool_error, reflect
+from loopwright.modes.react import DIALECTS, _react, _Scratchpad
+from loopwright.policy import Policy
+from loopwright.prompts import REFLEXION_OUTCOMES
+from loopwright.trace import Step, Trace
+from loopwright.wire.tools import ToolRegistry
+
+Evaluator = Callable[[str, Trace], "tuple[bool, str] | bool"]
+"""Judges an attempt's answer: `evaluator(task, trace)` with `trace.final_answer` set;
+returns (ok, feedback) or a bool. Feedback reaches the critique prompt."""
+
+_OPEN_LABEL: Final = re.compile(r"\s*Thought(?: \d+)?:\s*$")
+"""The scratchpad's open `Thought:` label, cut before the critique instruction: the
+critique prompt is the attempt's last prompt plus the instruction (a cached prefix)."""
+
+RETRIED: Final = frozenset({"final", "max_steps", "error", "repeated_call"})
+"""Attempt ends that lead to a critique (a `final` only when the evaluator rejects it;
+an `error` only from unusable replies, not from the policy raising)."""
+
+
+def iter_reflexion(
+    task: str,
+    policy: Policy,
+    registry: ToolRegistry,
+    *,
+    max_steps: int = 20,
+    token_budget: int | None = None,
+    timeout_s: float | None = None,
+    max_reflections: int = 2,
+    attempt_steps: int | None = None,
+    evaluator: Evaluator | bool | None = None,
+    on_parse_error: str = "observe",
+    on_repeat: str = "nudge",
+    on_tool_error: str = "observe",
+    dialect: str = "json",
+    max_replans: int | None = None,
+    **options: Any,
+) -> Run:
+    """Start a Reflexion run; iterate the result to get each Step as it happens.
+
+    max_steps: model calls of the whole run (attempt steps and critiques).
+    attempt_steps: model calls one attempt may make; default
+    `(max_steps - max_reflections) // (max_reflections + 1)` (at least 1), so every
+    attempt and critique fits; an attempt never gets more than max_steps has left.
+    evaluator: see `Evaluator`; without one an attempt that answers is accepted.
+    max_replans is accepted (and ignored) so one set of limits works in every mode.
+    """
+    if dialect not in DIALECTS:
+        raise ValueError(f"dialect must be one of {DIALECTS}, got {dialect!r}")
+    check_on_tool_error(on_tool_error)
+    if isinstance(max_reflections, bool) or not isinstance(max_reflections, int) or max_reflections < 0:
+        raise ValueError(f"max_reflections must be an integer >= 0, got {max_reflections!r}")
+    if attempt_steps is not None and (
+        isinstance(attempt_steps, bool) or not isinstance(attempt_steps, int) or attempt_steps < 1
+    ):
+        raise ValueError(f"attempt_steps must be a positive integer or None, got {attempt_steps!r}")
+    if evaluator is True:  # what a journal records: resume() was not given the evaluator again
+        raise TypeError("this run was made with an evaluator; pass evaluator=... again to resume it")
+    if evaluator is not None and evaluator is not False and not callable(evaluator):
+        raise TypeError(f"evaluator must be a callable (task, trace) -> (ok, feedback), got {evaluator!r}")
+    judge = evaluator if callable(evaluator) else None
+    limits = Limits(
+        max_steps=max_steps,
+        token_budget=token_budget,
+        timeout_s=timeout_s,
+        on_parse_error=on_parse_error,  # type: ignore[arg-type]
+        on_repeat=on_repeat,  # type: ignore[arg-type]
+    )
+    config = {"max_steps": max_steps, "token_budget": token_budget, "timeout_s": timeout_s,
+              "max_reflections": max_reflections, "attempt_steps": attempt_steps,
+              "evaluator": judge is not None, "on_parse_error": on_parse_error, "on_repeat": on_repeat,
+              "on_tool_error": on_tool_error, "dialect": dialect, "max_tokens": options.get("max_tokens")}
+    ctx = open_context(task, "reflexion", policy, registry, limits, config, options)
+    per_attempt = attempt_steps or max(1, (max_steps - max_reflections) // (max_reflections + 1))
+    settings = _Settings(dialect, max_reflections, per_attempt, judge, on_tool_error, options)
+    _Scratchpad(ctx, dialect, options.get("memory"), options.get("context_tokens"))  # bad options fail now
+    return Run(ctx, _reflexion(ctx, settings))
+
+
+def run_reflexion(task: str, policy: Policy, registry: ToolRegistry, **limits: Any) -> Any:
+    """Run Reflexion to the end and return its Trace."""
+    return iter_reflexion(task, policy, registry, **limits).run()
+
+
+class _Settings:
+    __slots__ = ("context_tokens", "dialect", "evaluator", "max_reflections", "max_tokens", "memory",
+                 "on_tool_error", "per_attempt")
+
+    def __init__(self, dialect: str, max_reflections: int, per_attempt: int, evaluator: Evaluator | None,
+                 on_tool_error: str, options: dict[str, Any]) -> None:
+        self.dialect = dialect
+        self.max_reflections = max_reflections
+        self.per_attempt = per_attempt
+        self.evaluator = evaluator
+        self.on_tool_error = on_tool_error
+        self.max_tokens: int | None = options.get("max_tokens")
+        self.memory = options.get("memory")
+        self.context_tokens: int | None = options.get("context_tokens")
+
+
+def _reflexion(ctx: RunContext, s: _Settings) -> StepGen:
+    trace = ctx.trace
+    max_steps = ctx.limits.max_steps
+    critiques: list[str] = []
+    attempts: list[dict[str, Any]] = []
+    trace.meta["attempts"] = attempts
+    transcripts: list[str] = []
+    while True:
+        n = len(attempts) + 1
+        cap = min(s.per_attempt, max_steps - trace.llm_calls)
+        notes = ""
+        if critiques:
+            lines = "\n".join(f"- Attempt {i}: {c}" for i, c in enumerate(critiques, 1))
+            notes = ctx.prompts.reflexion_memory.format(reflections=lines)
+        pad = _Scratchpad(ctx, s.dialect, s.memory, s.context_tokens, notes=notes)
+        first_step = ctx.next_index
+        record: dict[str, Any] = {"attempt": n, "first_step": first_step}
+        attempts.append(record)
+        try:
+            yield from _react(ctx, pad, s.max_tokens, max_steps=cap, keep_prompts=True,
+                              on_tool_error=s.on_tool_error)
+        finally:
+            record["last_step"] = ctx.next_index - 1
+            record["stopped_reason"] = trace.stopped_reason
+            transcripts.append(f"Attempt {n}:\n{pad.transcript}")
+            trace.transcript = "\n".join(transcripts)
+        reason, answer = trace.stopped_reason, trace.final_answer
+        record["answer"] = answer
+        if reason == "final":
+            verdict = _judge(ctx, s.evaluator)
+            if isinstance(verdict, str):  # the evaluator failed: a defect in user code, said plainly
+                yield ctx.record(Step(ctx.next_index, "error", error=verdict))
+                ctx.stop("error")
+                return
+            ok, feedback = verdict
+            record["accepted"] = ok
+            if feedback:
+                record["feedback"] = feedback
+            if ok:
+                return
+        elif reason not in RETRIED or _policy_failed(ctx, first_step):
+            return  # a hard stop: its reason is the run's
+        outcome = _outcome(ctx, reason, answer, record.get("feedback", ""), cap, first_step)
+        trace.final_answer = None
+        if len(critiques) >= s.max_reflections:
+            ctx.stop("max_reflections")
+            return
+        if max_steps - trace.llm_calls < 2:  # no room for a critique and another attempt
+            ctx.stop("max_steps")
+            return
+        trace.stopped_reason = None  # the run goes on: a Ctrl-C now is "interrupted"
+        prompt = ctx.prompts.reflexion_critique.format(attempt=_OPEN_LABEL.sub("", pad.text), outcome=outcome)
+        critique = yield from reflect(ctx, prompt, s.max_tokens, {"attempt": n, "failure": reason})
+        if critique is None:
+            return
+        critiques.append(critique)
+        transcripts.append(f"Reflection {len(critiques)}: {critique}")
+        trace.transcript = "\n".join(transcripts)
+
+
+def _judge(ctx: RunContext, evaluator: Evaluator | None) -> tuple[bool, str] | str:
+    """The evaluator's verdict on the answer in ctx.trace, or why it could not give one."""
+    if evaluator is None:
+        return True, ""
+    try:
+        verdict = evaluator(ctx.task, ctx.trace)
+    except Exception as exc:  # user code: the run ends with a clear error, not a traceback
+        return f"evaluator raised {type(exc).__name__}: {exc}"
+    if isinstance(verdict, bool):
+        return verdict, ""
+    if (isinstance(verdict, tuple) and len(verdict) == 2 and isinstance(verdict[0], bool)
+            and isinstance(verdict[1], str)):
+        return verdict
+    return f"evaluator must return (ok: bool, feedback: str) or a bool, got {first_line(repr(verdict), 200)}"
+
+
+def _policy_failed(ctx: RunContext, first_step: int) -> bool:
+    """Whether the attempt ended on an `error` step (the policy raised or timed out, a
+    side effect of unknown outcome): not something a critique can fix."""
+    steps = ctx.trace.steps
+    return len(steps) >= first_step and steps[-1].kind == "error"
+
+
+def _outcome(ctx: RunContext, reason: str | None, answer: str | None, feedback: str, cap: int,
+             first_step: int) -> str:
+    if reason == "final":
+        return REFLEXION_OUTCOMES["rejected"].format(answer=repr(answer), feedback=feedback or "(no feedback)")
+    if reason == "error":
+        errors = [s.error for s in ctx.trace.steps[first_step - 1:] if s.error]
+        return REFLEXION_OUTCOMES["error"].format(error=first_line(errors[-1] if errors else "", 300))
+    return REFLEXION_OUTCOMES.get(str(reason), "{reason}").format(steps=cap, reason=reason)

@@ -1,0 +1,314 @@
+"""arun / aiter_run: the same loops driven from an event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+import loopwright as lw
+from conftest import act, final, make_registry
+from helpers.durable import comparable
+
+PLAN = '[{"id": "E1", "tool": "add", "args": {"x": 2, "y": 3}}, {"id": "E2", "tool": "multiply", "args": {"x": "#E1", "y": 4}}]'
+SCRIPTS: dict[str, list[str]] = {
+    "react": [act("add", '{"x": 2, "y": 3}'), act("multiply", '{"x": 5, "y": 4}'), final("20")],
+    "rewoo": [PLAN, "Final Answer: 20"],
+    "plan_execute": ['[{"id": "E1", "tool": "divide", "args": {"x": 1, "y": 0}}]', PLAN],
+}
+
+
+def run_async(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+@pytest.mark.parametrize("mode", sorted(SCRIPTS))
+def test_arun_gives_the_same_trace_as_run_in_every_mode(mode: str) -> None:
+    sync = lw.run("what is (2 + 3) * 4?", lw.ScriptedPolicy(SCRIPTS[mode]), make_registry(), mode=mode)
+    policy = lw.ScriptedPolicy(SCRIPTS[mode])
+    trace = run_async(lw.arun("what is (2 + 3) * 4?", policy, make_registry(), mode=mode))
+    policy.assert_consumed()
+    assert comparable(trace) == comparable(sync)
+    assert trace.stopped_reason == "final"
+
+
+@pytest.mark.parametrize("mode", sorted(SCRIPTS))
+def test_aiter_run_yields_the_steps_of_run_in_order(mode: str) -> None:
+    sync = lw.run("q", lw.ScriptedPolicy(SCRIPTS[mode]), make_registry(), mode=mode)
+
+    async def collect() -> tuple[list[lw.Step], lw.Trace]:
+        run = lw.aiter_run("q", lw.ScriptedPolicy(SCRIPTS[mode]), make_registry(), mode=mode)
+        steps = [step async for step in run]
+        return steps, run.trace
+
+    steps, trace = run_async(collect())
+    assert [s.kind for s in steps] == [s.kind for s in sync.steps]
+    assert steps == trace.steps
+    assert trace.stopped_reason == "final"
+
+
+def test_async_policy_and_async_tool_run_on_the_callers_event_loop() -> None:
+    seen: list[str] = []
+
+    @lw.tool
+    async def lookup(key: str) -> str:
+        """Look a key up."""
+        seen.append("tool" if asyncio.get_running_loop() is loop else "other loop")
+        await asyncio.sleep(0)
+        return key.upper()
+
+    script = iter([act("lookup", '{"key": "abc"}'), final("ABC")])
+
+    async def policy(prompt: str) -> str:
+        seen.append("policy" if asyncio.get_running_loop() is loop else "other loop")
+        await asyncio.sleep(0)
+        return next(script)
+
+    async def main() -> lw.Trace:
+        nonlocal loop
+        loop = asyncio.get_running_loop()
+        return await lw.arun("q", policy, lw.ToolRegistry([lookup]))
+
+    loop: asyncio.AbstractEventLoop | None = None
+    trace = run_async(main())
+    assert trace.final_answer == "ABC"
+    assert trace.steps[0].observation == "ABC"
+    assert seen == ["policy", "tool", "policy"]
+
+
+def test_a_model_with_acomplete_is_awaited_and_its_usage_kept() -> None:
+    class AsyncModel:
+        def __init__(self) -> None:
+            self.requests: list[lw.ModelRequest] = []
+
+        async def acomplete(self, request: lw.ModelRequest) -> lw.Completion:
+            self.requests.append(request)
+            return lw.Completion(final("7"), lw.Usage(10, 4, 2))
+
+    model = AsyncModel()
+    trace = run_async(lw.arun("q", model, make_registry()))
+    assert trace.final_answer == "7"
+    assert trace.usage == lw.Usage(10, 4, 2)
+    assert model.requests[0].stop  # the full request, stop strings included
+
+
+def test_an_async_policy_also_works_in_a_sync_run() -> None:
+    async def policy(prompt: str) -> str:
+        await asyncio.sleep(0)
+        return final("42")
+
+    assert lw.run("q", policy, make_registry()).final_answer == "42"
+
+
+def test_a_sync_policy_runs_off_the_event_loop() -> None:
+    """The policy blocks until a coroutine on the loop releases it: with the loop
+    blocked, it would wait out its 10 s and answer "blocked"."""
+    released = threading.Event()
+
+    def policy(prompt: str) -> str:
+        return final("free" if released.wait(10) else "blocked")
+
+    async def main() -> lw.Trace:
+        task = asyncio.ensure_future(lw.arun("q", policy, make_registry()))
+        await asyncio.sleep(0.01)
+        released.set()
+        return await task
+
+    assert run_async(main()).final_answer == "free"
+
+
+def test_many_runs_share_one_loop_concurrently() -> None:
+    """Ten runs whose policies wait for each other: they finish only if all ten are in
+    flight at once."""
+    arrived = 0
+
+    async def policy(prompt: str) -> str:
+        nonlocal arrived
+        arrived += 1
+        if arrived == 10:
+            everyone.set()
+        await asyncio.wait_for(everyone.wait(), 10)
+        return final("ok")
+
+    async def main() -> list[lw.Trace]:
+        nonlocal everyone
+        everyone = asyncio.Event()
+        return await asyncio.gather(*(lw.arun(f"q{i}", policy, make_registry()) for i in range(10)))
+
+    everyone: asyncio.Event
+    traces = run_async(main())
+    assert [t.final_answer for t in traces] == ["ok"] * 10
+
+
+# -- cancellation and timeouts --------------------------------------------------------
+
+
+def _blocking_tool(started: threading.Event, release: threading.Event) -> lw.Tool:
+    @lw.tool
+    def wait_here(x: int) -> int:
+        """Block until released."""
+        started.set()
+        release.wait(30)
+        return x
+
+    return wait_here
+
+
+def test_cancelling_mid_tool_ends_the_run_interrupted_with_a_consistent_journal(tmp_path: Any) -> None:
+    started, release = threading.Event(), threading.Event()
+    registry = make_registry()
+    registry.register(_blocking_tool(started, release))
+    store = lw.SQLiteStore(tmp_path / "runs.db")
+    policy = lw.ScriptedPolicy([act("add", '{"x": 1, "y": 2}'), act("wait_here", '{"x": 5}')])
+
+    async def main() -> lw.AsyncRun:
+        run = lw.aiter_run("q", policy, registry, store=store, run_id="r1")
+        task = asyncio.ensure_future(run.run())
+        await asyncio.to_thread(started.wait, 10)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return run
+
+    try:
+        run = run_async(main())
+        assert run.trace.stopped_reason == "interrupted"
+        assert [s.kind for s in run.trace.steps] == ["action"]  # the step in flight is not recorded
+        assert run.trace.llm_calls == 2 and run.trace.tool_calls == 1
+        assert [c["tool"] for c in run.trace.meta["in_flight"]] == ["wait_here"]  # what was cut off
+        record = store.load_run("r1")
+        assert record.status == "interrupted" and record.resumable
+        # the journal is consistent: resuming replays step 1, reruns the idempotent tool
+        release.set()
+        resumed = lw.resume("r1", lw.ScriptedPolicy([final("5")]), registry, store=store)
+        assert resumed.stopped_reason == "final" and resumed.final_answer == "5"
+        assert [s.kind for s in resumed.steps] == ["action", "action", "final"]
+    finally:
+        release.set()
+        store.close()
+
+
+def test_cancelling_mid_model_call_ends_the_run_interrupted() -> None:
+    entered = threading.Event()
+
+    async def policy(prompt: str) -> str:
+        entered.set()
+        await asyncio.Event().wait()  # never answers
+        return final("never")
+
+    release = threading.Event()
+
+    def sync_policy(prompt: str) -> str:
+        entered.set()
+        release.wait(30)
+        return final("late")
+
+    async def cancel_during(p: Any) -> lw.AsyncRun:
+        entered.clear()
+        run = lw.aiter_run("q", p, make_registry())
+        task = asyncio.ensure_future(run.run())
+        await asyncio.to_thread(entered.wait, 10)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return run
+
+    try:
+        for p in (policy, sync_policy):
+            run = run_async(cancel_during(p))
+            assert run.trace.stopped_reason == "interrupted"
+            assert run.trace.llm_calls == 1 and run.trace.steps == []
+            assert [c["call"] for c in run.trace.meta["in_flight"]] == ["model"]
+            assert run.trace.final_answer is None
+    finally:
+        release.set()
+
+
+def test_cancelling_a_rewoo_run_mid_worker_ends_it_interrupted() -> None:
+    @lw.tool
+    async def hang(x: int) -> int:
+        """Never returns."""
+        started.set()
+        await asyncio.Event().wait()
+        return x
+
+    started = threading.Event()
+    plan = '[{"id": "E1", "tool": "hang", "args": {"x": 1}}]'
+
+    async def main() -> lw.AsyncRun:
+        run = lw.aiter_run("q", lw.ScriptedPolicy([plan, "never"]), lw.ToolRegistry([hang]), mode="rewoo")
+        task = asyncio.ensure_future(run.run())
+        await asyncio.to_thread(started.wait, 10)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return run
+
+    run = run_async(main())
+    assert run.trace.stopped_reason == "interrupted"
+    assert [s.kind for s in run.trace.steps] == ["plan"]
+
+
+def test_asyncio_timeout_around_arun_interrupts_the_run(tmp_path: Any) -> None:
+    store = lw.SQLiteStore(tmp_path / "runs.db")
+
+    async def policy(prompt: str) -> str:
+        await asyncio.Event().wait()
+        return final("never")
+
+    async def main() -> None:
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.05):
+                await lw.arun("q", policy, make_registry(), store=store, run_id="t1")
+
+    try:
+        run_async(main())
+        assert store.load_run("t1").status == "interrupted"
+        assert store.trace("t1").stopped_reason == "interrupted"
+    finally:
+        store.close()
+
+
+def test_timeout_s_holds_for_an_async_policy_and_a_blocking_tool() -> None:
+    async def hanging(prompt: str) -> str:
+        await asyncio.Event().wait()
+        return final("never")
+
+    trace = run_async(lw.arun("q", hanging, make_registry(), timeout_s=0.1))
+    assert trace.stopped_reason == "timeout"
+    assert "timeout_s=0.1" in (trace.steps[0].error or "")
+
+    started, release = threading.Event(), threading.Event()
+    registry = make_registry()
+    registry.register(_blocking_tool(started, release))
+    try:
+        trace = run_async(lw.arun("q", lw.ScriptedPolicy([act("wait_here", '{"x": 1}')]), registry,
+                                  timeout_s=0.2))
+    finally:
+        release.set()
+    assert trace.stopped_reason == "timeout"
+    assert (trace.steps[0].error or "").startswith("timeout after")
+
+
+def test_aclose_ends_an_unfinished_iteration_as_interrupted() -> None:
+    async def main() -> lw.Trace:
+        run = lw.aiter_run("q", lw.ScriptedPolicy(SCRIPTS["react"]), make_registry())
+        async for step in run:
+            assert step.kind == "action"
+            break
+        return await run.aclose()
+
+    trace = run_async(main())
+    assert trace.stopped_reason == "interrupted"
+    assert len(trace.steps) == 1
+
+
+def test_a_policy_that_raises_ends_the_async_run_with_error_like_the_sync_one() -> None:
+    async def policy(prompt: str) -> str:
+        raise RuntimeError("backend down")
+
+    trace = run_async(lw.arun("q", policy, make_registry()))
+    assert trace.stopped_reason == "error"
+    assert trace.steps[0].error == "policy raised RuntimeError: backend down"

@@ -1,0 +1,118 @@
+"""`loopwright mcp serve`: a registry served over MCP, exercised with the mcp SDK's own
+client over stdio and streamable HTTP; destructive tools are refused, or asked for by
+elicitation when the client supports it."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+import mcp.types as types
+import pytest
+from mcp import ClientSession, StdioServerParameters, stdio_client
+
+import loopwright as lw
+from helpers.mcp_servers import free_port, stop, wait_for_port
+from loopwright.mcp.server import annotations_for
+
+HELPERS = Path(__file__).parent / "helpers"
+TOOLS = "mcp_served_tools:registry"
+
+
+def test_annotations_follow_our_side_effect_metadata():
+    @lw.tool(side_effects="write", idempotency_key="key")
+    def put(key: str) -> str:
+        """Store."""
+        return key
+
+    @lw.tool(side_effects="destructive")
+    def wipe() -> str:
+        """Wipe."""
+        return ""
+
+    @lw.tool
+    def pure() -> int:
+        """Pure."""
+        return 1
+
+    assert annotations_for(pure) == {"readOnlyHint": True, "idempotentHint": True}
+    assert annotations_for(put) == {"readOnlyHint": False, "idempotentHint": False, "destructiveHint": False}
+    assert annotations_for(wipe) == {"readOnlyHint": False, "idempotentHint": False, "destructiveHint": True}
+
+
+def _params() -> StdioServerParameters:
+    return StdioServerParameters(
+        command=sys.executable, args=["-m", "loopwright", "mcp", "serve", "--tools", TOOLS],
+        env={"PYTHONPATH": str(HELPERS)}, cwd=str(HELPERS),
+    )  # fmt: skip
+
+
+def _text(result: types.CallToolResult) -> str:
+    return "\n".join(b.text for b in result.content if isinstance(b, types.TextContent))
+
+
+async def _session_run(elicit=None):
+    async with stdio_client(_params()) as (read, write):
+        async with ClientSession(read, write, elicitation_callback=elicit) as session:
+            await session.initialize()
+            listed = {t.name: t for t in (await session.list_tools()).tools}
+            add = await session.call_tool("add", {"x": 2, "y": 3})
+            bad = await session.call_tool("add", {"x": "two"})
+            wipe = await session.call_tool("wipe", {"path": "/data"})
+            return listed, add, bad, wipe
+
+
+@pytest.mark.slow
+def test_stdio_lists_tools_with_annotations_calls_them_and_refuses_a_destructive_one(tmp_path):
+    listed, add, bad, wipe = asyncio.run(_session_run())
+    assert set(listed) == {"add", "wipe"}
+    assert listed["add"].annotations.read_only_hint is True
+    assert listed["wipe"].annotations.destructive_hint is True
+    assert listed["add"].input_schema["required"] == ["x", "y"]
+    assert not add.is_error and _text(add) == "5"
+    assert bad.is_error and "invalid args" in _text(bad)
+    assert wipe.is_error and "refused" in _text(wipe) and "needs approval" in _text(wipe)
+
+
+@pytest.mark.slow
+def test_a_client_that_supports_elicitation_is_asked_and_its_answer_decides():
+    asked: list[str] = []
+
+    async def decline(context, params):
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"approve": False})
+
+    *_, wipe = asyncio.run(_session_run(decline))
+    assert asked and "wipe" in asked[0] and "/data" in asked[0]
+    assert wipe.is_error and "did not approve" in _text(wipe)
+
+    async def accept(context, params):
+        return types.ElicitResult(action="accept", content={"approve": True})
+
+    *_, wipe = asyncio.run(_session_run(accept))
+    assert not wipe.is_error and _text(wipe) == "wiped /data"
+
+
+@pytest.mark.slow
+def test_streamable_http_serves_the_same_registry_to_our_own_mcp_client():
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loopwright", "mcp", "serve", "--tools", TOOLS, "--port", str(port)],
+        cwd=str(HELPERS), env={"PYTHONPATH": str(HELPERS), "PATH": "/usr/bin:/bin"},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_for_port(port, proc, 120)
+        from loopwright.mcp import MCPServer
+
+        with MCPServer.http(f"http://127.0.0.1:{port}/mcp", timeout_s=60) as server:
+            registry = lw.ToolRegistry(server.tools())
+            assert registry["add"].side_effects == "read" and registry["wipe"].requires_approval
+            assert registry.execute("add", {"x": 4, "y": 5}).observation == "9"
+            trace = lw.run("wipe it", lw.ScriptedPolicy(['Action: wipe\nAction Input: {"path": "/"}', "Final Answer: no"]),
+                           registry, approver=lambda request: True)  # fmt: skip
+            assert "refused" in trace.steps[0].observation  # approved here, still refused there
+    finally:
+        stop(proc)
