@@ -227,11 +227,7 @@ def _fork(
     out: TextIO,
 ) -> int:
     record = store.load_run(args.run_id)  # an unknown id fails before a model loads
-    recorded_cli = (record.config.get("meta") or {}).get("cli") or {}
-    if not args.tools and recorded_cli.get("tools"):  # the tools the run was started with
-        args.tools = list(recorded_cli["tools"])
-    if not getattr(args, "prompts", None) and recorded_cli.get("prompts"):
-        args.prompts = recorded_cli["prompts"]
+    _recorded_flags(record, args)
     options: dict[str, Any] = {}
     prompts = load_prompts(getattr(args, "prompts", None))
     if prompts is not None:
@@ -246,6 +242,15 @@ def _fork(
     if trace.answered:
         print(trace.final_answer, file=out)
     return 0 if trace.answered else 1
+
+
+def _recorded_flags(record: RunRecord, args: argparse.Namespace) -> None:
+    """Fill --tools and --prompts, when not given, with what the run was started with."""
+    recorded_cli = (record.config.get("meta") or {}).get("cli") or {}
+    if not args.tools and recorded_cli.get("tools"):
+        args.tools = list(recorded_cli["tools"])
+    if not getattr(args, "prompts", None) and recorded_cli.get("prompts"):
+        args.prompts = recorded_cli["prompts"]
 
 
 def _export(store: StoreBase, args: argparse.Namespace, out: TextIO) -> int:
@@ -267,11 +272,7 @@ def _resume(
     out: TextIO,
 ) -> int:
     record = store.load_run(args.run_id)  # an unknown id fails before a model loads
-    recorded_cli = (record.config.get("meta") or {}).get("cli") or {}
-    if not args.tools and recorded_cli.get("tools"):  # the tools the run was started with
-        args.tools = list(recorded_cli["tools"])
-    if not getattr(args, "prompts", None) and recorded_cli.get("prompts"):
-        args.prompts = recorded_cli["prompts"]
+    _recorded_flags(record, args)
     if getattr(args, "record", None):
         output_path(args.record, "--record")
     registry = registry_factory(args)
