@@ -65,7 +65,8 @@ def test_every_run_terminates_within_its_limits(outputs, mode, max_steps, budget
     # only the reasons this run's limits make possible (no clock, no approver, no store)
     possible = {"final", "max_steps", "error"}
     possible |= {"token_budget"} if budget is not None else set()
-    possible |= {"repeated_call"} if mode == "react" and on_repeat == "stop" else set()
+    # "stop" ends at the first repeat, "nudge" after max_nudges nudged calls
+    possible |= {"repeated_call"} if mode == "react" and on_repeat != "off" else set()
     possible |= {"max_replans"} if mode == "plan_execute" else set()
     possible |= {"max_reflections"} if mode == "reflexion" else set()  # a failed attempt is retried
     possible |= {"max_nodes", "exhausted"} if mode == "tot" else set()
