@@ -215,6 +215,13 @@ def test_a_model_file_that_is_not_a_model_is_a_usage_error(tmp_path: Path) -> No
     broken = tmp_path / "broken.gguf"
     broken.write_bytes(b"GGUF" + b"\0" * 64)  # the right magic, then nothing a model holds
     assert_usage_error(command("run", "q", "--model", str(broken)), "cannot load the model")
+    # with --db: the journal opened first is removed again when it was new, kept when not
+    assert_usage_error(command("run", "q", "--model", str(text), "--db", str(tmp_path / "new.db")), "GGUF")
+    assert list(tmp_path.glob("new.db*")) == []
+    old = tmp_path / "old.db"
+    lw.SQLiteStore(str(old)).close()
+    assert_usage_error(command("run", "q", "--model", str(text), "--db", str(old)), "GGUF")
+    assert old.is_file()
 
 
 @pytest.mark.parametrize(

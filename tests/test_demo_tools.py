@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -38,9 +40,21 @@ def test_lookup_answers_for_each_subject_named() -> None:
     assert "520000" in out and "340000" in out
 
 
-def test_lookup_of_an_unknown_subject_says_so_and_lists_known_ones() -> None:
-    out = lookup("17 * 23")
-    assert out.startswith("No fact found for '17 * 23'") and "Paris" in out
+def test_lookup_of_an_unknown_subject_fails_naming_the_known_ones() -> None:
+    result = demo_registry().execute("lookup", {"query": "17 * 23"})
+    assert result.error is not None and result.value is None
+    assert "no fact found for '17 * 23'" in result.observation and "Paris" in result.observation
+    assert result.observation.startswith("ERROR")
+
+
+def test_plan_execute_never_answers_with_a_lookup_miss() -> None:
+    # the plan's only step misses; the replanned one finds the fact and is the answer
+    miss = json.dumps({"plan": [{"id": "E1", "tool": "lookup", "args": {"query": "17 * 23"}}]})
+    hit = json.dumps({"plan": [{"id": "E1", "tool": "lookup", "args": {"query": "capital of Japan"}}]})
+    trace = lw.run("What is the capital of Japan?", lw.ScriptedPolicy([miss, hit]), demo_registry(),
+                   mode="plan_execute")
+    assert trace.stopped_reason == "final" and trace.replans == 1
+    assert trace.final_answer == "The capital of Japan is Tokyo."
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ import concurrent.futures
 import inspect
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from types import FunctionType
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from loopwright.errors import ScriptExhaustedError
@@ -136,6 +137,9 @@ def as_completion(out: Any) -> Completion:
 def is_async_policy(policy: Any) -> bool:
     """Whether the policy answers with a coroutine: it has `acomplete`, or its
     `complete` or `__call__` is an `async def`."""
+    if type(policy) is FunctionType:  # the common case, without inspect's unwrapping
+        # (3.12's inspect.markcoroutinefunction leaves this marker on the function)
+        return bool(policy.__code__.co_flags & inspect.CO_COROUTINE) or "_is_coroutine_marker" in policy.__dict__
     if callable(getattr(policy, "acomplete", None)):
         return True
     complete = getattr(policy, "complete", None)

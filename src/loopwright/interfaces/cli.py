@@ -261,12 +261,16 @@ def _run(args: argparse.Namespace) -> int:
         from loopwright.safety import terminal_approver
 
         limits["approver"] = terminal_approver(write=lambda text: console.print(escape(text), end=""))
+    new_db = bool(args.db) and "://" not in args.db and not Path(args.db).exists()
     store = _open_store(args)
     try:
         model = make_model(args)
     except BaseException:
         if store is not None:
             store.close()
+            if new_db:  # no run started: leave no empty journal behind
+                for leftover in (args.db, f"{args.db}-wal", f"{args.db}-shm", f"{args.db}-journal"):
+                    Path(leftover).unlink(missing_ok=True)
         raise
     if store is not None:
         limits.update(store=store, journal_meta=journal_meta(args))

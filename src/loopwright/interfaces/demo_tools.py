@@ -116,8 +116,10 @@ def lookup(query: str) -> str:
     facts = find_facts(query)
     if facts:
         return " ".join(facts)
+    # A miss is a failure, not a result: the model reads it as an ERROR observation, and
+    # plan-execute replans instead of answering with it.
     known = ", ".join(s["name"] for s in _facts()["subjects"])
-    return f"No fact found for {query!r}. Known subjects: {known}."
+    raise LookupError(f"no fact found for {query!r}; known subjects: {known}")
 
 
 def evaluate(expression: str) -> int | float:

@@ -216,7 +216,8 @@ class RunContext:
     def call_text(self, prompt: str) -> ModelCall:
         """call_model for the common case, a plain callable policy with no journal and no
         wall clock: the policy gets the prompt directly, with no ModelRequest to build."""
-        self.trace.llm_calls += 1
+        trace = self.trace
+        trace.llm_calls += 1
         start = time.perf_counter()
         in_flight = self.in_flight
         in_flight["model"] = (None, None, start)
@@ -225,7 +226,7 @@ class RunContext:
         except Exception as exc:  # the same choke point as call_model
             in_flight.pop("model", None)
             raise self._failed("react", PolicyFailed(f"policy raised {type(exc).__name__}: {exc}"), start) from exc
-        in_flight.pop("model", None)
+        del in_flight["model"]
         if type(out) is str:
             text, completion = out, None
         elif isinstance(out, Completion):
@@ -242,7 +243,7 @@ class RunContext:
             usage = Usage(sent, sent, estimate_tokens(text), True)
         else:
             usage = completion.usage
-        self.trace.usage = self.trace.usage + usage
+        trace.usage = trace.usage + usage
         if self.otel is not None:
             self.otel.model("react", prompt, text, usage, start, None if completion is None else completion.meta, self.pricing)
         return ModelCall(text, completion, usage, time.perf_counter() - start)
@@ -430,12 +431,15 @@ def open_context(
     data saved with a journaled run's config under "meta": the CLI saves how it loaded
     the tools). Unknown names are a TypeError, not silently ignored.
     """
-    options = dict(options)
-    journal: Journal | None = options.pop("_journal", None)  # set by resume()
-    rerun_unfinished = bool(options.pop("_rerun_unfinished", False))
-    unknown = sorted(set(options) - RUN_OPTIONS)
-    if unknown:
-        raise TypeError(f"unknown run option(s): {', '.join(unknown)}")
+    journal: Journal | None = None
+    rerun_unfinished = False
+    if options:
+        options = dict(options)
+        journal = options.pop("_journal", None)  # set by resume()
+        rerun_unfinished = bool(options.pop("_rerun_unfinished", False))
+        unknown = sorted(options.keys() - RUN_OPTIONS)
+        if unknown:
+            raise TypeError(f"unknown run option(s): {', '.join(unknown)}")
     run_id = options.get("run_id")
     store = options.get("store")
     if store is not None and journal is None:

@@ -41,12 +41,18 @@ class _Scratchpad:
         prompts = ctx.prompts
         template = prompts.react_brackets if dialect == "brackets" else prompts.react_json
         shape = "brackets" if dialect == "brackets" else "json"
-        tools, fields = ctx.registry.memo(
-            f"react_prompt:{shape}:{prompts.example_tokens}:{prompts.tool_examples}",
-            lambda registry: _tool_fields(registry, shape, prompts.example_tokens, prompts.tool_examples),
-        )
         task = ctx.task if ctx.output is None else f"{ctx.task}\n{ctx.output.instruction()}"
-        self.text = fill(template, f"react_{shape}", tools=tools, task=task, **fields)
+        # The template filled once per registry and prompt set, split where the task goes
+        # (a template naming {task} other than once is filled for every run)
+        parts = ctx.registry.memo(
+            ("react_prompt", shape, template, prompts.example_tokens, prompts.tool_examples),
+            lambda registry: _filled(registry, template, shape, prompts.example_tokens, prompts.tool_examples),
+        )
+        if len(parts) == 2:
+            self.text = parts[0] + task + parts[1]
+        else:
+            tools, fields = _tool_fields(ctx.registry, shape, prompts.example_tokens, prompts.tool_examples)
+            self.text = fill(template, f"react_{shape}", tools=tools, task=task, **fields)
         if notes:  # text placed just before the question (Reflexion's critiques so far)
             at = self.text.rfind(f"Question: {ctx.task}")
             self.text = self.text[:at] + notes + self.text[at:]
@@ -148,10 +154,28 @@ def _block(dialect: str, k: int, thought: str, action: str, observation: str) ->
 
 
 def _tool_fields(registry: ToolRegistry, dialect: str, budget: int, from_tools: bool) -> tuple[str, dict[str, str]]:
-    """The prompt's tool list and worked examples (memoised on the registry)."""
+    """The prompt's tool list and worked examples."""
+    return registry.memo(
+        ("react_fields", dialect, budget, from_tools),
+        lambda registry: _build_fields(registry, dialect, budget, from_tools),
+    )
+
+
+def _build_fields(registry: ToolRegistry, dialect: str, budget: int, from_tools: bool) -> tuple[str, dict[str, str]]:
     schemas = registry.schemas()
     examples = worked_examples(list(registry), dialect, budget=budget, from_tools=from_tools)
     return describe_tools(schemas), {**example_call(schemas), "examples": examples}
+
+
+_TASK_MARK = "\x00task\x00"  # cannot occur in a filled template: fill() output is text
+
+
+def _filled(registry: ToolRegistry, template: str, dialect: str, budget: int, from_tools: bool) -> tuple[str, ...]:
+    """The template filled with everything but the task, as the text before and after
+    it; one part when the template names {task} other than once (or a field holds the mark)."""
+    tools, fields = _tool_fields(registry, dialect, budget, from_tools)
+    parts = tuple(fill(template, f"react_{dialect}", tools=tools, task=_TASK_MARK, **fields).split(_TASK_MARK))
+    return parts if len(parts) == 2 else ("",)
 
 
 _MEMORY_OVERHEAD = 64  # the "Memory of earlier steps" label, the fence, and rounding
@@ -243,12 +267,15 @@ def _react(
     parse_errors = 0
     tools = () if plain else tuple(ctx.schemas)  # a plain policy only gets the prompt
     guarded = limits.token_budget is not None or limits.timeout_s is not None or ctx.pricing is not None
+    on_repeat, threshold = limits.on_repeat, limits.repeat_threshold
+    native = dialect == "native"
+    trace = ctx.trace
     try:
-        while ctx.trace.llm_calls - first_call < cap:  # one call a step (and a reflection)
+        while trace.llm_calls - first_call < cap:  # one call a step (and a reflection)
             if guarded and ctx.deadline.expired():  # the clock ran out during the last tool call
                 ctx.stop("timeout")
                 return
-            k = ctx.next_index
+            k = len(trace.steps) + 1
             fold = pad.fit() if pad.budget is not None else None
             if fold is not None:
                 fold["before_step"] = k
@@ -345,9 +372,9 @@ def _react(
                 ctx.stop(stop)
                 return
 
-            count = repeats.see(name, args) if limits.on_repeat != "off" else 1
-            if count >= limits.repeat_threshold:
-                nudged = count - limits.repeat_threshold  # nudges already given for this call
+            count = repeats.see(name, args) if on_repeat != "off" else 1
+            if count >= threshold:
+                nudged = count - threshold  # nudges already given for this call
                 if limits.on_repeat == "stop" or nudged >= limits.max_nudges:
                     after = f", after {nudged} nudges" if limits.on_repeat == "nudge" else ""
                     yield ctx.record(
@@ -373,7 +400,7 @@ def _react(
             result = executed.result
             observation = result.observation
             repeats.executed(observation)
-            if type(args) is dict:
+            if not plain and type(args) is dict:  # what a model's grammar may exclude (a plain policy has none)
                 known.pop(name, None)
                 known[name] = args
             meta = {"tool_s": result.duration_s, "model_s": call.seconds}
@@ -400,7 +427,8 @@ def _react(
                 fenced += f"\nReflection: {critique}"
                 observation += f"\nReflection: {critique}"
             pad.append(k, parsed.thought, _render_action(dialect, parsed), fenced, observation)
-            _native_call(pad, parsed, name, args, observation)
+            if native:
+                _native_call(pad, parsed, name, args, observation)
         ctx.stop("max_steps")
     finally:
         ctx.trace.transcript = pad.transcript

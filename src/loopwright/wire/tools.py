@@ -19,7 +19,7 @@ import inspect
 import json
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from functools import partial, update_wrapper
 from types import CoroutineType
 from typing import Any, Final, Literal, TypeVar, overload
@@ -364,7 +364,7 @@ class ToolRegistry:
     ) -> None:
         self._tools: dict[str, Tool] = {}
         self._names: tuple[str, ...] = ()
-        self._memo: dict[str, Any] = {}
+        self._memo: dict[Hashable, Any] = {}
         self.tool_timeout_s = tool_timeout_s
         self.max_observation_chars = max_observation_chars
         for item in tools:
@@ -380,7 +380,7 @@ class ToolRegistry:
         self._memo.clear()
         return made
 
-    def memo(self, key: str, make: Callable[[ToolRegistry], _T]) -> _T:
+    def memo(self, key: Hashable, make: Callable[[ToolRegistry], _T]) -> _T:
         """`make(self)`, computed once per key until the next `register`. For text built
         from the tool schemas (the prompt's tool list and worked example): building it
         costs more than the steps of a short run. Treat the value as read-only."""
