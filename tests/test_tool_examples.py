@@ -326,6 +326,25 @@ def test_braces_in_examples_and_in_with_examples_text_are_safe() -> None:
     assert 'Example:\nAction Input: {"a": {"b": 1}}\nFinal Answer: }{\n\nQuestion: q\nThought:' in policy.prompts[1]
 
 
+def test_the_filled_prompt_is_reused_across_runs_but_every_task_placement_is_filled() -> None:
+    # the template is filled once per registry and split at the task; a template naming
+    # {task} twice (or never) is filled per run
+    registry = lw.ToolRegistry([_weekday])
+    twice = dataclasses.replace(lw.prompts.DEFAULT_PROMPTS, react_json="{tools}\nTask: {task}\nAgain: {task}\nThought:")
+    never = dataclasses.replace(lw.prompts.DEFAULT_PROMPTS, react_json="{tools}\nThought:")
+    policy = lw.ScriptedPolicy(["Thought: t\nFinal Answer: x"] * 5)
+    for task in ("first", "second"):
+        lw.run(task, policy, registry)
+        lw.run(task, policy, registry, prompts=twice)
+    lw.run("third", policy, registry, prompts=never)
+    first, first_twice, second, second_twice, third = policy.prompts
+    assert first.endswith("Question: first\nThought:") and second.endswith("Question: second\nThought:")
+    assert first[: -len("first\nThought:")] == second[: -len("second\nThought:")]
+    assert first_twice.endswith("Task: first\nAgain: first\nThought:")
+    assert second_twice.endswith("Task: second\nAgain: second\nThought:")
+    assert "third" not in third and third.endswith("\nThought:")
+
+
 def test_a_template_with_a_lone_brace_is_a_clear_error_not_a_key_error() -> None:
     bad = dataclasses.replace(lw.prompts.DEFAULT_PROMPTS, react_json="Tools: {tools}\nUse {json}\n{task}")
     with pytest.raises(ValueError, match=r"prompt template 'react_json' cannot be filled .*'json'.*doubled"):
