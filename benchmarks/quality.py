@@ -10,7 +10,8 @@ correct answers, parse errors, runs stopped by `repeated_call`, mean model calls
 prompt tokens sent vs evaluated (after KV-cache prefix reuse; the cache is kept across a
 set's questions, which share the prompt's head). Ablations, one technique off each:
 `examples_off` (worked examples from the schemas only, as a registry without examples
-gets), `exclusion_off` (no decode-time exclusion of a known call), `grammar_off`.
+gets), `exclusion_off` (no decode-time exclusion of a known call), `grammar_off`; join two
+with `+` (`examples_off+exclusion_off`) to switch both off.
 
 Run with another checkout's `src` first on PYTHONPATH (for example the main branch
 before tool examples) to get its baseline: the tools are declared the same way, their
@@ -236,9 +237,10 @@ def split(questions: list[tuple[str, str]], which: str) -> list[tuple[str, str]]
 
 def make_model(config: str) -> Any | None:
     options: dict[str, Any] = {}
-    if config == "grammar_off":
+    parts = config.split("+")  # "examples_off+exclusion_off": two techniques off at once
+    if "grammar_off" in parts:
         options["grammar"] = False
-    if config == "exclusion_off":
+    if "exclusion_off" in parts:
         if "exclude_known" not in inspect.signature(lw.models.LlamaCpp).parameters:
             return None
         options["exclude_known"] = False
@@ -246,7 +248,7 @@ def make_model(config: str) -> Any | None:
 
 
 def prompts_for(config: str) -> Any | None:
-    if config != "examples_off":
+    if "examples_off" not in config.split("+"):
         return lw.prompts.DEFAULT_PROMPTS
     if not hasattr(lw.prompts.DEFAULT_PROMPTS, "tool_examples"):
         return None
@@ -259,7 +261,7 @@ def run_row(name: str, mode: str, config: str, which: str, max_steps: int) -> di
         return None
     factory, questions = SETS[name]
     row = {"set": name, "mode": mode, "config": config, "n": 0, "correct": 0, "parse_errors": 0,
-           "repeat_stops": 0, "calls": 0, "sent": 0, "evaluated": 0, "seconds": 0.0}  # fmt: skip
+           "repeat_stops": 0, "nudges": 0, "calls": 0, "sent": 0, "evaluated": 0, "seconds": 0.0}  # fmt: skip
     started = time.perf_counter()
     for question, expected in split(questions, which):
         tools = factory() if factory is not None else Inventory().tools()
@@ -268,6 +270,7 @@ def run_row(name: str, mode: str, config: str, which: str, max_steps: int) -> di
         row["correct"] += is_correct(trace.final_answer, expected)
         row["parse_errors"] += sum(s.kind == "parse_error" for s in trace.steps)
         row["repeat_stops"] += trace.stopped_reason == "repeated_call"
+        row["nudges"] += sum(s.kind == "nudge" for s in trace.steps)  # identical calls proposed again
         row["calls"] += trace.llm_calls
         row["sent"] += trace.usage.prompt_tokens
         row["evaluated"] += trace.usage.evaluated_tokens
@@ -278,13 +281,13 @@ def run_row(name: str, mode: str, config: str, which: str, max_steps: int) -> di
 
 def table(rows: list[dict[str, Any]], label: str) -> str:
     lines = [
-        f"| tool set | mode | configuration ({label}) | correct | parse errors | repeated_call stops | mean model calls | tokens sent | evaluated |",
-        "|---|---|---|---|---|---|---|---|---|",
+        f"| tool set | mode | configuration ({label}) | correct | parse errors | repeats nudged | repeated_call stops | mean model calls | tokens sent | evaluated |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['set']} | {r['mode']} | {r['config']} | {r['correct']}/{r['n']} | {r['parse_errors']} | "
-            f"{r['repeat_stops']} | {r['calls'] / max(r['n'], 1):.1f} | {r['sent']} | {r['evaluated']} |"
+            f"{r.get('nudges', 0)} | {r['repeat_stops']} | {r['calls'] / max(r['n'], 1):.1f} | {r['sent']} | {r['evaluated']} |"
         )
     return "\n".join(lines)
 
