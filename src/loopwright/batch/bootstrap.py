@@ -28,10 +28,11 @@ from loopwright.trace import Trace
 from loopwright.wire.examples import ToolExample
 from loopwright.wire.tools import ToolRegistry
 
-__all__ = ["FORMAT", "VERSION", "BootstrapResult", "bootstrap_examples", "kept_calls"]
+__all__ = ["FORMAT", "PLACEMENTS", "VERSION", "BootstrapResult", "bootstrap_examples", "kept_calls"]
 
 FORMAT: Final = "loopwright.tool_examples"
 VERSION: Final = 1
+PLACEMENTS: Final = ("first", "last", "replace")
 _EXAMPLE_KEYS: Final = frozenset({"args", "question", "result"})
 _EVIDENCE: Final = re.compile(r"#E\d")
 
@@ -53,11 +54,16 @@ class BootstrapResult:
     def kept(self) -> int:
         return sum(len(found) for found in self.examples.values())
 
-    def apply(self, registry: ToolRegistry, *, replace: bool = False, strict: bool = True) -> ToolRegistry:
-        """A new registry (same limits) whose tools carry these examples after their own
-        declared ones (replace: instead of them). The given registry and its tools are
-        not changed. Examples for a tool the registry lacks: ExamplesError when strict,
-        else left out with a warning. An example the tool's schema rejects: ExamplesError."""
+    def apply(self, registry: ToolRegistry, *, placement: str = "first", strict: bool = True) -> ToolRegistry:
+        """A new registry (same limits) whose tools carry these examples: placement
+        "first" puts them before the tools' declared examples (the default prompts show
+        a tool's first examples within their budget, so these are the ones shown),
+        "last" after them, "replace" instead of them. The given registry and its tools
+        are not changed. Examples for a tool the registry lacks: ExamplesError when
+        strict, else left out with a warning. An example the tool's schema rejects:
+        ExamplesError."""
+        if placement not in PLACEMENTS:
+            raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
         missing = sorted(name for name in self.examples if name not in registry)
         if missing:
             message = (f"examples for tool(s) {', '.join(map(repr, missing))} that the registry does not have "
@@ -68,11 +74,12 @@ class BootstrapResult:
         tools = []
         for tool in registry:
             found = self.examples.get(tool.name, ())
-            if not found and not replace:
+            if not found and placement != "replace":
                 tools.append(tool)
                 continue
             try:
-                tools.append(tool.with_examples(found, replace=replace, source="bootstrap"))
+                tools.append(tool.with_examples(found, replace=placement == "replace", first=placement == "first",
+                                                source="bootstrap"))
             except ToolDefinitionError as exc:
                 raise ExamplesError(str(exc)) from None
         return ToolRegistry(tools, tool_timeout_s=registry.tool_timeout_s,

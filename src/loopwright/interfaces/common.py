@@ -175,7 +175,7 @@ def add_tool_args(parser: argparse.ArgumentParser, *, for_resume: bool = False) 
     )  # fmt: skip
     parser.add_argument(
         "--examples", metavar="FILE.json",
-        help="tool examples to add to the tools (after their own) before the run, as "
+        help="tool examples to add to the tools (shown before their own) before the run, as "
         "`loopwright bootstrap` or BootstrapResult.save writes them"
         + (" (default: the file the run was started with)" if for_resume else ""),
     )  # fmt: skip

@@ -259,14 +259,16 @@ class Tool:
         self.examples = tuple(unique.values())
 
     def with_examples(self, examples: Sequence[Mapping[str, Any] | ToolExample], *, replace: bool = False,
-                      source: str = "declared") -> Tool:
-        """A copy of this tool with `examples` after its own (replace: instead of them),
-        each checked against the schema (ToolDefinitionError otherwise); a call with the
-        same arguments as one already there is kept once. This tool is left as it is."""
+                      first: bool = False, source: str = "declared") -> Tool:
+        """A copy of this tool with `examples` after its own (first: before them; replace:
+        instead of them), each checked against the schema (ToolDefinitionError
+        otherwise); a call with arguments already there is kept once. This tool is left
+        as it is."""
         added = check_examples(self.name, examples, self.validate, source)
+        own = () if replace else self.examples
         made = copy.copy(self)
         unique: dict[str, ToolExample] = {}
-        for example in (*(() if replace else self.examples), *added):
+        for example in (*added, *own) if first else (*own, *added):
             unique.setdefault(json.dumps(example.args, sort_keys=True, default=str), example)
         made.examples = tuple(unique.values())
         return made
