@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import loopwright as lw
 from loopwright.batch.bootstrap import FORMAT, VERSION, kept_calls
@@ -84,6 +86,12 @@ def test_dict_items_and_a_registry_factory_per_task_are_accepted() -> None:
     assert len(made) == 3 and result.kept == 2
     with pytest.raises(ValueError, match="labelled task 1 must be a"):
         lw.bootstrap_examples(["no answer"], lw.ScriptedPolicy([]), demo_registry())  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="labelled task 2: needs an 'answer'"):
+        lw.bootstrap_examples([LABELLED[0], {"task": "t"}], lw.ScriptedPolicy([]), demo_registry())
+    with pytest.raises(TypeError, match="registry must be a ToolRegistry"):
+        lw.bootstrap_examples(LABELLED, lw.ScriptedPolicy([]), [demo_registry()])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="must return a ToolRegistry"):
+        lw.bootstrap_examples(LABELLED, lw.ScriptedPolicy([]), lambda: None)  # type: ignore[arg-type, return-value]
     with pytest.raises(ValueError, match="max_per_tool"):
         lw.bootstrap_examples(LABELLED, lw.ScriptedPolicy([]), demo_registry(), max_per_tool=0)
 
@@ -163,6 +171,24 @@ def test_a_bad_file_is_an_examples_error_naming_the_problem(content: str, needle
     assert needle in str(caught.value) and "e.json" in str(caught.value)
     with pytest.raises(lw.ExamplesError, match="no such file"):
         lw.BootstrapResult.load(tmp_path / "absent.json")
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(tools=_JSON, version=st.sampled_from([1, 2, "1", None]), extra=st.dictionaries(st.sampled_from(
+    ["tasks_run", "tasks_correct", "mode"]), _JSON, max_size=3))
+def test_any_json_loads_or_is_an_examples_error(tools: object, version: object, extra: dict[str, object]) -> None:
+    data = {"format": FORMAT, "version": version, "tools": tools, **extra}
+    try:
+        loaded = lw.BootstrapResult.from_dict(data)
+    except lw.ExamplesError:
+        return
+    assert lw.BootstrapResult.from_dict(json.loads(json.dumps(loaded.to_dict()))) == loaded
 
 
 # ------------------------------------------------------------------ the command line

@@ -184,7 +184,10 @@ def _labelled(tasks: Iterable[Any]) -> list[tuple[str, Any]]:
     pairs: list[tuple[str, Any]] = []
     for n, item in enumerate(tasks, 1):
         if isinstance(item, Mapping):
-            found = load_dataset([item])[0]
+            try:
+                found = load_dataset([item])[0]
+            except ValueError as exc:
+                raise ValueError(f"labelled task {n}: {str(exc).removeprefix('dataset item 1 ')}") from None
             pairs.append((found.task, found.expected))
         elif isinstance(item, Sequence) and not isinstance(item, str) and len(item) == 2 and isinstance(item[0], str):
             pairs.append((item[0], item[1]))
@@ -221,12 +224,15 @@ def bootstrap_examples(
         raise ValueError(f"max_per_tool must be a whole number >= 1 or None, got {max_per_tool!r}")
     check = is_correct or default_is_correct
     make = registry if callable(registry) and not isinstance(registry, ToolRegistry) else None
+    if make is None and not isinstance(registry, ToolRegistry):
+        raise TypeError(f"registry must be a ToolRegistry or a function making one, got {type(registry).__name__}")
     examples: dict[str, list[ToolExample]] = {}
     seen: set[tuple[str, str]] = set()
     run_count = correct = 0
     for task, expected in _labelled(labelled_tasks):
         tools = make() if make is not None else registry
-        assert isinstance(tools, ToolRegistry)
+        if not isinstance(tools, ToolRegistry):
+            raise TypeError(f"the registry function must return a ToolRegistry, got {type(tools).__name__}")
         trace = run(task, policy, tools, mode=mode, max_steps=max_steps, **limits)
         run_count += 1
         if not (trace.answered and check(trace.final_answer, expected)):
