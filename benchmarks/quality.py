@@ -1,7 +1,8 @@
 """Answer quality with the user's own tools: three tool sets that are not the demo tools.
 
     .venv/bin/python benchmarks/quality.py [--split heldout|dev|all] [--modes react,rewoo]
-        [--configs default,examples_off,exclusion_off,grammar_off] [--sets units,inventory,facts]
+        [--configs default,examples_off,exclusion_off,grammar_off,bootstrap,bootstrap_only]
+        [--sets units,inventory,facts]
         [--max-steps 4] [--markdown out.md]
 
 Each set has 21 labelled questions; every third is held out (7 per set): develop on the
@@ -11,7 +12,13 @@ prompt tokens sent vs evaluated (after KV-cache prefix reuse; the cache is kept 
 set's questions, which share the prompt's head). Ablations, one technique off each:
 `examples_off` (worked examples from the schemas only, as a registry without examples
 gets), `exclusion_off` (no decode-time exclusion of a known call), `grammar_off`; join two
-with `+` (`examples_off+exclusion_off`) to switch both off.
+with `+` (`examples_off+exclusion_off`) to switch both off. And `bootstrap` (not in the
+default list): `lw.bootstrap_examples` on the set's dev questions with the same model and
+mode, the kept calls added before each tool's declared examples (the prompt's budget
+shows a tool's first examples), then the chosen split; `bootstrap_only` the same with the
+bootstrapped examples replacing the declared ones. Bootstrapping is always on the dev
+split, so run these with `--split heldout`; the row's configuration says how many dev
+runs were correct and how many calls were kept, and its seconds include the bootstrapping.
 
 Run with another checkout's `src` first on PYTHONPATH (for example the main branch
 before tool examples) to get its baseline: the tools are declared the same way, their
@@ -255,7 +262,22 @@ def prompts_for(config: str) -> Any | None:
     return dataclasses.replace(lw.prompts.DEFAULT_PROMPTS, tool_examples=False)
 
 
+def bootstrapped(name: str, model: Any, mode: str, max_steps: int, prompts: Any) -> tuple[Any, str]:
+    """Examples bootstrapped on the set's dev questions (never the held-out ones), and a
+    note of how many dev runs were correct and how many calls were kept."""
+    factory, questions = SETS[name]
+
+    def fresh() -> lw.ToolRegistry:
+        return lw.ToolRegistry(factory() if factory is not None else Inventory().tools())
+
+    result = lw.bootstrap_examples(split(questions, "dev"), model, fresh, mode=mode, max_steps=max_steps,
+                                   prompts=prompts)
+    return result, f"dev {result.tasks_correct}/{result.tasks_run} correct, {result.kept} kept"
+
+
 def run_row(name: str, mode: str, config: str, which: str, max_steps: int) -> dict[str, Any] | None:
+    if config.startswith("bootstrap") and not hasattr(lw, "bootstrap_examples"):
+        return None
     model, prompts = make_model(config), prompts_for(config)
     if model is None or prompts is None:
         return None
@@ -263,9 +285,17 @@ def run_row(name: str, mode: str, config: str, which: str, max_steps: int) -> di
     row = {"set": name, "mode": mode, "config": config, "n": 0, "correct": 0, "parse_errors": 0,
            "repeat_stops": 0, "nudges": 0, "calls": 0, "sent": 0, "evaluated": 0, "seconds": 0.0}  # fmt: skip
     started = time.perf_counter()
+    examples = None
+    if config.startswith("bootstrap"):
+        examples, note = bootstrapped(name, model, mode, max_steps, prompts)
+        how = "replacing the declared examples" if config == "bootstrap_only" else "before the declared examples"
+        row["config"] = f"{config} ({how}; {note})"
     for question, expected in split(questions, which):
         tools = factory() if factory is not None else Inventory().tools()
-        trace = lw.run(question, model, lw.ToolRegistry(tools), mode=mode, max_steps=max_steps, prompts=prompts)
+        registry = lw.ToolRegistry(tools)
+        if examples is not None:
+            registry = examples.apply(registry, placement="replace" if config == "bootstrap_only" else "first")
+        trace = lw.run(question, model, registry, mode=mode, max_steps=max_steps, prompts=prompts)
         row["n"] += 1
         row["correct"] += is_correct(trace.final_answer, expected)
         row["parse_errors"] += sum(s.kind == "parse_error" for s in trace.steps)

@@ -18,6 +18,7 @@ from loopwright.durable.postgres import PostgresStore
 from loopwright.durable.resume import resume
 from loopwright.durable.store import SQLiteStore
 from loopwright.errors import (
+    ExamplesError,
     LoopwrightError,
     ModelError,
     ModelNotFoundError,
@@ -81,6 +82,10 @@ def __getattr__(name: str) -> Any:
         from loopwright.batch import evaluation
 
         return getattr(evaluation, name)
+    if name in ("bootstrap_examples", "BootstrapResult"):
+        from loopwright.batch import bootstrap
+
+        return getattr(bootstrap, name)
     if name == "Session":  # imports memory (numpy)
         from loopwright.session import Session
 
@@ -93,8 +98,10 @@ __all__ = [
     "Action",
     "CallInfo",
     "AsyncRun",
+    "BootstrapResult",
     "Completion",
     "EvalReport",
+    "ExamplesError",
     "FinalAnswer",
     "Limits",
     "LoopwrightError",
@@ -133,6 +140,7 @@ __all__ = [
     "aiter_run",
     "arun",
     "arun_many",
+    "bootstrap_examples",
     "evaluate",
     "iter_plan_execute",
     "iter_react",

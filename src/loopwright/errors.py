@@ -41,6 +41,12 @@ class StoreError(LoopwrightError):
     """A run journal that cannot be used: corrupt, foreign, newer schema, unknown run id."""
 
 
+class ExamplesError(ValueError, LoopwrightError):
+    """Tool examples that cannot be used: an examples file that is not one (bad JSON,
+    another format or version, a malformed example), or examples for tools a registry
+    lacks."""
+
+
 class ToolSetChangedError(LoopwrightError):
     """A resume was given other tools than the journaled run recorded. `added`,
     `removed` and `changed` name the tools; `resume(..., allow_tool_changes=True)`

@@ -6,7 +6,7 @@ whole dataset through `arun_many` (so concurrency, journaling and failure isolat
 the batch's), and each answer is scored: "exact" (case, surrounding space and a final
 period ignored), "numeric" (the first number in the answer within `tolerance` of the
 expected number, absolute or relative), "contains" (the expected text inside the
-answer), or a function (answer, expected) -> bool | float in [0, 1].
+answer), "answer" (`is_correct`: the answer's last number, or the expected word), or a function (answer, expected) -> bool | float in [0, 1].
 
 The report has one summary per mode (accuracy, model and tool calls, tokens sent,
 evaluated and generated, wall time, stop reasons) and one row per item and mode; it
@@ -74,7 +74,31 @@ def numeric(tolerance: float = 1e-6, *, relative: bool = False) -> Scorer:
     return score
 
 
-SCORERS: dict[str, Scorer] = {"exact": exact, "contains": contains, "numeric": numeric()}
+def is_correct(answer: str | None, expected: Any) -> bool:
+    """Whether `answer` gives `expected`. A number must be the answer's last number
+    (thousands separators and a trailing .0 ignored), and an unevaluated expression is
+    no answer ("144 / 12" does not give 12; "144 / 12 = 12" does). A word must appear as
+    a word, case-insensitively. The benchmarks' check, and `bootstrap_examples`' default."""
+    if answer is None:
+        return False
+    expected = str(expected)
+    if re.fullmatch(r"-?\d+(\.\d+)?", expected):
+        tail = answer.rsplit("=", 1)[-1]
+        if re.search(r"\d\s*(?:[-+*/^%×÷])\s*\d", tail):
+            return False
+        numbers = re.findall(r"-?\d[\d,]*(?:\.\d+)?", tail)
+        return bool(numbers) and _number(numbers[-1].rstrip(",")) == float(expected)
+    return re.search(rf"\b{re.escape(expected)}\b", answer, re.IGNORECASE) is not None
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:
+        return None
+
+
+SCORERS: dict[str, Scorer] = {"exact": exact, "contains": contains, "numeric": numeric(), "answer": is_correct}
 
 
 def get_scorer(scorer: str | Scorer, tolerance: float | None = None) -> tuple[str, Scorer]:

@@ -1,8 +1,9 @@
-"""`loopwright batch` and `loopwright eval`: many runs from a JSONL file.
+"""`loopwright batch`, `loopwright eval` and `loopwright bootstrap`: many runs from a JSONL file.
 
     loopwright batch tasks.jsonl --concurrency 8 --out results.jsonl [--db runs.db]
     loopwright eval dataset.jsonl --modes react,rewoo --scorer numeric --tolerance 0.01 \
         [--json report.json] [--html report.html]
+    loopwright bootstrap dataset.jsonl --out examples.json [--tools MODULE:ATTR]
 
 A tasks file has one task per line: a JSON string, or an object with "task" (or
 "question"). With --db the batch is journaled; the same command run again skips the
@@ -35,18 +36,24 @@ from loopwright.interfaces.common import (
     add_subcommand,
     load_tools,
     make_model,
+    output_path,
 )
 from loopwright.modes import MODES
 from loopwright.trace import Trace
 
 BATCH_HELP = "run every task of a JSONL file, N at a time, with progress and resumption"
 EVAL_HELP = "score a policy on a JSONL dataset in one or more modes; table and JSON report"
+BOOTSTRAP_HELP = "run tasks with known answers and save the tool calls of the correct runs as tool examples"
 
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--concurrency", type=_positive_int, default=4, help="runs in flight at once")
     p.add_argument("--db", metavar="PATH", help="journal every run here; a re-run resumes")
     p.add_argument("--batch-id", default=None, help="prefix of the journaled run ids")
+    _policy_flags(p)
+
+
+def _policy_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", metavar="MODULE:ATTR",
                    help="a policy or loopwright.policy_factory(...) to use instead of a model")
     p.add_argument("--model", metavar="PATH_OR_NAME", help="a .gguf file, or with --base-url the model name")
@@ -75,11 +82,46 @@ def setup_eval(p: argparse.ArgumentParser) -> None:
     p.add_argument("dataset", help="a JSONL file: {\"task\" (or \"question\"), \"answer\"} per line")
     p.add_argument("--modes", default="react", help="comma-separated modes to compare (default: react)")
     p.add_argument("--scorer", default="exact",
-                   help="exact, numeric, contains, or MODULE:ATTR (a function (answer, expected) -> bool)")
+                   help="exact, numeric, contains, answer (the last number, or the word), or MODULE:ATTR (a function (answer, expected) -> bool)")
     p.add_argument("--tolerance", type=float, default=None, help="for --scorer numeric (absolute)")
     p.add_argument("--json", metavar="REPORT.json", help="write the report as JSON here")
     p.add_argument("--html", metavar="REPORT.html", help="write the report with every trace as HTML here")
     _common(p)
+
+
+def setup_bootstrap(p: argparse.ArgumentParser) -> None:
+    p.add_argument("tasks", help="a JSONL file: {\"task\" (or \"question\"), \"answer\"} per line")
+    p.add_argument("--out", required=True, metavar="EXAMPLES.json",
+                   help="where to write the examples (`loopwright run --examples` reads it)")
+    p.add_argument("--mode", choices=sorted(MODES), default="react")
+    p.add_argument("--scorer", default="answer",
+                   help="when an answer is correct: answer (the last number, or the word; default), exact, "
+                   "numeric, contains, or MODULE:ATTR (a function (answer, expected) -> bool)")
+    p.add_argument("--max-per-tool", type=_positive_int, default=4, help="examples kept per tool at most")
+    _policy_flags(p)
+
+
+def run_bootstrap(args: argparse.Namespace) -> int:
+    from loopwright.batch.bootstrap import bootstrap_examples
+    from loopwright.batch.evaluation import get_scorer, load_dataset
+
+    out = output_path(args.out, "--out")
+    scorer: Any = args.scorer if ":" not in args.scorer else _import(args.scorer, "--scorer")
+    try:
+        items = load_dataset(args.tasks)
+        _, check = get_scorer(scorer)
+    except (OSError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    policy, registry = _policy(args), load_tools(args.tools)
+    result = bootstrap_examples([(i.task, i.expected) for i in items], policy, registry, mode=args.mode,
+                                is_correct=lambda answer, expected: bool(check(answer, expected) >= 1),
+                                max_per_tool=args.max_per_tool, **_limits(args))
+    result.save(out)
+    if not args.quiet:
+        counts = ", ".join(f"{name} {len(found)}" for name, found in result.examples.items()) or "none"
+        print(f"{result.tasks_correct} of {result.tasks_run} tasks answered correctly; kept {result.kept} "
+              f"example(s) ({counts}) in {out}", file=sys.stderr)
+    return EXIT_ANSWERED if result.kept else EXIT_NO_ANSWER
 
 
 def _import(spec: str, flag: str) -> Any:
@@ -258,3 +300,4 @@ def report_html(report: EvalReport) -> str:
 def register() -> None:
     add_subcommand("batch", BATCH_HELP, setup_batch, run_batch)
     add_subcommand("eval", EVAL_HELP, setup_eval, run_eval)
+    add_subcommand("bootstrap", BOOTSTRAP_HELP, setup_bootstrap, run_bootstrap)

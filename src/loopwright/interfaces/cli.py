@@ -49,6 +49,7 @@ from loopwright.interfaces.common import (
     add_prompt_args,
     add_subcommand,
     add_tool_args,
+    apply_examples,
     load_prompts,
     load_tools,
     make_model,
@@ -213,8 +214,9 @@ def run_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def journal_meta(args: argparse.Namespace) -> dict[str, Any]:
     """What a journaled CLI run records of its flags, so `runs resume` can load the same
-    tools and prompts again."""
-    return {"cli": {"tools": list(args.tools) if args.tools else None, "prompts": args.prompts}}
+    tools, examples and prompts again."""
+    return {"cli": {"tools": list(args.tools) if args.tools else None, "prompts": args.prompts,
+                    "examples": args.examples}}
 
 
 def _check_outputs(args: argparse.Namespace) -> None:
@@ -256,6 +258,7 @@ def _run(args: argparse.Namespace) -> int:
     servers = mcp_cli.mcp_servers(args.mcp, args.mcp_url)
     registry = load_tools(args.tools, args.tool_timeout_s) if args.tools or not servers else lw.ToolRegistry()
     mcp_cli.add_mcp_tools(registry, servers)
+    registry = apply_examples(registry, args.examples)
     limits = run_options(args)
     if args.approve:
         from loopwright.safety import terminal_approver

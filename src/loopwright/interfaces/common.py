@@ -174,6 +174,12 @@ def add_tool_args(parser: argparse.ArgumentParser, *, for_resume: bool = False) 
         f"imported like `python -m` does, from the current folder first ({default})",
     )  # fmt: skip
     parser.add_argument(
+        "--examples", metavar="FILE.json",
+        help="tool examples to add to the tools (shown before their own) before the run, as "
+        "`loopwright bootstrap` or BootstrapResult.save writes them"
+        + (" (default: the file the run was started with)" if for_resume else ""),
+    )  # fmt: skip
+    parser.add_argument(
         "--tool-timeout-s", type=_seconds_or_off, default=None, metavar="S",
         help="time limit of each tool call, for tools that set none (default: the registry's "
         f"tool_timeout_s, else {DEFAULT_TOOL_TIMEOUT_S:g}; 0 for none)",
@@ -271,6 +277,20 @@ def _load_registry(specs: Sequence[str] | None) -> lw.ToolRegistry:
             except LoopwrightError as exc:
                 raise UsageError(f"{spec}: {exc}") from None
     return registry
+
+
+def apply_examples(registry: lw.ToolRegistry, spec: str | None) -> lw.ToolRegistry:
+    """The registry with the tool examples of --examples FILE added (a new registry);
+    a missing or bad file, or examples for tools that are not loaded, is a usage error."""
+    if spec is None:
+        return registry
+    from loopwright.batch.bootstrap import BootstrapResult
+    from loopwright.errors import ExamplesError
+
+    try:
+        return BootstrapResult.load(spec).apply(registry)
+    except ExamplesError as exc:
+        raise UsageError(f"--examples {exc}") from None
 
 
 _PROMPT_FIELDS: Final = {f.name: f for f in dataclasses.fields(PromptSet)}

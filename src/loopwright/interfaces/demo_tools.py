@@ -18,7 +18,10 @@ from functools import cache
 from importlib import resources
 from typing import Any, Final
 
+from loopwright.batch.evaluation import is_correct
 from loopwright.wire.tools import Tool, ToolRegistry, tool
+
+__all__ = ["DEMO_TASKS", "DEMO_TOOLS", "calculate", "demo_registry", "evaluate", "is_correct", "lookup"]
 
 MAX_EXPRESSION_CHARS: Final = 300
 MAX_EXPONENT: Final = 1000
@@ -235,26 +238,3 @@ DEMO_TASKS: Final[tuple[tuple[str, str], ...]] = (
 )
 """A fixed set of 20 tasks the demo tools can answer, with the expected answer: for the
 benchmark's success rate and the real-model tests."""
-
-
-def is_correct(answer: str | None, expected: str) -> bool:
-    """Whether `answer` gives `expected`. A number must be the answer's last number
-    (thousands separators and a trailing .0 ignored), and an unevaluated expression is
-    no answer ("144 / 12" does not give 12; "144 / 12 = 12" does). A word must appear as
-    a word, case-insensitively."""
-    if answer is None:
-        return False
-    if re.fullmatch(r"-?\d+(\.\d+)?", expected):
-        tail = answer.rsplit("=", 1)[-1]
-        if re.search(r"\d\s*(?:[-+*/^%×÷])\s*\d", tail):
-            return False
-        numbers = re.findall(r"-?\d[\d,]*(?:\.\d+)?", tail)
-        return bool(numbers) and _number(numbers[-1].rstrip(",")) == float(expected)
-    return re.search(rf"\b{re.escape(expected)}\b", answer, re.IGNORECASE) is not None
-
-
-def _number(text: str) -> float | None:
-    try:
-        return float(text.replace(",", ""))
-    except ValueError:
-        return None

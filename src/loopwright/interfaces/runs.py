@@ -41,6 +41,7 @@ from loopwright.interfaces.common import (
     add_prompt_args,
     add_subcommand,
     add_tool_args,
+    apply_examples,
     load_prompts,
     load_tools,
     make_model,
@@ -121,7 +122,8 @@ def make_policy(args: argparse.Namespace) -> Policy:
 
 def make_registry(args: argparse.Namespace) -> ToolRegistry:
     """The tools `loopwright run` would load from these flags."""
-    return load_tools(args.tools, getattr(args, "tool_timeout_s", None))
+    return apply_examples(load_tools(args.tools, getattr(args, "tool_timeout_s", None)),
+                          getattr(args, "examples", None))
 
 
 def handler(args: argparse.Namespace) -> int:
@@ -245,12 +247,15 @@ def _fork(
 
 
 def _recorded_flags(record: RunRecord, args: argparse.Namespace) -> None:
-    """Fill --tools and --prompts, when not given, with what the run was started with."""
+    """Fill --tools, --examples and --prompts, when not given, with what the run was
+    started with."""
     recorded_cli = (record.config.get("meta") or {}).get("cli") or {}
     if not args.tools and recorded_cli.get("tools"):
         args.tools = list(recorded_cli["tools"])
     if not getattr(args, "prompts", None) and recorded_cli.get("prompts"):
         args.prompts = recorded_cli["prompts"]
+    if not getattr(args, "examples", None) and recorded_cli.get("examples"):
+        args.examples = recorded_cli["examples"]
 
 
 def _export(store: StoreBase, args: argparse.Namespace, out: TextIO) -> int:

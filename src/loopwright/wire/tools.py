@@ -258,6 +258,21 @@ class Tool:
             unique.setdefault(json.dumps(example.args, sort_keys=True, default=str), example)
         self.examples = tuple(unique.values())
 
+    def with_examples(self, examples: Sequence[Mapping[str, Any] | ToolExample], *, replace: bool = False,
+                      first: bool = False, source: str = "declared") -> Tool:
+        """A copy of this tool with `examples` after its own (first: before them; replace:
+        instead of them), each checked against the schema (ToolDefinitionError
+        otherwise); a call with arguments already there is kept once. This tool is left
+        as it is."""
+        added = check_examples(self.name, examples, self.validate, source)
+        own = () if replace else self.examples
+        made = copy.copy(self)
+        unique: dict[str, ToolExample] = {}
+        for example in (*added, *own) if first else (*own, *added):
+            unique.setdefault(json.dumps(example.args, sort_keys=True, default=str), example)
+        made.examples = tuple(unique.values())
+        return made
+
     def _use(self, spec: ArgumentSpec) -> None:
         self.parameters = spec.parameters
         self._names = spec.names
