@@ -395,3 +395,22 @@ TOOLS = [stock, lw.tool(price)]
     assert 'Action: price\nAction Input: {"sku": "nut"}\nObservation: <untrusted source="price#1">0.25</untrusted>' in prompt
     assert "lookup" not in prompt and "calculate" not in prompt
     capsys.readouterr()
+
+
+@pytest.mark.parametrize(
+    ("description", "thought"),
+    [
+        ("How many units of an item are in stock.", "I need to know how many units of an item are in stock, so I use t"),
+        ("What the weather is in a city.", "I need to know what the weather is in a city, so I use t"),
+        ("Returns the day of a date.", "I need to return the day of a date, so I use t"),
+        ("The day of the week of a date.", "I need the day of the week of a date, so I use t"),
+        ("", "I should use t"),
+    ],
+)
+def test_the_worked_example_thought_reads_as_a_sentence(description: str, thought: str) -> None:
+    def t(x: str) -> str:
+        return x
+
+    t.__doc__ = description
+    prompt = lw.prompts.worked_examples([lw.tool(examples=[{"args": {"x": "a"}, "question": "Q?", "result": "r"}])(t)])
+    assert f"Thought: {thought}\n" in prompt

@@ -328,6 +328,9 @@ def _worked(tool: _ExampleTool, example: ToolExample | None) -> _Worked | None:
     return _Worked(tool.name, dict(args), question or _question(tool, args), rendered, text_arg, _thought(tool))
 
 
+_QUESTION_WORDS = frozenset({"how", "what", "which", "who", "whom", "whose", "when", "where", "whether", "why"})
+
+
 def _thought(tool: _ExampleTool) -> str:
     """Why the example calls this tool, from what its description says it does:
     "Evaluate an arithmetic expression such as ..." gives "I need to evaluate an
@@ -339,6 +342,8 @@ def _thought(tool: _ExampleTool) -> str:
         return f"I should use {tool.name}"
     first, _, rest = summary.partition(" ")
     word = first.lower()
+    if word in _QUESTION_WORDS:  # "How many units are in stock" -> "I need to know how many ..."
+        return f"I need to know {word} {rest}".rstrip() + f", so I use {tool.name}"
     if word in ("the", "a", "an"):
         lead = f"I need {word}"
     elif word.endswith("s") and not word.endswith("ss"):  # "Returns the ..." -> "to return"
