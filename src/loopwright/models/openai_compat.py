@@ -34,7 +34,8 @@ The server kind comes from `server` ("llama.cpp", "vllm", "sglang", "other") or,
 None and constrain is not "off", from one probe on first use (`detect_server`: the
 `owned_by` of GET /v1/models, then the API title in /openapi.json; any failure means
 "other"), so a server of unknown kind is never sent a grammar field by "auto". A server
-that answers HTTP 400 or 422 to a constrained request is asked again with the next
+that answers HTTP 400 or 422 (or llama-cpp-python's HTTP 500 "validation error", not
+retried) to a constrained request is asked again with the next
 weaker constraint ("grammar", then "json_schema", then "off"); the refused kind is
 remembered for this model's endpoint once a weaker one succeeds, and
 Completion.meta["constrain_rejected"] lists what was refused on that call.
@@ -92,8 +93,15 @@ def _is_transient(exc: Exception) -> bool:
     if isinstance(exc, openai.APIConnectionError):  # includes timeouts
         return True
     if isinstance(exc, openai.APIStatusError):
-        return exc.status_code == 429 or exc.status_code >= 500
+        return exc.status_code == 429 or (exc.status_code >= 500 and not _is_validation(exc))
     return False
+
+
+def _is_validation(exc: Any) -> bool:
+    """A refusal of the request's fields: HTTP 400 or 422, or the HTTP 500 that
+    llama-cpp-python's server answers a body it fails to validate with."""
+    status = getattr(exc, "status_code", None)
+    return status in (400, 422) or (status == 500 and "validation error" in str(exc).lower())
 
 
 def _is_rejection(exc: ModelError) -> bool:
@@ -101,7 +109,7 @@ def _is_rejection(exc: ModelError) -> bool:
     import openai
 
     cause = exc.__cause__
-    return isinstance(cause, openai.APIStatusError) and cause.status_code in (400, 422)
+    return isinstance(cause, openai.APIStatusError) and _is_validation(cause)
 
 
 class OpenAICompatible:
