@@ -1,7 +1,8 @@
 """Answer quality with the user's own tools: three tool sets that are not the demo tools.
 
     .venv/bin/python benchmarks/quality.py [--split heldout|dev|all] [--modes react,rewoo]
-        [--configs default,examples_off,exclusion_off,grammar_off] [--sets units,inventory,facts]
+        [--configs default,examples_off,exclusion_off,grammar_off,server_off,server_grammar]
+        [--sets units,inventory,facts]
         [--max-steps 4] [--markdown out.md]
 
 Each set has 21 labelled questions; every third is held out (7 per set): develop on the

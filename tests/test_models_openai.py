@@ -536,3 +536,12 @@ def test_real_server_strict_tools_in_native_mode_and_a_refused_response_format(l
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
     answer = forced.complete(lw.ModelRequest("p", purpose="solve", messages=messages, output_schema=schema))
     assert answer.meta["constrain"] == "off" and answer.meta["constrain_rejected"] == ["json_schema"]
+
+
+def test_acomplete_sends_the_grammar_and_falls_back_like_complete(stub: Any) -> None:
+    server = stub((422, {"detail": "grammar"}), (200, completion_body(" a")))
+    model = lw.models.OpenAICompatible(server.url, "m", server="llama.cpp")  # constrain="auto"
+    out = asyncio.run(model.acomplete(lw.ModelRequest(STEP, tools=(CALC,))))
+    assert server.requests[0]["grammar"] == lw.models.grammar_for(lw.ModelRequest(STEP, tools=(CALC,)))
+    assert "grammar" not in server.requests[1]
+    assert out.meta["constrain"] == "off" and out.meta["constrain_rejected"] == ["grammar"]
