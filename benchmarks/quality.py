@@ -1,7 +1,8 @@
 """Answer quality with the user's own tools: three tool sets that are not the demo tools.
 
     .venv/bin/python benchmarks/quality.py [--split heldout|dev|all] [--modes react,rewoo]
-        [--configs default,examples_off,exclusion_off,grammar_off,bootstrap,bootstrap_only]
+        [--configs default,examples_off,exclusion_off,grammar_off,bootstrap,bootstrap_only,
+                   server_off,server_grammar]
         [--sets units,inventory,facts]
         [--max-steps 4] [--markdown out.md]
 
@@ -20,6 +21,14 @@ bootstrapped examples replacing the declared ones. Bootstrapping is always on th
 split, so run these with `--split heldout`; the row's configuration says how many dev
 runs were correct and how many calls were kept, and its seconds include the bootstrapping.
 
+Through a server: `server_off` and `server_grammar` run the same model in
+llama-cpp-python's OpenAI-compatible server (`python -m llama_cpp.server` on 127.0.0.1,
+started once, threads from $LOOPWRIGHT_N_THREADS) via `OpenAICompatible` in completion
+mode, with `constrain="off"` and `constrain="grammar"` (the embedded model's step grammar
+sent as the body's `grammar`). The server reports no cached prompt tokens, so its
+"evaluated" equals "sent". A `server_json_schema` row would need native tool calling,
+which this server cannot drive with tool_choice="auto" on this model; it is not offered.
+
 Run with another checkout's `src` first on PYTHONPATH (for example the main branch
 before tool examples) to get its baseline: the tools are declared the same way, their
 examples only where `lw.tool` takes them, and configurations that checkout cannot run
@@ -29,10 +38,16 @@ are skipped.
 from __future__ import annotations
 
 import argparse
+import atexit
 import dataclasses
 import datetime as dt
 import inspect
+import socket
+import subprocess
+import sys
+import tempfile
 import time
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -242,7 +257,63 @@ def split(questions: list[tuple[str, str]], which: str) -> list[tuple[str, str]]
     return held if which == "heldout" else [q for i, q in enumerate(questions) if i % 3 != 2]
 
 
+SERVER_CONFIGS = {"server_off": "off", "server_grammar": "grammar"}
+_SERVER: list[str] = []
+
+
+def server_url() -> str:
+    """llama-cpp-python's server on the embedded model, started on first use and
+    stopped when this script exits."""
+    if _SERVER:
+        return _SERVER[0]
+    from loopwright.models.llamacpp import default_threads
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    threads = str(default_threads())
+    log = tempfile.TemporaryFile()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "llama_cpp.server", "--model", str(lw.models.default_model_path()),
+         "--model_alias", "smollm2", "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048",
+         "--n_threads", threads, "--n_threads_batch", threads],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+
+    def stop() -> None:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log.close()
+
+    atexit.register(stop)
+    url = f"http://127.0.0.1:{port}/v1"
+    deadline = time.monotonic() + 120
+    while True:
+        if process.poll() is not None:
+            log.seek(0)
+            raise SystemExit(f"llama_cpp.server exited: {log.read()[-1500:].decode(errors='replace')}")
+        try:
+            with urllib.request.urlopen(f"{url}/models", timeout=1) as response:
+                if response.status == 200:
+                    break
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise SystemExit("llama_cpp.server did not start within 120 s")
+        time.sleep(0.3)
+    _SERVER.append(url)
+    return url
+
+
 def make_model(config: str) -> Any | None:
+    if config in SERVER_CONFIGS:
+        if "constrain" not in inspect.signature(lw.models.OpenAICompatible).parameters:
+            return None
+        return lw.models.OpenAICompatible(server_url(), "smollm2", constrain=SERVER_CONFIGS[config],
+                                          timeout_s=600, max_retries=0)
     options: dict[str, Any] = {}
     parts = config.split("+")  # "examples_off+exclusion_off": two techniques off at once
     if "grammar_off" in parts:
@@ -255,7 +326,7 @@ def make_model(config: str) -> Any | None:
 
 
 def prompts_for(config: str) -> Any | None:
-    if "examples_off" not in config.split("+"):
+    if "examples_off" not in config.split("+"):  # the server configurations use the default prompts
         return lw.prompts.DEFAULT_PROMPTS
     if not hasattr(lw.prompts.DEFAULT_PROMPTS, "tool_examples"):
         return None
@@ -305,7 +376,8 @@ def run_row(name: str, mode: str, config: str, which: str, max_steps: int) -> di
         row["sent"] += trace.usage.prompt_tokens
         row["evaluated"] += trace.usage.evaluated_tokens
     row["seconds"] = time.perf_counter() - started
-    model.close()
+    if hasattr(model, "close"):
+        model.close()
     return row
 
 

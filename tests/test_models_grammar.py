@@ -15,10 +15,10 @@ from loopwright.models.grammar import (
     STRING_MAX_CHARS,
     answer_grammar,
     gbnf_literal,
+    grammar_for,
     plan_grammar,
     react_grammar,
 )
-from loopwright.models.llamacpp import grammar_for
 
 LOOKUP = {
     "name": "lookup",

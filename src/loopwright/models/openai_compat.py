@@ -14,6 +14,32 @@ llama-cpp-python's server (`--chat_format chatml-function-calling`) ignores "aut
 small models and errors on "required"; a named function works, e.g.
 `tool_choice=lambda r: "none" if any(m.get("role") == "tool" for m in r.messages) else "calculate"`.
 
+constrain: what the server is asked to hold the output to (Completion.meta["constrain"]
+records what was sent: "grammar", "json_schema" or "off").
+- "grammar": the step grammar the embedded model uses (`grammar_for`: ReAct steps in the
+  text dialects, plans, solver answers; tools, known calls excluded, output_type schema,
+  bounds, enums), as GBNF in the body: `grammar` for llama.cpp's and llama-cpp-python's
+  servers, `structured_outputs: {"grammar": ...}` for vLLM, `ebnf` for SGLang (see
+  `server`). On the chat endpoint a grammar-constrained call sends no tools (the grammar
+  names them; a server's function calling would replace it). A request with no grammar
+  (native tool calling, summaries) gets what "json_schema" sends.
+- "json_schema": in chat, strict tools (`"strict": true` on each function whose schema
+  strict mode leaves unchanged in meaning: every property required; others are sent as
+  they are) and, for a typed final answer (output_type; a native step or a solver
+  reply), `response_format`: `json_schema` with `strict`, or llama.cpp's `json_object`
+  with the schema. Text completions get nothing.
+- "off": nothing beyond the plain request.
+- "auto" (the default): "grammar" on a server that takes one, else "json_schema".
+The server kind comes from `server` ("llama.cpp", "vllm", "sglang", "other") or, when
+None and constrain is not "off", from one probe on first use (`detect_server`: the
+`owned_by` of GET /v1/models, then the API title in /openapi.json; any failure means
+"other"), so a server of unknown kind is never sent a grammar field by "auto". A server
+that answers HTTP 400 or 422 (or llama-cpp-python's HTTP 500 "validation error", not
+retried) to a constrained request is asked again with the next
+weaker constraint ("grammar", then "json_schema", then "off"); the refused kind is
+remembered for this model's endpoint once a weaker one succeeds, and
+Completion.meta["constrain_rejected"] lists what was refused on that call.
+
 Transient failures (connection errors and timeouts, HTTP 429, HTTP 5xx) are retried up
 to max_retries times with exponential backoff; Completion.meta["retries"] says how many
 retries the call took.
@@ -23,16 +49,26 @@ from __future__ import annotations
 
 import asyncio
 import re
+import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from loopwright.errors import ModelError
+from loopwright.models.constrain import (
+    GRAMMAR_SERVERS,
+    SERVERS,
+    grammar_fields,
+    response_format,
+    strict_schema,
+)
+from loopwright.models.grammar import CONSTRAINED_MIN_TOKENS, grammar_for
 from loopwright.policy import Completion, ModelRequest, ToolCall
 from loopwright.trace import Usage
 
 ToolChoice = str | Callable[[ModelRequest], str]
+CONSTRAINTS = ("auto", "grammar", "json_schema", "off")
 _API_NAME = re.compile(r"[^A-Za-z0-9_-]")
 
 
@@ -57,8 +93,23 @@ def _is_transient(exc: Exception) -> bool:
     if isinstance(exc, openai.APIConnectionError):  # includes timeouts
         return True
     if isinstance(exc, openai.APIStatusError):
-        return exc.status_code == 429 or exc.status_code >= 500
+        return exc.status_code == 429 or (exc.status_code >= 500 and not _is_validation(exc))
     return False
+
+
+def _is_validation(exc: Any) -> bool:
+    """A refusal of the request's fields: HTTP 400 or 422, or the HTTP 500 that
+    llama-cpp-python's server answers a body it fails to validate with."""
+    status = getattr(exc, "status_code", None)
+    return status in (400, 422) or (status == 500 and "validation error" in str(exc).lower())
+
+
+def _is_rejection(exc: ModelError) -> bool:
+    """Whether the server refused the request as malformed (a field it does not take)."""
+    import openai
+
+    cause = exc.__cause__
+    return isinstance(cause, openai.APIStatusError) and _is_validation(cause)
 
 
 class OpenAICompatible:
@@ -80,9 +131,17 @@ class OpenAICompatible:
         seed: int | None = 0,
         client: Any = None,
         pool_size: int = 256,
+        constrain: str = "auto",
+        server: str | None = None,
+        plan_max_steps: int = 4,
+        exclude_known: bool = True,
     ) -> None:
         if mode not in ("completion", "chat"):
             raise ValueError(f"mode must be 'completion' or 'chat', got {mode!r}")
+        if constrain not in CONSTRAINTS:
+            raise ValueError(f"constrain must be one of {', '.join(CONSTRAINTS)}, got {constrain!r}")
+        if server is not None and server not in SERVERS:
+            raise ValueError(f"server must be None or one of {', '.join(SERVERS)}, got {server!r}")
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries}")
         self.base_url = base_url
@@ -97,6 +156,12 @@ class OpenAICompatible:
         self.seed = seed
         self.timeout_s = timeout_s
         self.pool_size = pool_size
+        self.constrain = constrain
+        self.server = server
+        self.plan_max_steps = plan_max_steps
+        self.exclude_known = exclude_known
+        self._rejected: set[tuple[str, bool]] = set()  # (constraint kind, chat endpoint)
+        self._probe_lock = threading.Lock()
         self._api_key = api_key or "no-key"
         self._aclients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
         # The client's own retries are off: ours count, so the trace can say how many.
@@ -112,20 +177,101 @@ class OpenAICompatible:
     def complete(self, request: ModelRequest) -> Completion:
         """One completion (mode "completion"), or one chat turn with tools (mode "chat",
         and any request in the "native" dialect, which only chat can serve)."""
-        if self.mode == "chat" or request.dialect == "native":
-            return self._chat(request)
-        return self._text(request)
+        chat = self.mode == "chat" or request.dialect == "native"
+        server = self.server_kind()
+        create = self.client.chat.completions.create if chat else self.client.completions.create
+        refused: list[str] = []
+        while True:
+            kind = self._kind(request, chat, server, refused)
+            try:
+                response, retries, elapsed = self._call(create, self._kwargs(request, chat, kind, server))
+                break
+            except ModelError as exc:
+                if kind == "off" or not _is_rejection(exc):
+                    raise
+                refused.append(kind)
+        return self._completion(request, chat, response, retries, elapsed, kind, refused)
 
     async def acomplete(self, request: ModelRequest) -> Completion:
         """`complete` on the running event loop, through a pooled `openai.AsyncOpenAI`
         client (one per event loop, its connections kept alive between calls); what
         `lw.arun` and `lw.run_many` use."""
         chat = self.mode == "chat" or request.dialect == "native"
-        kwargs = self._chat_kwargs(request) if chat else self._text_kwargs(request)
+        server = self.server if self.server is not None or self.constrain == "off" else None
+        if server is None:
+            server = await asyncio.to_thread(self.server_kind)
         client = self._async_client()
         create = client.chat.completions.create if chat else client.completions.create
-        response, retries, elapsed = await self._acall(create, kwargs)
-        return (self._chat_completion if chat else self._text_completion)(request, response, retries, elapsed)
+        refused: list[str] = []
+        while True:
+            kind = self._kind(request, chat, server, refused)
+            try:
+                response, retries, elapsed = await self._acall(create, self._kwargs(request, chat, kind, server))
+                break
+            except ModelError as exc:
+                if kind == "off" or not _is_rejection(exc):
+                    raise
+                refused.append(kind)
+        return self._completion(request, chat, response, retries, elapsed, kind, refused)
+
+    def server_kind(self) -> str:
+        """The configured `server`, else the probed one (probed once, then cached);
+        "other" when constrain is "off" (nothing is probed)."""
+        if self.server is None:
+            if self.constrain == "off":
+                return "other"
+            from loopwright.models.constrain import detect_server
+
+            with self._probe_lock:
+                if self.server is None:
+                    self.server = detect_server(self.base_url, self._api_key, min(self.timeout_s, 5.0))
+        return self.server
+
+    def _gbnf(self, request: ModelRequest) -> str | None:
+        return grammar_for(request, plan_max_steps=self.plan_max_steps, exclude_known=self.exclude_known)
+
+    def _kind(self, request: ModelRequest, chat: bool, server: str, refused: Sequence[str]) -> str:
+        """The constraint this call sends: the one asked for (or "auto"'s choice for
+        `server`) when it applies to the request, else the next weaker one that does;
+        kinds the server refused are skipped."""
+        wanted = self.constrain
+        if wanted == "off":
+            return "off"
+        if wanted == "auto":
+            wanted = "grammar" if server in GRAMMAR_SERVERS else "json_schema"
+        skip = set(refused) | {kind for kind, endpoint in self._rejected if endpoint == chat}
+        if wanted == "grammar" and "grammar" not in skip and self._gbnf(request) is not None:
+            return "grammar"
+        if "json_schema" not in skip and chat and _schema_applies(request):
+            return "json_schema"
+        return "off"
+
+    def _kwargs(self, request: ModelRequest, chat: bool, kind: str, server: str) -> dict[str, Any]:
+        if not chat:
+            kwargs = self._text_kwargs(request)
+        else:
+            kwargs = self._chat_kwargs(request, strict=kind == "json_schema", tools=kind != "grammar")
+            if kind == "json_schema" and request.output_schema is not None:
+                kwargs["response_format"] = response_format(server, request.output_schema)
+        if kind == "grammar":
+            gbnf = self._gbnf(request) or ""
+            kwargs["extra_body"] = grammar_fields(server, gbnf)
+            wanted = request.max_tokens or self.max_tokens
+            kwargs["max_tokens"] = max(wanted, CONSTRAINED_MIN_TOKENS.get(request.purpose, 0))
+        return kwargs
+
+    def _completion(
+        self, request: ModelRequest, chat: bool, response: Any, retries: int, elapsed: float,
+        kind: str, refused: Sequence[str],
+    ) -> Completion:
+        """The Completion, with the constraint sent recorded; kinds refused on the way
+        are remembered now that a weaker one went through."""
+        out = (self._chat_completion if chat else self._text_completion)(request, response, retries, elapsed)
+        out.meta["constrain"] = kind
+        if refused:
+            out.meta["constrain_rejected"] = list(refused)
+            self._rejected.update((r, chat) for r in refused)
+        return out
 
     def _async_client(self) -> Any:
         loop = asyncio.get_running_loop()
@@ -164,11 +310,6 @@ class OpenAICompatible:
                 await asyncio.sleep(self.backoff_s * 2**retries)
                 retries += 1
 
-    def _text(self, request: ModelRequest) -> Completion:
-        kwargs = self._text_kwargs(request)
-        response, retries, elapsed = self._call(self.client.completions.create, kwargs)
-        return self._text_completion(request, response, retries, elapsed)
-
     def _text_kwargs(self, request: ModelRequest) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
             "model": self.model,
@@ -191,12 +332,7 @@ class OpenAICompatible:
             meta=self._meta(retries, elapsed, choice.finish_reason),
         )
 
-    def _chat(self, request: ModelRequest) -> Completion:
-        kwargs = self._chat_kwargs(request)
-        response, retries, elapsed = self._call(self.client.chat.completions.create, kwargs)
-        return self._chat_completion(request, response, retries, elapsed)
-
-    def _chat_kwargs(self, request: ModelRequest) -> dict[str, Any]:
+    def _chat_kwargs(self, request: ModelRequest, *, strict: bool = False, tools: bool = True) -> dict[str, Any]:
         names = api_tool_names([str(t["name"]) for t in request.tools])
         to_api = {v: k for k, v in names.items()}
         messages = [_api_message(m, to_api) for m in request.messages] or [
@@ -210,18 +346,8 @@ class OpenAICompatible:
         }
         if self.seed is not None:
             kwargs["seed"] = self.seed
-        if request.tools:
-            kwargs["tools"] = [
-                {
-                    "type": "function",
-                    "function": {
-                        "name": to_api[str(t["name"])],
-                        "description": str(t.get("description", "")),
-                        "parameters": t.get("parameters") or {"type": "object", "properties": {}},
-                    },
-                }
-                for t in request.tools
-            ]
+        if request.tools and tools:
+            kwargs["tools"] = [_api_tool(t, to_api[str(t["name"])], strict) for t in request.tools]
             choice_name = (
                 self.tool_choice(request) if callable(self.tool_choice) else self.tool_choice
             )
@@ -275,6 +401,28 @@ class OpenAICompatible:
             "finish_reason": finish_reason,
             "model_s": round(elapsed, 6),
         }
+
+
+def _schema_applies(request: ModelRequest) -> bool:
+    """Whether "json_schema" has something to send for this chat request: the tools of
+    a native step, or the schema of a typed final answer (a native step's or a
+    solver's)."""
+    if request.dialect == "native" and request.tools:
+        return True
+    return request.output_schema is not None and (request.dialect == "native" or request.purpose == "solve")
+
+
+def _api_tool(tool: Mapping[str, Any], name: str, strict: bool) -> dict[str, Any]:
+    """A tool as an API function; with `strict`, marked strict when its schema allows."""
+    parameters = tool.get("parameters") or {"type": "object", "properties": {}}
+    function: dict[str, Any] = {
+        "name": name, "description": str(tool.get("description", "")), "parameters": parameters,
+    }
+    strict_parameters = strict_schema(parameters) if strict else None
+    if strict_parameters is not None:
+        function["parameters"] = strict_parameters
+        function["strict"] = True
+    return {"type": "function", "function": function}
 
 
 def _api_tool_choice(choice: str, to_api: Mapping[str, str]) -> Any:
