@@ -39,20 +39,17 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import dataclasses
 import datetime as dt
 import inspect
-import socket
-import subprocess
-import sys
-import tempfile
 import time
-import urllib.request
 from collections.abc import Callable
 from typing import Any
 
 import loopwright as lw
 from loopwright.demo_tools import evaluate, is_correct
+from served import llama_server
 
 HAS_EXAMPLES = "examples" in inspect.signature(lw.tool).parameters
 
@@ -264,48 +261,13 @@ _SERVER: list[str] = []
 def server_url() -> str:
     """llama-cpp-python's server on the embedded model, started on first use and
     stopped when this script exits."""
-    if _SERVER:
-        return _SERVER[0]
-    from loopwright.models.llamacpp import default_threads
+    if not _SERVER:
+        from loopwright.models.llamacpp import default_threads
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    threads = str(default_threads())
-    log = tempfile.TemporaryFile()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "llama_cpp.server", "--model", str(lw.models.default_model_path()),
-         "--model_alias", "smollm2", "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048",
-         "--n_threads", threads, "--n_threads_batch", threads],
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-
-    def stop() -> None:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()
-
-    atexit.register(stop)
-    url = f"http://127.0.0.1:{port}/v1"
-    deadline = time.monotonic() + 120
-    while True:
-        if process.poll() is not None:
-            log.seek(0)
-            raise SystemExit(f"llama_cpp.server exited: {log.read()[-1500:].decode(errors='replace')}")
-        try:
-            with urllib.request.urlopen(f"{url}/models", timeout=1) as response:
-                if response.status == 200:
-                    break
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            raise SystemExit("llama_cpp.server did not start within 120 s")
-        time.sleep(0.3)
-    _SERVER.append(url)
-    return url
+        stack = contextlib.ExitStack()
+        _SERVER.append(stack.enter_context(llama_server(default_threads())))
+        atexit.register(stack.close)
+    return _SERVER[0]
 
 
 def make_model(config: str) -> Any | None:
