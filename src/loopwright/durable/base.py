@@ -17,7 +17,7 @@ import weakref
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Self
 
 from loopwright.durable.journal import RunJournal, _dumps
 from loopwright.errors import StoreError, describe
@@ -123,14 +123,21 @@ class StoreBase:
         """Reads that see one consistent state while another process writes."""
         raise NotImplementedError
 
+    _conn: Any = None  # the backend's connection; None once closed
+
     def close(self) -> None:
-        raise NotImplementedError
+        """Flush the open journals' buffered steps, then close the connection (twice is fine)."""
+        with self._lock:
+            if self._conn is not None:
+                self._flush_journals()
+                self._conn.close()
+                self._conn = None
 
     def _flush_journals(self) -> None:
         for journal in list(self._journals):
             journal.flush()
 
-    def __enter__(self) -> Any:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

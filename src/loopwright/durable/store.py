@@ -246,16 +246,6 @@ class SQLiteStore(StoreBase):
             raise StoreError(f"run journal {self.path} is closed")
         return self._conn
 
-    def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                self._flush_journals()
-                self._conn.close()
-                self._conn = None
-
-    def __enter__(self) -> SQLiteStore:
-        return self
-
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r})"
 
