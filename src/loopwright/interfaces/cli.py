@@ -264,7 +264,9 @@ def _run(args: argparse.Namespace) -> int:
         from loopwright.safety import terminal_approver
 
         limits["approver"] = terminal_approver(write=lambda text: console.print(escape(text), end=""))
-    new_db = bool(args.db) and "://" not in args.db and not Path(args.db).exists()
+    from loopwright.durable.postgres import is_postgres_dsn  # (psycopg itself loads only for a DSN)
+
+    new_db = bool(args.db) and not is_postgres_dsn(args.db) and not Path(args.db).exists()
     store = _open_store(args)
     try:
         model = make_model(args)

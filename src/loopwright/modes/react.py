@@ -375,8 +375,8 @@ def _react(
             count = repeats.see(name, args) if on_repeat != "off" else 1
             if count >= threshold:
                 nudged = count - threshold  # nudges already given for this call
-                if limits.on_repeat == "stop" or nudged >= limits.max_nudges:
-                    after = f", after {nudged} nudges" if limits.on_repeat == "nudge" else ""
+                if on_repeat == "stop" or nudged >= limits.max_nudges:
+                    after = f", after {nudged} nudges" if on_repeat == "nudge" else ""
                     yield ctx.record(
                         Step(k, "nudge", raw=raw, thought=parsed.thought, tool=name, args=args,
                              error=f"repeated call: {name} proposed {count} times in a row{after}",
