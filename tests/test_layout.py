@@ -187,3 +187,41 @@ def test_importing_an_old_path_keeps_the_package_names_it_shadows():
     import loopwright.resume
 
     assert callable(loopwright.resume) and loopwright.resume.__name__ == "resume"
+
+
+# The modes are pure step machines: they yield requests and Steps, and the drivers do the I/O.
+_MODE_MODULES = ("react", "rewoo", "plan_execute", "reflexion", "tot", "_critique", "machine")
+_NO_IO_IMPORTS = ("threading", "asyncio", "concurrent", "time", "multiprocessing", "socket", "subprocess")
+# what only a driver may call: the policy, a tool, the registry's execution, a thread or a clock
+_DRIVER_CALLS = ("call_policy", "acall_policy", "execute", "aexecute", "dispatch", "complete", "acomplete",
+                 "perf_counter", "monotonic", "call_in_thread", "acall_in_thread", "begin_model", "model_done")
+
+
+def _mode_io(path: Path) -> list[str]:
+    """The imports of I/O modules and the driver-only calls in a mode module's source."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.split(".")[0] in _NO_IO_IMPORTS]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in _NO_IO_IMPORTS:
+            found.append(node.module or "")
+        elif isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            if name in _DRIVER_CALLS:
+                found.append(f"{name}() at line {node.lineno}")
+            elif name == "policy" or (isinstance(func, ast.Attribute) and func.attr == "policy"):
+                found.append(f"policy() at line {node.lineno}")
+    return found
+
+
+@pytest.mark.parametrize("module", _MODE_MODULES)
+def test_mode_modules_do_no_io_and_call_no_policy_or_tool(module):
+    assert _mode_io(SRC / "modes" / f"{module}.py") == []
+
+
+def test_the_mode_check_finds_a_planted_thread_and_tool_call(tmp_path):
+    planted = tmp_path / "mode.py"
+    planted.write_text("import threading\nfrom time import perf_counter\n\n"
+                       "def step(ctx):\n    return ctx.registry.execute('x', {})\n", "utf-8")
+    assert _mode_io(planted) == ["threading", "time", "execute() at line 5"]

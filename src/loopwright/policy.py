@@ -7,8 +7,6 @@ backend sees the same prompt the trace records.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import inspect
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -16,6 +14,7 @@ from types import FunctionType
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from loopwright.errors import ScriptExhaustedError
+from loopwright.offload import run_until_complete
 from loopwright.trace import Usage
 
 Purpose = Literal["react", "plan", "solve", "replan", "summarize", "reflect", "propose", "value"]
@@ -99,27 +98,21 @@ def call_policy(policy: Policy, request: ModelRequest) -> Completion:
     else:
         out = policy(request.prompt)  # type: ignore[operator]
     if inspect.isawaitable(out):  # an async policy in a sync run: awaited on a private loop
-        out = _await_here(out)
+        out = run_until_complete(out)
     return as_completion(out)
 
 
-def _await_here(awaitable: Any) -> Any:
-    """Await on a private event loop: in this thread, or in a helper thread when this
-    one already runs a loop (a sync run called from a notebook)."""
-
-    async def wait() -> Any:
-        return await awaitable
-
-    def run() -> Any:
-        with asyncio.Runner(loop_factory=asyncio.new_event_loop) as runner:
-            return runner.run(wait())
-
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return run()
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="loopwright-policy") as pool:
-        return pool.submit(run).result()
+async def acall_policy(policy: Policy, request: ModelRequest) -> Completion:
+    """`call_policy` for an async policy (see `is_async_policy`), awaited on this loop."""
+    acomplete = getattr(policy, "acomplete", None)
+    if callable(acomplete):
+        out = acomplete(request)
+    else:
+        complete = getattr(policy, "complete", None)
+        out = complete(request) if callable(complete) else policy(request.prompt)  # type: ignore[operator]
+    if inspect.isawaitable(out):
+        out = await out
+    return as_completion(out)
 
 
 def as_completion(out: Any) -> Completion:

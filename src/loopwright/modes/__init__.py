@@ -1,14 +1,15 @@
 """The loops behind one facade: `run(task, policy, registry, mode=...)`. ReAct, ReWOO,
-plan-execute-replan, Reflexion and Tree-of-Thoughts, and the run context they share (the
-model and tool choke points)."""
+plan-execute-replan, Reflexion and Tree-of-Thoughts as pure step machines (machine.py),
+the two drivers that run them (driver.py on a thread, adriver.py on an event loop), and
+what the drivers share: the run context, the tool gate and the observers."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from loopwright.modes._core import Run
-from loopwright.modes.asyncrun import AsyncRun
+from loopwright.modes.adriver import AsyncRun
+from loopwright.modes.driver import Run
 from loopwright.modes.plan_execute import iter_plan_execute, run_plan_execute
 from loopwright.modes.react import iter_react, run_react
 from loopwright.modes.reflexion import iter_reflexion, run_reflexion

@@ -18,8 +18,10 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from loopwright.guards import Limits
-from loopwright.modes._core import Run, RunContext, StepGen, first_line, open_context
 from loopwright.modes._critique import check_on_tool_error, reflect
+from loopwright.modes.context import RunContext, first_line, open_context
+from loopwright.modes.driver import Run
+from loopwright.modes.machine import StepGen
 from loopwright.modes.react import DIALECTS, _react, _Scratchpad
 from loopwright.policy import Policy
 from loopwright.prompts import REFLEXION_OUTCOMES
@@ -150,7 +152,7 @@ def _reflexion(ctx: RunContext, s: _Settings) -> StepGen:
         if reason == "final":
             verdict = _judge(ctx, s.evaluator)
             if isinstance(verdict, str):  # the evaluator failed: a defect in user code, said plainly
-                yield ctx.record(Step(ctx.next_index, "error", error=verdict))
+                yield Step(ctx.next_index, "error", error=verdict)
                 ctx.stop("error")
                 return
             ok, feedback = verdict

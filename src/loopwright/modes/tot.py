@@ -24,13 +24,13 @@ state once for its proposal and its children's values. The tree is in the steps'
 from __future__ import annotations
 
 import re
-import time
-from collections.abc import Generator
 from typing import Any, Final, Literal
 
 from loopwright.errors import ParseError
 from loopwright.guards import Limits
-from loopwright.modes._core import PolicyFailed, Run, RunContext, StepGen, open_context
+from loopwright.modes.context import RunContext, open_context
+from loopwright.modes.driver import Run
+from loopwright.modes.machine import CallModel, CallTool, Machine, PolicyFailed, StepGen
 from loopwright.policy import ModelRequest, Policy, Purpose
 from loopwright.prompts import describe_tools, fence
 from loopwright.trace import Step
@@ -127,20 +127,19 @@ class _Search:
         return self.budget is not None
 
     def _call(self, prompt: str, purpose: Purpose, stop: tuple[str, ...], max_tokens: int,
-              meta: dict[str, Any]) -> Generator[Step, None, tuple[str, Any] | None]:
+              meta: dict[str, Any]) -> Machine[tuple[str, Any] | None]:
         """One model call; None when the run stopped on it (the error step recorded)."""
         ctx = self.ctx
-        t0 = time.perf_counter()
         try:
-            call = ctx.call_model(ModelRequest(prompt, stop, purpose, (), (), max_tokens))
+            call = yield CallModel(ModelRequest(prompt, stop, purpose, (), (), max_tokens))
         except PolicyFailed as failed:
-            yield ctx.record(Step(ctx.next_index, "error", error=failed.message, prompt=prompt,
-                                  duration_s=time.perf_counter() - t0, meta=meta))
+            yield Step(ctx.next_index, "error", error=failed.message, prompt=prompt,
+                       duration_s=failed.seconds, meta=meta)
             ctx.stop(failed.reason)
             return None
-        return call.text, (call.usage, time.perf_counter() - t0)
+        return call.text, (call.usage, call.seconds)
 
-    def expand(self, node: _Node) -> Generator[Step, None, list[_Node] | None]:
+    def expand(self, node: _Node) -> Machine[list[_Node] | None]:
         """Propose children of `node`, run their tool calls and score them. Returns the
         children made (fewer when a budget ran out), or None when the run stopped."""
         ctx = self.ctx
@@ -157,8 +156,8 @@ class _Search:
         candidates = parse_candidates(raw, self.branching)
         self.expanded += 1
         meta["candidates"] = candidates
-        yield ctx.record(Step(ctx.next_index, "propose", raw=raw, prompt=prompt, usage=usage,
-                              duration_s=seconds, meta=meta))
+        yield Step(ctx.next_index, "propose", raw=raw, prompt=prompt, usage=usage,
+                   duration_s=seconds, meta=meta)
         stop = ctx.guard_after_call()
         if stop:
             ctx.stop(stop)
@@ -173,7 +172,7 @@ class _Search:
             children.append(child)
         return children
 
-    def _child(self, parent: _Node, text: str) -> Generator[Step, None, _Node | None]:
+    def _child(self, parent: _Node, text: str) -> Machine[_Node | None]:
         ctx = self.ctx
         prompts = ctx.prompts
         self.nodes += 1
@@ -193,18 +192,17 @@ class _Search:
             if tool is not None and (not tool.idempotent or tool.requires_approval) and not self.allow_side_effects:
                 refusal = prompts.tot_refused.format(tool=name)
                 child.score = 0.0  # a dead branch: not scored, never expanded
-                yield ctx.record(Step(ctx.next_index, "denied", thought=text, tool=name, args=args,
-                                      observation=refusal, error=refusal, meta={**where, "score": 0.0}))
+                yield Step(ctx.next_index, "denied", thought=text, tool=name, args=args,
+                           observation=refusal, error=refusal, meta={**where, "score": 0.0})
                 return child
-            t0 = time.perf_counter()
-            executed = ctx.execute(name, args, f"tot:{node_id}")
+            executed = yield CallTool(name, args, f"tot:{node_id}")
             result = executed.result
             child.observation = result.observation
-            yield ctx.record(Step(ctx.next_index, executed.kind, thought=text, tool=name, args=args,
-                                  observation=result.observation,
-                                  error=None if result.error is None else result.error.message,
-                                  duration_s=time.perf_counter() - t0,
-                                  meta={**where, "tool_s": result.duration_s, **(executed.meta or {})}))
+            yield Step(ctx.next_index, executed.kind, thought=text, tool=name, args=args,
+                       observation=result.observation,
+                       error=None if result.error is None else result.error.message,
+                       duration_s=result.duration_s,
+                       meta={**where, "tool_s": result.duration_s, **(executed.meta or {})})
             child.state += prompts.tot_observation.format(
                 n=n, observation=fence(result.observation, f"{name}#{node_id}"))
         prompt = child.state + prompts.tot_value
@@ -222,8 +220,8 @@ class _Search:
         meta.update(score=score, label=label)
         if child.answer is not None:
             meta["answer"] = child.answer
-        yield ctx.record(Step(ctx.next_index, "value", raw=raw, thought=text, prompt=prompt, usage=usage,
-                              duration_s=seconds, meta=meta))
+        yield Step(ctx.next_index, "value", raw=raw, thought=text, prompt=prompt, usage=usage,
+                   duration_s=seconds, meta=meta)
         stop = ctx.guard_after_call()
         if stop:
             ctx.stop(stop)
@@ -318,12 +316,12 @@ def _tot(tree: _Search, root: _Node) -> StepGen:
         if node.observation is not None:
             lines.append(f"Observation {node.depth}: {node.observation}")
     ctx.trace.transcript = "\n".join(lines)
-    yield ctx.record(Step(ctx.next_index, "final", thought=found.step,
-                          meta={"node": found.id, "path": [n.id for n in path], "score": found.score}))
+    yield Step(ctx.next_index, "final", thought=found.step,
+               meta={"node": found.id, "path": [n.id for n in path], "score": found.score})
     ctx.stop("final", found.answer)
 
 
-def _bfs(tree: _Search, root: _Node) -> Generator[Step, None, _Node | None]:
+def _bfs(tree: _Search, root: _Node) -> Machine[_Node | None]:
     frontier = [root]
     for _level in range(tree.depth):
         children: list[_Node] = []
@@ -343,7 +341,7 @@ def _bfs(tree: _Search, root: _Node) -> Generator[Step, None, _Node | None]:
     return None
 
 
-def _dfs(tree: _Search, root: _Node) -> Generator[Step, None, _Node | None]:
+def _dfs(tree: _Search, root: _Node) -> Machine[_Node | None]:
     made = yield from tree.expand(root)
     if made is None:
         return None
