@@ -225,3 +225,35 @@ def test_the_mode_check_finds_a_planted_thread_and_tool_call(tmp_path):
     planted.write_text("import threading\nfrom time import perf_counter\n\n"
                        "def step(ctx):\n    return ctx.registry.execute('x', {})\n", "utf-8")
     assert _mode_io(planted) == ["threading", "time", "execute() at line 5"]
+
+
+_FRONT_DOORS = ("run", "iter_run", "arun", "aiter_run", "run_many", "arun_many", "resume", "fork",
+                "run_react", "iter_react", "run_rewoo", "iter_rewoo", "run_plan_execute", "iter_plan_execute",
+                "run_reflexion", "iter_reflexion", "run_tot", "iter_tot")
+
+
+@pytest.mark.parametrize("name", _FRONT_DOORS)
+def test_the_public_run_functions_take_typed_keywords_and_no_kwargs(name):
+    import inspect
+
+    signature = inspect.signature(getattr(loopwright, name))
+    kinds = {p.kind for p in signature.parameters.values()}
+    assert inspect.Parameter.VAR_KEYWORD not in kinds and inspect.Parameter.VAR_POSITIONAL not in kinds
+    unannotated = [p.name for p in signature.parameters.values() if p.annotation is inspect.Parameter.empty]
+    assert unannotated == []
+    assert signature.return_annotation not in (inspect.Signature.empty, "Any")
+    assert {"max_steps", "timeout_s", "tools", "prompts"} <= set(signature.parameters)
+
+
+def test_the_front_doors_share_the_keywords_of_run():
+    import inspect
+
+    def keywords(name: str) -> set[str]:
+        params = inspect.signature(getattr(loopwright, name)).parameters.values()
+        return {p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY}
+
+    run = keywords("run")
+    assert run == keywords("iter_run") == keywords("arun") == keywords("aiter_run")
+    assert run - {"store"} <= keywords("run_many") and keywords("run_react") < run
+    assert {"branching", "search"} <= keywords("run_tot") and "branching" not in keywords("run_react")
+    assert run - {"store", "run_id", "approver", "journal_meta"} <= keywords("resume")

@@ -90,15 +90,18 @@ def call_policy(policy: Policy, request: ModelRequest) -> Completion:
     Raises whatever the policy raises; a return value of the wrong type is a TypeError
     naming what is accepted.
     """
-    complete = getattr(policy, "complete", None)
-    if callable(complete):
+    if type(policy) is FunctionType:  # a plain function: the prompt only (no attribute lookups)
+        out = policy(request.prompt)
+    elif callable(complete := getattr(policy, "complete", None)):
         out = complete(request)
     elif callable(acomplete := getattr(policy, "acomplete", None)):
         out = acomplete(request)
     else:
         out = policy(request.prompt)  # type: ignore[operator]
-    if inspect.isawaitable(out):  # an async policy in a sync run: awaited on a private loop
-        out = run_until_complete(out)
+    if type(out) is str:
+        return Completion(out)
+    if type(out) is not Completion and inspect.isawaitable(out):  # an async policy in a sync run
+        out = run_until_complete(out)  # awaited on a private loop
     return as_completion(out)
 
 

@@ -14,6 +14,7 @@ from loopwright.guards import Deadline, Limits
 from loopwright.modes.gate import ToolGate
 from loopwright.modes.machine import Journal, ModelCall, PolicyFailed
 from loopwright.modes.observers import CostMeter, JournalObserver, Observer, cost_meter
+from loopwright.modes.spec import RunSpec
 from loopwright.offload import Timeout
 from loopwright.outputs import output_spec
 from loopwright.policy import Completion, ModelRequest, Policy
@@ -163,70 +164,27 @@ class RunContext:
         return PolicyFailed(message, reason, seconds)
 
 
-RUN_OPTIONS = frozenset(
-    {"prompts", "tools", "approver", "on_deny", "store", "run_id", "max_tokens", "memory", "context_tokens",
-     "journal_meta", "tracer", "cost_budget_usd", "prices", "output_type"}
-)
-
-
 def open_context(
-    task: str,
-    mode: str,
-    policy: Policy,
-    registry: ToolRegistry,
-    limits: Limits,
-    config: dict[str, Any],
-    options: dict[str, Any],
-) -> RunContext:
-    """Build a RunContext from a mode's limits and the run options shared by all modes.
-
-    options: prompts, tools (the names this run may use), approver, on_deny, store (a
-    durable journal: the run's config is saved so `resume` can rebuild it, with the tool
-    set: each tool's name and schema fingerprint), run_id, max_tokens, journal_meta (JSON
-    data saved with a journaled run's config under "meta": the CLI saves how it loaded
-    the tools). Unknown names are a TypeError, not silently ignored.
-    """
-    journal: Journal | None = None
-    rerun_unfinished = False
-    if options:
-        options = dict(options)
-        journal = options.pop("_journal", None)  # set by resume()
-        rerun_unfinished = bool(options.pop("_rerun_unfinished", False))
-        unknown = sorted(options.keys() - RUN_OPTIONS)
-        if unknown:
-            raise TypeError(f"unknown run option(s): {', '.join(unknown)}")
-    run_id = options.get("run_id")
-    store = options.get("store")
-    if store is not None and journal is None:
-        scope = options.get("tools")
-        config = {
-            **config,
-            "tools": None if scope is None else list(scope),
-            "approver": options.get("approver") is not None,  # resume needs to know one was used
-            "on_deny": options.get("on_deny", "observe"),
-            "tool_set": tool_set(registry if scope is None else registry.subset(scope)),
-        }
-        if options.get("journal_meta") is not None:
-            config["meta"] = dict(options["journal_meta"])
-        run_id, journal = store.start_run(run_id, task, mode, config)
-    tools = options.get("tools")
+    spec: RunSpec, policy: Policy, registry: ToolRegistry, journal: Journal | None = None,
+    rerun_unfinished: bool = False,
+) -> RunContext:  # fmt: skip
+    """The context of a run started from `spec`. With a store, the run is journaled first:
+    its config (`spec.config()`, plus the tool set: each tool's name and schema
+    fingerprint) is saved so `resume` can rebuild it. `journal` is given when resume or
+    fork continue a run; rerun_unfinished is resume's."""
+    limits = spec.limits()  # bad limits fail before anything is journaled
+    run_id = spec.run_id
+    if spec.store is not None and journal is None:
+        config = spec.config()
+        config["tool_set"] = tool_set(registry if spec.tools is None else registry.subset(spec.tools))
+        run_id, journal = spec.store.start_run(run_id, spec.task, spec.mode, config)
     ctx = RunContext(
-        task,
-        mode,
-        policy,
-        registry,
-        limits,
-        options.get("prompts") or DEFAULT_PROMPTS,
-        tools=None if tools is None else list(tools),
-        approver=options.get("approver"),
-        on_deny=options.get("on_deny", "observe"),
-        journal=journal,
-        run_id=run_id,
-        rerun_unfinished=rerun_unfinished,
-        output_type=options.get("output_type"),
-    )
-    ctx.cost = cost_meter(policy, options.get("cost_budget_usd"), options.get("prices"), ctx.trace)
-    spans = otel.run_spans(options.get("tracer"), task, mode, policy, run_id,
+        spec.task, spec.mode, policy, registry, limits, spec.prompts or DEFAULT_PROMPTS,
+        tools=spec.tools, approver=spec.approver, on_deny=spec.on_deny, journal=journal, run_id=run_id,
+        rerun_unfinished=rerun_unfinished, output_type=spec.output_type,
+    )  # fmt: skip
+    ctx.cost = cost_meter(policy, spec.cost_budget_usd, spec.prices, ctx.trace)
+    spans = otel.run_spans(spec.tracer, spec.task, spec.mode, policy, run_id,
                            None if ctx.cost is None else ctx.cost.price)
     # the cost meter first: a step's cost is on it when the journal and the spans see it
     ctx.observers[:0] = [] if ctx.cost is None else [ctx.cost]
@@ -240,4 +198,4 @@ def first_line(text: str, limit: int = 500) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
-__all__ = ["RUN_OPTIONS", "RunContext", "first_line", "open_context"]
+__all__ = ["RunContext", "first_line", "open_context"]

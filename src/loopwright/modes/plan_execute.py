@@ -13,48 +13,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from loopwright.guards import Limits
-from loopwright.modes.context import RunContext, open_context
-from loopwright.modes.driver import Run
+from loopwright.modes.context import RunContext
 from loopwright.modes.machine import CallTool, Machine, StepGen
 from loopwright.modes.rewoo import plan_call, plan_examples
-from loopwright.policy import Policy
+from loopwright.modes.spec import RunSpec
 from loopwright.prompts import describe_tools, fill, render_evidence
 from loopwright.trace import Step
 from loopwright.wire.parsing import PlanStep, substitute
-from loopwright.wire.tools import ToolRegistry
 
 
-def iter_plan_execute(
-    task: str,
-    policy: Policy,
-    registry: ToolRegistry,
-    *,
-    max_steps: int = 10,
-    token_budget: int | None = None,
-    timeout_s: float | None = None,
-    max_replans: int = 2,
-    on_parse_error: str | None = None,
-    on_repeat: str | None = None,
-    max_nudges: int | None = None,
-    dialect: str | None = None,
-    **options: Any,
-) -> Run:
-    """Start a plan-execute-replan run; iterate the result to get each Step.
-
-    on_parse_error, on_repeat, max_nudges and dialect are ReAct limits, accepted and ignored here.
-    """
-    limits = Limits(max_steps=max_steps, token_budget=token_budget, timeout_s=timeout_s,
-                    max_replans=max_replans)
-    config = {"max_steps": max_steps, "token_budget": token_budget, "timeout_s": timeout_s,
-              "max_replans": max_replans, "max_tokens": options.get("max_tokens")}
-    ctx = open_context(task, "plan_execute", policy, registry, limits, config, options)
-    return Run(ctx, _plan_execute(ctx, options.get("max_tokens")))
+def check(spec: RunSpec) -> None:
+    """Plan-execute's one setting, max_replans, is a limit (checked by Limits)."""
 
 
-def run_plan_execute(task: str, policy: Policy, registry: ToolRegistry, **limits: Any) -> Any:
-    """Run plan-execute-replan to the end and return its Trace."""
-    return iter_plan_execute(task, policy, registry, **limits).run()
+def machine(ctx: RunContext, spec: RunSpec) -> StepGen:
+    return _plan_execute(ctx, spec.max_tokens)
 
 
 def _plan_execute(ctx: RunContext, max_tokens: int | None) -> StepGen:

@@ -11,12 +11,12 @@ import json
 from typing import Any
 
 from loopwright.errors import ParseError
-from loopwright.guards import Limits, RepeatDetector
+from loopwright.guards import RepeatDetector
 from loopwright.modes._critique import check_on_tool_error, reflect
-from loopwright.modes.context import RunContext, first_line, open_context
-from loopwright.modes.driver import Run
+from loopwright.modes.context import RunContext, first_line
 from loopwright.modes.machine import CallModel, CallTool, PolicyFailed, StepGen
-from loopwright.policy import ModelRequest, Policy
+from loopwright.modes.spec import RunSpec
+from loopwright.policy import ModelRequest
 from loopwright.prompts import describe_tools, example_call, fence, fill, worked_examples
 from loopwright.trace import Step, estimate_tokens
 from loopwright.wire.parsing import Action, FinalAnswer, parse_react_step
@@ -196,53 +196,21 @@ def _render_action(dialect: str, action: Action) -> str:
     return f"Action: {action.name}\nAction Input: {_to_json(action.args)}"
 
 
-def iter_react(
-    task: str,
-    policy: Policy,
-    registry: ToolRegistry,
-    *,
-    max_steps: int = 10,
-    token_budget: int | None = None,
-    timeout_s: float | None = None,
-    on_parse_error: str = "observe",
-    on_repeat: str = "nudge",
-    dialect: str = "json",
-    max_replans: int | None = None,
-    max_nudges: int = 2,
-    on_tool_error: str = "observe",
-    **options: Any,
-) -> Run:
-    """Start a ReAct run; iterate the result to get each Step as it happens.
-
-    on_tool_error="reflect": after a tool's ERROR observation, one more model call writes
-    a critique (a `reflection` step, counted against max_steps) that the next step sees.
-    max_replans is accepted (and ignored) so one set of limits works in every mode.
-    Other options: see `loopwright.modes._core.open_context`.
-    """
+def check(spec: RunSpec) -> None:
+    """ReAct's own settings, checked before anything is journaled."""
+    dialect = spec.setting("dialect")
     if dialect not in DIALECTS:
         raise ValueError(f"dialect must be one of {DIALECTS}, got {dialect!r}")
-    check_on_tool_error(on_tool_error)
-    limits = Limits(
-        max_steps=max_steps,
-        token_budget=token_budget,
-        timeout_s=timeout_s,
-        on_parse_error=on_parse_error,  # type: ignore[arg-type]
-        on_repeat=on_repeat,  # type: ignore[arg-type]
-        max_nudges=max_nudges,
-    )
-    config = {"max_steps": max_steps, "token_budget": token_budget, "timeout_s": timeout_s,
-              "on_parse_error": on_parse_error, "on_repeat": on_repeat, "dialect": dialect, "max_nudges": max_nudges,
-              "max_tokens": options.get("max_tokens")}
-    if on_tool_error != "observe":
-        config["on_tool_error"] = on_tool_error
-    ctx = open_context(task, "react", policy, registry, limits, config, options)
-    pad = _Scratchpad(ctx, dialect, options.get("memory"), options.get("context_tokens"))
-    return Run(ctx, _react(ctx, pad, options.get("max_tokens"), on_tool_error=on_tool_error))
+    check_on_tool_error(spec.setting("on_tool_error"))
 
 
-def run_react(task: str, policy: Policy, registry: ToolRegistry, **limits: Any) -> Any:
-    """Run ReAct to the end and return its Trace."""
-    return iter_react(task, policy, registry, **limits).run()
+def machine(ctx: RunContext, spec: RunSpec) -> StepGen:
+    """The ReAct machine for a run (its scratchpad made now: bad memory options fail here).
+
+    on_tool_error="reflect": after a tool's ERROR observation, one more model call writes
+    a critique (a `reflection` step, counted against max_steps) that the next step sees."""
+    pad = _Scratchpad(ctx, spec.setting("dialect"), spec.memory, spec.context_tokens)
+    return _react(ctx, pad, spec.max_tokens, on_tool_error=spec.setting("on_tool_error"))
 
 
 def _react(

@@ -12,9 +12,7 @@ import json
 from typing import Any
 
 from loopwright.errors import ParseError
-from loopwright.guards import Limits
-from loopwright.modes.context import RunContext, open_context
-from loopwright.modes.driver import Run
+from loopwright.modes.context import RunContext
 from loopwright.modes.machine import (
     CallModel,
     CallTool,
@@ -25,43 +23,19 @@ from loopwright.modes.machine import (
     StartTool,
     StepGen,
 )
-from loopwright.policy import ModelRequest, Policy, Purpose
+from loopwright.modes.spec import RunSpec
+from loopwright.policy import ModelRequest, Purpose
 from loopwright.prompts import describe_tools, fill, render_evidence, worked_examples
 from loopwright.trace import Step
 from loopwright.wire.parsing import PlanStep, parse_plan, substitute
-from loopwright.wire.tools import ToolRegistry
 
 
-def iter_rewoo(
-    task: str,
-    policy: Policy,
-    registry: ToolRegistry,
-    *,
-    max_steps: int = 10,
-    token_budget: int | None = None,
-    timeout_s: float | None = None,
-    max_replans: int | None = None,
-    on_parse_error: str | None = None,
-    on_repeat: str | None = None,
-    max_nudges: int | None = None,
-    dialect: str | None = None,
-    **options: Any,
-) -> Run:
-    """Start a ReWOO run; iterate the result to get each Step as it happens.
-
-    max_replans, on_parse_error, on_repeat, max_nudges and dialect are ReAct / plan-execute limits,
-    accepted and ignored here so one set of limits works in every mode.
-    """
-    limits = Limits(max_steps=max_steps, token_budget=token_budget, timeout_s=timeout_s)
-    config = {"max_steps": max_steps, "token_budget": token_budget, "timeout_s": timeout_s,
-              "max_tokens": options.get("max_tokens")}
-    ctx = open_context(task, "rewoo", policy, registry, limits, config, options)
-    return Run(ctx, _rewoo(ctx, options.get("max_tokens")))
+def check(spec: RunSpec) -> None:
+    """ReWOO has no settings of its own."""
 
 
-def run_rewoo(task: str, policy: Policy, registry: ToolRegistry, **limits: Any) -> Any:
-    """Run ReWOO to the end and return its Trace."""
-    return iter_rewoo(task, policy, registry, **limits).run()
+def machine(ctx: RunContext, spec: RunSpec) -> StepGen:
+    return _rewoo(ctx, spec.max_tokens)
 
 
 def _rewoo(ctx: RunContext, max_tokens: int | None) -> StepGen:

@@ -24,14 +24,13 @@ state once for its proposal and its children's values. The tree is in the steps'
 from __future__ import annotations
 
 import re
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from loopwright.errors import ParseError
-from loopwright.guards import Limits
-from loopwright.modes.context import RunContext, open_context
-from loopwright.modes.driver import Run
+from loopwright.modes.context import RunContext
 from loopwright.modes.machine import CallModel, CallTool, Machine, PolicyFailed, StepGen
-from loopwright.policy import ModelRequest, Policy, Purpose
+from loopwright.modes.spec import RunSpec
+from loopwright.policy import ModelRequest, Purpose
 from loopwright.prompts import describe_tools, fence
 from loopwright.trace import Step
 from loopwright.wire.parsing import Action, FinalAnswer, parse_react_step
@@ -237,61 +236,35 @@ class _Search:
         return node.answer is not None and node.score is not None and node.score >= self.threshold
 
 
-def iter_tot(
-    task: str,
-    policy: Policy,
-    registry: ToolRegistry,
-    *,
-    max_steps: int = 60,
-    token_budget: int | None = None,
-    timeout_s: float | None = None,
-    search: Literal["bfs", "dfs"] = "bfs",
-    branching: int = 3,
-    breadth: int = 2,
-    depth: int = 3,
-    max_nodes: int = 24,
-    threshold: float = 0.5,
-    allow_side_effects: bool = False,
-    max_replans: int | None = None,
-    on_parse_error: str | None = None,
-    on_repeat: str | None = None,
-    dialect: str | None = None,
-    **options: Any,
-) -> Run:
-    """Start a Tree-of-Thoughts search; iterate the result to get each Step.
-
-    max_steps: model calls of the whole search (proposals and values). branching:
-    candidates per expanded node. breadth: nodes BFS keeps per level. depth: the
-    longest path. max_nodes: nodes the search may make. threshold: the least score a
-    node needs to be expanded, or an answer to be accepted (sure 1.0, likely 0.5,
-    impossible 0.0, n/10 for a number). allow_side_effects: let branches call tools
-    that are not idempotent or need approval (see the module docstring).
-    max_replans, on_parse_error, on_repeat and dialect are accepted and ignored.
-    """
+def check(spec: RunSpec) -> None:
+    """The search's settings, checked before anything is journaled."""
+    search = spec.setting("search")
     if search not in SEARCHES:
         raise ValueError(f"search must be 'bfs' or 'dfs', got {search!r}")
-    for name, value in (("branching", branching), ("breadth", breadth), ("depth", depth), ("max_nodes", max_nodes)):
+    for name in ("branching", "breadth", "depth", "max_nodes"):
+        value = spec.setting(name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    threshold = spec.setting("threshold")
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0:
         raise ValueError(f"threshold must be a number from 0 to 1, got {threshold!r}")
-    if not isinstance(allow_side_effects, bool):
-        raise TypeError(f"allow_side_effects must be a bool, got {allow_side_effects!r}")
-    limits = Limits(max_steps=max_steps, token_budget=token_budget, timeout_s=timeout_s)
-    config = {"max_steps": max_steps, "token_budget": token_budget, "timeout_s": timeout_s, "search": search,
-              "branching": branching, "breadth": breadth, "depth": depth, "max_nodes": max_nodes,
-              "threshold": threshold, "allow_side_effects": allow_side_effects,
-              "max_tokens": options.get("max_tokens")}
-    ctx = open_context(task, "tot", policy, registry, limits, config, options)
-    state = ctx.prompts.tot_state.format(tools=describe_tools(ctx.schemas), task=task)
-    tree = _Search(ctx, search, branching, breadth, depth, max_nodes, float(threshold), allow_side_effects,
-                   options.get("max_tokens"))
-    return Run(ctx, _tot(tree, _Node("n0", None, "", state)))
+    allow = spec.setting("allow_side_effects")
+    if not isinstance(allow, bool):
+        raise TypeError(f"allow_side_effects must be a bool, got {allow!r}")
 
 
-def run_tot(task: str, policy: Policy, registry: ToolRegistry, **limits: Any) -> Any:
-    """Run a Tree-of-Thoughts search to the end and return its Trace."""
-    return iter_tot(task, policy, registry, **limits).run()
+def machine(ctx: RunContext, spec: RunSpec) -> StepGen:
+    """The search for a run. max_steps: model calls of the whole search (proposals and
+    values). branching: candidates per expanded node. breadth: nodes BFS keeps per level.
+    depth: the longest path. max_nodes: nodes the search may make. threshold: the least
+    score a node needs to be expanded, or an answer to be accepted (sure 1.0, likely 0.5,
+    impossible 0.0, n/10 for a number). allow_side_effects: let branches call tools that
+    are not idempotent or need approval (see the module docstring)."""
+    state = ctx.prompts.tot_state.format(tools=describe_tools(ctx.schemas), task=ctx.task)
+    tree = _Search(ctx, spec.setting("search"), spec.setting("branching"), spec.setting("breadth"),
+                   spec.setting("depth"), spec.setting("max_nodes"), float(spec.setting("threshold")),
+                   spec.setting("allow_side_effects"), spec.max_tokens)
+    return _tot(tree, _Node("n0", None, "", state))
 
 
 def _tot(tree: _Search, root: _Node) -> StepGen:
