@@ -90,6 +90,12 @@ def call_policy(policy: Policy, request: ModelRequest) -> Completion:
     Raises whatever the policy raises; a return value of the wrong type is a TypeError
     naming what is accepted.
     """
+    return as_completion(policy_reply(policy, request))
+
+
+def policy_reply(policy: Policy, request: ModelRequest) -> str | Completion:
+    """`call_policy` without the Completion made for a plain str answer (a run's model
+    choke point makes one only when something records it)."""
     if type(policy) is FunctionType:  # a plain function: the prompt only (no attribute lookups)
         out = policy(request.prompt)
     elif callable(complete := getattr(policy, "complete", None)):
@@ -98,11 +104,15 @@ def call_policy(policy: Policy, request: ModelRequest) -> Completion:
         out = acomplete(request)
     else:
         out = policy(request.prompt)  # type: ignore[operator]
-    if type(out) is str:
-        return Completion(out)
-    if type(out) is not Completion and inspect.isawaitable(out):  # an async policy in a sync run
-        out = run_until_complete(out)  # awaited on a private loop
-    return as_completion(out)
+    if type(out) is str or type(out) is Completion:
+        return out
+    if inspect.isawaitable(out):  # an async policy in a sync run: awaited on a private loop
+        out = run_until_complete(out)
+    if isinstance(out, Completion):
+        return out
+    if isinstance(out, str):
+        return str(out)  # a str subclass becomes a plain str, as in the trace
+    raise TypeError(f"a policy must return str or loopwright.Completion, got {type(out).__name__}")
 
 
 async def acall_policy(policy: Policy, request: ModelRequest) -> Completion:

@@ -34,7 +34,7 @@ from loopwright.modes.machine import (
     StopRun,
 )
 from loopwright.offload import acall_in_thread, guard
-from loopwright.policy import ModelRequest, acall_policy, call_policy, is_async_policy
+from loopwright.policy import ModelRequest, acall_policy, is_async_policy, policy_reply
 from loopwright.trace import Step, Trace
 from loopwright.wire.tools import ToolResult
 
@@ -48,14 +48,14 @@ async def acall_model(ctx: RunContext, request: ModelRequest) -> ModelCall:
     remaining = ctx.deadline.remaining()
     try:
         if is_async_policy(ctx.policy):
-            ok, completion = await guard(acall_policy(ctx.policy, request), remaining)
+            ok, reply = await guard(acall_policy(ctx.policy, request), remaining)
         else:
-            ok, completion = await acall_in_thread(partial(call_policy, ctx.policy, request), remaining, "policy")
+            ok, reply = await acall_in_thread(partial(policy_reply, ctx.policy, request), remaining, "policy")
         if not ok:
-            raise completion
+            raise reply
     except Exception as exc:  # the choke point: any policy failure ends the run cleanly
         raise ctx.model_failed(request, exc, start) from exc
-    return ctx.model_done(request, completion, start)
+    return ctx.model_done(request, reply, start)
 
 
 class AsyncRun:

@@ -142,14 +142,21 @@ class RunContext:
         self.in_flight["model"] = (None, None, time.perf_counter())
         return None
 
-    def model_done(self, request: ModelRequest, completion: Completion, start: float) -> ModelCall:
+    def model_done(self, request: ModelRequest, reply: str | Completion, start: float) -> ModelCall:
         """The answer, journaled before it is used and added to the run's usage."""
         self.in_flight.pop("model", None)
-        usage = completion.usage or Usage.estimate(request.prompt, completion.text)
-        for observer in self.observers:
-            observer.model(self.trace.llm_calls, request, completion, usage, start)
+        completion: Completion | None
+        if isinstance(reply, Completion):
+            completion, text = reply, reply.text
+            usage = reply.usage or Usage.estimate(request.prompt, text)
+        else:
+            completion, text, usage = None, reply, Usage.estimate(request.prompt, reply)
+        if self.observers:
+            recorded = completion or Completion(text)
+            for observer in self.observers:
+                observer.model(self.trace.llm_calls, request, recorded, usage, start)
         self.trace.usage = self.trace.usage + usage
-        return ModelCall(completion.text, completion, usage, time.perf_counter() - start)
+        return ModelCall(text, completion, usage, time.perf_counter() - start)
 
     def model_failed(self, request: ModelRequest, exc: BaseException, start: float) -> PolicyFailed:
         """The choke point for a policy's failure: what the mode is thrown."""

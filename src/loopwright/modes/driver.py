@@ -32,7 +32,7 @@ from loopwright.modes.machine import (
     StopRun,
 )
 from loopwright.offload import call_in_thread
-from loopwright.policy import ModelRequest, call_policy
+from loopwright.policy import ModelRequest, policy_reply
 from loopwright.trace import Step, Trace
 from loopwright.wire.tools import ToolResult
 
@@ -46,14 +46,14 @@ def call_model(ctx: RunContext, request: ModelRequest) -> ModelCall:
     remaining = ctx.deadline.remaining()
     try:
         if remaining is None:
-            completion = call_policy(ctx.policy, request)
+            reply = policy_reply(ctx.policy, request)
         else:
-            ok, completion = call_in_thread(partial(call_policy, ctx.policy, request), remaining, "policy")
+            ok, reply = call_in_thread(partial(policy_reply, ctx.policy, request), remaining, "policy")
             if not ok:
-                raise completion
+                raise reply
     except Exception as exc:  # the choke point: any policy failure ends the run cleanly
         raise ctx.model_failed(request, exc, start) from exc
-    return ctx.model_done(request, completion, start)
+    return ctx.model_done(request, reply, start)
 
 
 def execute(ctx: RunContext, call: CallTool) -> Executed:

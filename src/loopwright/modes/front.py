@@ -61,8 +61,9 @@ def start(spec: RunSpec, policy: Policy, registry: ToolRegistry, *, journal: Jou
 
 
 def _spec(task: str, mode: str, given: dict[str, Any]) -> RunSpec:
-    """The spec from a front door's keywords (its `locals()`, read first thing)."""
-    return RunSpec(task, mode, **{k: v for k, v in given.items() if k in _FIELDS})
+    """The spec from a front door's keywords (its `locals()`, read first thing); a keyword
+    left at None is the spec's default already."""
+    return RunSpec(task, mode, **{k: v for k, v in given.items() if v is not None and k in _FIELDS})
 
 
 _FIELDS: Final = frozenset(RunSpec.__dataclass_fields__) - {"task", "mode"}

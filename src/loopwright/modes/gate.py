@@ -46,10 +46,11 @@ class Host(Protocol):
     def record(self, step: Step) -> Step: ...
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Admitted:
     """A call the gate lets through: run it between `begin` and `finish`. `ledger` is
-    its exactly-once key when it is a side effect (hold `lock(ledger)` around it)."""
+    its exactly-once key when it is a side effect (hold `lock(ledger)` around it).
+    (Not frozen: one is made per tool call and never leaves the driver.)"""
 
     call: CallTool
     tool: Tool | None

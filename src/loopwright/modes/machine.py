@@ -66,18 +66,20 @@ StepGen = Machine[None]
 
 @dataclass(frozen=True, slots=True)
 class ModelCall:
-    """One answered model call: its text, the Completion, what it cost, and how long it
-    took (stamped by the driver: a mode reads no clock)."""
+    """One answered model call: its text, the Completion (None when a plain policy
+    returned a str), what it cost, and how long it took (stamped by the driver: a mode
+    reads no clock)."""
 
     text: str
-    completion: Completion
+    completion: Completion | None
     usage: Usage
     seconds: float
 
     @property
     def retries(self) -> Any:
         """Transient errors the backend retried for this call (its `meta["retries"]`)."""
-        return self.completion.meta.get("retries") if self.completion.meta else None
+        completion = self.completion
+        return completion.meta.get("retries") if completion is not None and completion.meta else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -268,7 +268,7 @@ def _react(
             raw = call.text
             seconds = call.seconds
             try:
-                if native:
+                if native and call.completion is not None:
                     parsed: Action | FinalAnswer = _parse_native(call.completion)
                 else:
                     parsed = parse_react_step(raw, dialect="brackets" if dialect == "brackets" else "json")

@@ -90,8 +90,7 @@ class RunSpec:
             raise ValueError(f"mode must be one of {sorted(MODE_SETTINGS)}, got {self.mode!r}")
         if self.tools is not None and not isinstance(self.tools, tuple):
             object.__setattr__(self, "tools", tuple(self.tools))
-        foreign = [name for name in _MODE_ONLY if name not in MODE_SETTINGS[self.mode]
-                   and getattr(self, name) is not None]
+        foreign = [name for name in _FOREIGN[self.mode] if getattr(self, name) is not None]
         if foreign:
             raise TypeError(f"unknown run option(s) for mode {self.mode!r}: {', '.join(foreign)}")
 
@@ -102,10 +101,7 @@ class RunSpec:
 
     def limits(self) -> Limits:
         """The limits the run is held to (the mode's defaults filled in)."""
-        names = ("max_steps", "token_budget", "timeout_s", "max_replans", "on_parse_error", "on_repeat",
-                 "max_nudges")
-        given = {n: v for n in names if (v := self.setting(n)) is not None}
-        return Limits(**given)
+        return Limits(**{n: v for n in _LIMITS if (v := self.setting(n)) is not None})
 
     def config(self) -> dict[str, Any]:
         """What the journal stores: the mode's settings (defaults filled in) and max_tokens,
@@ -151,8 +147,10 @@ MODE_SETTINGS: Final[dict[str, dict[str, Any]]] = {
     "tot": {**_SHARED, "max_steps": 60, "search": "bfs", "branching": 3, "breadth": 2, "depth": 3,
             "max_nodes": 24, "threshold": 0.5, "allow_side_effects": False},
 }
+_LIMITS: Final = ("max_steps", "token_budget", "timeout_s", "max_replans", "on_parse_error", "on_repeat", "max_nudges")
 _MODE_ONLY: Final = ("max_reflections", "attempt_steps", "evaluator", "search", "branching", "breadth", "depth",
                      "max_nodes", "threshold", "allow_side_effects")
+_FOREIGN: Final = {mode: tuple(n for n in _MODE_ONLY if n not in settings) for mode, settings in MODE_SETTINGS.items()}
 _JOURNAL_ONLY: Final = frozenset({"approver", "tool_set", "meta"})
 _FIELDS: Final = frozenset(f.name for f in dataclasses.fields(RunSpec)) - {"task", "mode"}
 
