@@ -69,12 +69,26 @@ def call_in_thread(call: Callable[[], Any], timeout: float | None, label: str) -
         return False, Timeout(timeout if timeout is not None else 0.0)
 
 
+_POOL: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _pooled(call: Callable[[], Any]) -> concurrent.futures.Future[Outcome]:
+    """`call` on a thread of a shared pool, with the caller's context: for a call with no
+    deadline (nothing to abandon), a thread is reused instead of started per call."""
+    global _POOL
+    if _POOL is None:
+        _POOL = concurrent.futures.ThreadPoolExecutor(32, thread_name_prefix="loopwright-pool")
+    return _POOL.submit(contextvars.copy_context().run, capture, call)
+
+
 async def acall_in_thread(call: Callable[[], Any], timeout: float | None, label: str) -> Outcome:
     """`call_in_thread` awaited: the event loop goes on while the call runs. Cancelling
-    the awaiting task abandons the call (a call not yet started never runs)."""
-    waiting = asyncio.wrap_future(_start(call, label))
+    the awaiting task abandons the call (a call not yet started never runs). A call with
+    no deadline runs on a shared pool's thread; one with a deadline on its own daemon
+    thread, which can be abandoned without holding up the pool."""
     if timeout is None:
-        return await waiting
+        return await asyncio.wrap_future(_pooled(call))
+    waiting = asyncio.wrap_future(_start(call, label))
     try:
         return await asyncio.wait_for(waiting, max(timeout, 0.0))
     except TimeoutError:  # the thread captures the call's own exceptions, so this one is ours
