@@ -124,6 +124,13 @@ MUTATIONS = [
              "error=neutralise(first_line(", "error=(first_line(", (FENCE_TEST,)),
     Mutation("model text: ToT candidate", "modes/tot.py",
              "step=neutralise(text)", "step=text", (FENCE_TEST,)),
+    Mutation("model text: tool name in a ReAct action", "modes/react.py",
+             'return f"Action: {neutralise(action.name)}', 'return f"Action: {action.name}', (FENCE_TEST,)),
+    Mutation("model text: plan ids and tool names in evidence", "prompts.py",
+             "{neutralise(sid)} [{neutralise(tool)}]", "{sid} [{tool}]", (FENCE_TEST,)),
+    Mutation("model text: quotes in a fence's source", "prompts.py",
+             """return escape_untrusted(source).replace('"', "&quot;")""", "return escape_untrusted(source)",
+             (FENCE_TEST,)),
     # the injection suite's containments can fail
     Mutation("scope ignored (injection suite alone)", CORE,
              "self.registry = registry if tools is None else registry.subset(tools)", "self.registry = registry",
