@@ -125,7 +125,7 @@ MUTATIONS = [
     Mutation("model text: ToT candidate", "modes/tot.py",
              "step=neutralise(text)", "step=text", (FENCE_TEST,)),
     Mutation("model text: tool name in a ReAct action", "modes/react.py",
-             'return f"Action: {neutralise(action.name)}', 'return f"Action: {action.name}', (FENCE_TEST,)),
+             'return f"Action: {neutralise(action.name)}', 'return f"Action: {action.name}', (FENCE_TEST,), nth=1),
     Mutation("model text: plan ids and tool names in evidence", "prompts.py",
              "{neutralise(sid)} [{neutralise(tool)}]", "{sid} [{tool}]", (FENCE_TEST,)),
     Mutation("model text: quotes in a fence's source", "prompts.py",
