@@ -13,7 +13,8 @@ arguments made from its schema (`wire.examples.synthesise_args`).
 The ReAct scratchpad is append-only: each step adds its block to the end and nothing
 earlier is ever re-rendered, so a model with a KV cache evaluates only the new tokens.
 Tool output is placed inside <untrusted> fences (see `fence`), which text in the output
-cannot close.
+cannot close; what the model wrote goes back into later prompts through `neutralise`,
+so it cannot close, open or fake a fence or an observation either.
 """
 
 from __future__ import annotations
