@@ -79,11 +79,9 @@ MUTATIONS = [
              '.replace("<", "&lt;")', "", ("tests/test_injection.py",)),
     # model text echoed into later prompts (issue 22): one path at a time
     Mutation("model text: neutralise does not escape", "prompts.py",
-             "escaped = _OBSERVATION_LINE.sub(_entity_first, escape_untrusted(text))",
-             "escaped = _OBSERVATION_LINE.sub(_entity_first, text)", (FENCE_TEST,)),
+             "escaped = escape_untrusted(text)", "escaped = text", (FENCE_TEST,)),
     Mutation("model text: Observation lines not neutralised", "prompts.py",
-             "escaped = _OBSERVATION_LINE.sub(_entity_first, escape_untrusted(text))",
-             "escaped = escape_untrusted(text)", (FENCE_TEST,)),
+             "escaped = _OBSERVATION_LINE.sub(_entity_first, escaped)", "pass", (FENCE_TEST,)),
     Mutation("model text: ReAct thought (brackets)", "modes/react.py",
              'return f" {neutralise(thought)}\\nAction {k}:', 'return f" {thought}\\nAction {k}:', (FENCE_TEST,)),
     Mutation("model text: ReAct thought (json, native transcript)", "modes/react.py",

@@ -273,7 +273,9 @@ def neutralise(text: str) -> str:
     parse boundary decodes the entities in arguments a model copies from its echo. The
     parse boundary's own format help (`Action: <tool>` ...), quoted in the parse errors
     a model is shown, is left as written: it is the loop's text, one line, no fence tag."""
-    escaped = _OBSERVATION_LINE.sub(_entity_first, escape_untrusted(text))
+    escaped = escape_untrusted(text)
+    if "bservation" in escaped.lower():  # the common case skips the regex (a hot path: every step)
+        escaped = _OBSERVATION_LINE.sub(_entity_first, escaped)
     if "&lt;" in escaped:
         for help_text in _FORMAT_HELP:
             escaped = escaped.replace(escape_untrusted(help_text), help_text)
