@@ -20,7 +20,7 @@ from loopwright.errors import ParseError
 from loopwright.guards import Limits
 from loopwright.modes._core import PolicyFailed, Run, RunContext, StepGen, open_context
 from loopwright.policy import ModelRequest, Policy, Purpose
-from loopwright.prompts import describe_tools, fill, render_evidence, worked_examples
+from loopwright.prompts import describe_tools, fill, neutralise, render_evidence, worked_examples
 from loopwright.trace import Step
 from loopwright.wire.parsing import PlanStep, parse_plan, substitute
 from loopwright.wire.tools import ToolRegistry
@@ -121,7 +121,8 @@ def _rewoo(ctx: RunContext, max_tokens: int | None) -> StepGen:
         if stop:
             ctx.stop(stop)
             return
-        solve_prompt = f"{solve_prompt} {call.text.strip()}\n{error}. Reply with the JSON only.\nFinal Answer:"
+        solve_prompt = (f"{solve_prompt} {neutralise(call.text.strip())}\n{neutralise(error)}. "
+                        "Reply with the JSON only.\nFinal Answer:")
     ctx.stop("error")
 
 

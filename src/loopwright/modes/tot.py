@@ -32,7 +32,7 @@ from loopwright.errors import ParseError
 from loopwright.guards import Limits
 from loopwright.modes._core import PolicyFailed, Run, RunContext, StepGen, open_context
 from loopwright.policy import ModelRequest, Policy, Purpose
-from loopwright.prompts import describe_tools, fence
+from loopwright.prompts import describe_tools, fence, neutralise
 from loopwright.trace import Step
 from loopwright.wire.parsing import Action, FinalAnswer, parse_react_step
 from loopwright.wire.tools import ToolRegistry
@@ -180,7 +180,7 @@ class _Search:
         n = parent.depth + 1
         node_id = f"n{self.nodes}"
         where = {"node": node_id, "parent": parent.id, "depth": n}
-        state = parent.state + prompts.tot_step.format(n=n, step=text)
+        state = parent.state + prompts.tot_step.format(n=n, step=neutralise(text))
         child = _Node(node_id, parent, text, state)
         parsed = _classify(text, ctx.registry)
         if isinstance(parsed, FinalAnswer):
