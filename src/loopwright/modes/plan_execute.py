@@ -17,7 +17,7 @@ from loopwright.modes.context import RunContext
 from loopwright.modes.machine import CallTool, Machine, StepGen
 from loopwright.modes.rewoo import plan_call, plan_examples
 from loopwright.modes.spec import RunSpec
-from loopwright.prompts import describe_tools, fill, render_evidence
+from loopwright.prompts import describe_tools, fill, neutralise, render_evidence
 from loopwright.trace import Step
 from loopwright.wire.parsing import PlanStep, substitute
 
@@ -70,7 +70,7 @@ def _plan_execute(ctx: RunContext, max_tokens: int | None) -> StepGen:
         ctx.trace.replans += 1
         kind = "replan"
         prompt = ctx.prompts.replanner.format(
-            tools=tools_text, task=task, failed_step=failed_step, error=error,
+            tools=tools_text, task=task, failed_step=neutralise(failed_step), error=neutralise(error),
             evidence=render_evidence(history),
         )
 

@@ -17,7 +17,14 @@ from loopwright.modes.context import RunContext, first_line
 from loopwright.modes.machine import CallModel, CallTool, PolicyFailed, StepGen
 from loopwright.modes.spec import RunSpec
 from loopwright.policy import ModelRequest
-from loopwright.prompts import describe_tools, example_call, fence, fill, worked_examples
+from loopwright.prompts import (
+    describe_tools,
+    example_call,
+    fence,
+    fill,
+    neutralise,
+    worked_examples,
+)
 from loopwright.trace import Step, estimate_tokens
 from loopwright.wire.parsing import Action, FinalAnswer, parse_react_step
 from loopwright.wire.toolcalls import parse_tool_calls
@@ -148,10 +155,11 @@ class _Scratchpad:
 
 
 def _block(dialect: str, k: int, thought: str, action: str, observation: str) -> str:
-    """Step k's part of the scratchpad, up to and including its observation."""
+    """Step k's part of the scratchpad, up to and including its observation. The thought
+    is the model's text: neutralised; `action` and `observation` come placed already."""
     if dialect == "brackets":
-        return f" {thought}\nAction {k}: {action}\nObservation {k}: {observation}"
-    return f" {thought}\n{action}\nObservation: {observation}"
+        return f" {neutralise(thought)}\nAction {k}: {action}\nObservation {k}: {observation}"
+    return f" {neutralise(thought)}\n{action}\nObservation: {observation}"
 
 
 def _tool_fields(registry: ToolRegistry, dialect: str, budget: int, from_tools: bool) -> tuple[str, dict[str, str]]:
@@ -186,14 +194,15 @@ _to_json = json.JSONEncoder(ensure_ascii=False, default=str).encode  # built onc
 
 
 def _render_action(dialect: str, action: Action) -> str:
+    """The action as placed in the prompt: the model's name and arguments, neutralised."""
     if dialect == "brackets":
         arg = action.args.get("input") if set(action.args) == {"input"} else None
         if isinstance(arg, str):
-            return f"{action.name}[{arg}]"
-        return f"{action.name}[{_to_json(action.args)}]"
+            return f"{neutralise(action.name)}[{neutralise(arg)}]"
+        return f"{neutralise(action.name)}[{neutralise(_to_json(action.args))}]"
     if action.args_text is not None:  # the model's own JSON, as it wrote it
-        return f"Action: {action.name}\nAction Input: {action.args_text}"
-    return f"Action: {action.name}\nAction Input: {_to_json(action.args)}"
+        return f"Action: {neutralise(action.name)}\nAction Input: {neutralise(action.args_text)}"
+    return f"Action: {neutralise(action.name)}\nAction Input: {neutralise(_to_json(action.args))}"
 
 
 def check(spec: RunSpec) -> None:
@@ -286,7 +295,8 @@ def _react(
                 if limits.on_parse_error == "stop" or parse_errors >= limits.max_parse_errors:
                     ctx.stop("error")
                     return
-                pad.append(k, "", f"(unusable reply) {fence(first_line(raw), 'model')}", observation)
+                pad.append(k, "", f"(unusable reply) {fence(first_line(raw), 'model')}", neutralise(observation),
+                           observation)
                 _native_text(pad, raw, observation)
                 continue
 
@@ -304,8 +314,9 @@ def _react(
                     if stop or parse_errors >= limits.max_parse_errors:
                         ctx.stop(stop or "error")
                         return
-                    said = f"finish[{parsed.answer}]" if dialect == "brackets" else f"Final Answer: {parsed.answer}"
-                    pad.append(k, parsed.thought, said, observation)
+                    answer = neutralise(parsed.answer)
+                    said = f"finish[{answer}]" if dialect == "brackets" else f"Final Answer: {answer}"
+                    pad.append(k, parsed.thought, said, neutralise(observation), observation)
                     _native_text(pad, raw, observation)
                     continue
 
@@ -339,7 +350,7 @@ def _react(
                     ctx.stop("repeated_call")
                     return
                 observation = ctx.prompts.repeat_nudge.format(
-                    tool=name, count=count - 1, previous=fence(repeats.last_observation or "", name)
+                    tool=neutralise(name), count=count - 1, previous=fence(repeats.last_observation or "", name)
                 )
                 yield Step(k, "nudge", raw=raw, thought=parsed.thought, tool=name, args=args,
                            observation=observation, duration_s=seconds,
@@ -370,11 +381,12 @@ def _react(
                     and ctx.trace.llm_calls - first_call < cap):
                 so_far = pad.text + _block(dialect, pad.number + 1, parsed.thought, _render_action(dialect, parsed),
                                            fenced)
-                prompt_text = ctx.prompts.reflect_step.format(scratchpad=so_far, error=result.error.as_observation())
+                prompt_text = ctx.prompts.reflect_step.format(scratchpad=so_far,
+                                                              error=neutralise(result.error.as_observation()))
                 critique = yield from reflect(ctx, prompt_text, max_tokens, {"after_step": k, "tool": name})
                 if critique is None:  # the critique call failed or a guard fired: the run is stopped
                     return
-                fenced += f"\nReflection: {critique}"
+                fenced += f"\nReflection: {neutralise(critique)}"
                 observation += f"\nReflection: {critique}"
             pad.append(k, parsed.thought, _render_action(dialect, parsed), fenced, observation)
             if native:
@@ -404,12 +416,12 @@ def _native_call(pad: _Scratchpad, action: Action, name: str, args: dict[str, An
     pad.messages.append(
         {
             "role": "assistant",
-            "content": action.thought or None,
+            "content": neutralise(action.thought) or None,
             "tool_calls": [
                 {
                     "id": call_id,
                     "type": "function",
-                    "function": {"name": name, "arguments": json.dumps(args, default=str)},
+                    "function": {"name": neutralise(name), "arguments": neutralise(json.dumps(args, default=str))},
                 }
             ],
         }
@@ -419,5 +431,5 @@ def _native_call(pad: _Scratchpad, action: Action, name: str, args: dict[str, An
 
 def _native_text(pad: _Scratchpad, raw: str, observation: str) -> None:
     if pad.dialect == "native":
-        pad.messages.append({"role": "assistant", "content": raw})
-        pad.messages.append({"role": "user", "content": observation})
+        pad.messages.append({"role": "assistant", "content": neutralise(raw)})
+        pad.messages.append({"role": "user", "content": neutralise(observation)})

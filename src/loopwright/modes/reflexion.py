@@ -22,7 +22,7 @@ from loopwright.modes.context import RunContext, first_line
 from loopwright.modes.machine import StepGen
 from loopwright.modes.react import DIALECTS, _react, _Scratchpad
 from loopwright.modes.spec import Evaluator, RunSpec
-from loopwright.prompts import REFLEXION_OUTCOMES
+from loopwright.prompts import REFLEXION_OUTCOMES, neutralise
 from loopwright.trace import Step
 
 _OPEN_LABEL: Final = re.compile(r"\s*Thought(?: \d+)?:\s*$")
@@ -95,7 +95,7 @@ def _reflexion(ctx: RunContext, s: _Settings) -> StepGen:
         cap = min(s.per_attempt, max_steps - trace.llm_calls)
         notes = ""
         if critiques:
-            lines = "\n".join(f"- Attempt {i}: {c}" for i, c in enumerate(critiques, 1))
+            lines = "\n".join(f"- Attempt {i}: {neutralise(c)}" for i, c in enumerate(critiques, 1))
             notes = ctx.prompts.reflexion_memory.format(reflections=lines)
         pad = _Scratchpad(ctx, s.dialect, s.memory, s.context_tokens, notes=notes)
         first_step = ctx.next_index
@@ -169,8 +169,9 @@ def _policy_failed(ctx: RunContext, first_step: int) -> bool:
 def _outcome(ctx: RunContext, reason: str | None, answer: str | None, feedback: str, cap: int,
              first_step: int) -> str:
     if reason == "final":
-        return REFLEXION_OUTCOMES["rejected"].format(answer=repr(answer), feedback=feedback or "(no feedback)")
+        return REFLEXION_OUTCOMES["rejected"].format(answer=neutralise(repr(answer)),
+                                                     feedback=neutralise(feedback) or "(no feedback)")
     if reason == "error":
         errors = [s.error for s in ctx.trace.steps[first_step - 1:] if s.error]
-        return REFLEXION_OUTCOMES["error"].format(error=first_line(errors[-1] if errors else "", 300))
+        return REFLEXION_OUTCOMES["error"].format(error=neutralise(first_line(errors[-1] if errors else "", 300)))
     return REFLEXION_OUTCOMES.get(str(reason), "{reason}").format(steps=cap, reason=reason)

@@ -25,7 +25,7 @@ from loopwright.modes.machine import (
 )
 from loopwright.modes.spec import RunSpec
 from loopwright.policy import ModelRequest, Purpose
-from loopwright.prompts import describe_tools, fill, render_evidence, worked_examples
+from loopwright.prompts import describe_tools, fill, neutralise, render_evidence, worked_examples
 from loopwright.trace import Step
 from loopwright.wire.parsing import PlanStep, parse_plan, substitute
 
@@ -97,7 +97,8 @@ def _rewoo(ctx: RunContext, max_tokens: int | None) -> StepGen:
         if stop:
             ctx.stop(stop)
             return
-        solve_prompt = f"{solve_prompt} {call.text.strip()}\n{error}. Reply with the JSON only.\nFinal Answer:"
+        solve_prompt = (f"{solve_prompt} {neutralise(call.text.strip())}\n{neutralise(error)}. "
+                        "Reply with the JSON only.\nFinal Answer:")
     ctx.stop("error")
 
 

@@ -31,7 +31,7 @@ from loopwright.modes.context import RunContext
 from loopwright.modes.machine import CallModel, CallTool, Machine, PolicyFailed, StepGen
 from loopwright.modes.spec import RunSpec
 from loopwright.policy import ModelRequest, Purpose
-from loopwright.prompts import describe_tools, fence
+from loopwright.prompts import describe_tools, fence, neutralise
 from loopwright.trace import Step
 from loopwright.wire.parsing import Action, FinalAnswer, parse_react_step
 from loopwright.wire.tools import ToolRegistry
@@ -178,7 +178,7 @@ class _Search:
         n = parent.depth + 1
         node_id = f"n{self.nodes}"
         where = {"node": node_id, "parent": parent.id, "depth": n}
-        state = parent.state + prompts.tot_step.format(n=n, step=text)
+        state = parent.state + prompts.tot_step.format(n=n, step=neutralise(text))
         child = _Node(node_id, parent, text, state)
         parsed = _classify(text, ctx.registry)
         if isinstance(parsed, FinalAnswer):
