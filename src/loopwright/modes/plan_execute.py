@@ -18,7 +18,7 @@ from loopwright.guards import Limits
 from loopwright.modes._core import Run, RunContext, StepGen, open_context
 from loopwright.modes.rewoo import plan_call, plan_examples
 from loopwright.policy import Policy
-from loopwright.prompts import describe_tools, fill, render_evidence
+from loopwright.prompts import describe_tools, fence, fill, render_evidence
 from loopwright.trace import Step
 from loopwright.wire.parsing import PlanStep, substitute
 from loopwright.wire.tools import ToolRegistry
@@ -132,8 +132,9 @@ def _execute(ctx: RunContext, plan: list[PlanStep], history: list[tuple[str, str
                  meta={"tool_s": result.duration_s, "attempt": attempt + 1, **(executed.meta or {})})
         )
         history.append((label, step.tool, result.observation))
-        if result.error is not None:
-            return step.id, result.observation if executed.kind == "denied" else result.error.as_observation(), None, False
+        if result.error is not None:  # its text is the tool's (or the approver's): fenced like evidence
+            failure = result.observation if executed.kind == "denied" else result.error.as_observation()
+            return step.id, fence(failure, f"{step.tool}#{step.id}"), None, False
         evidence[step.id] = result.value
         answer = result.observation
     if not answer.strip():  # an empty result is no answer: replan, as after a failure
