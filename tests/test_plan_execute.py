@@ -71,6 +71,13 @@ def test_plan_longer_than_max_steps_is_a_failure_that_leads_to_a_replan(registry
     assert [c[0] for c in calls] == ["search", "word_count"]
 
 
+def test_a_plan_of_exactly_max_steps_is_executed(registry, calls):
+    plan = {"plan": [{"id": f"E{i}", "tool": "add", "args": {"x": i, "y": 1}} for i in range(1, 4)]}
+    trace = lw.run("t", lw.ScriptedPolicy([json.dumps(plan)]), registry, mode="plan_execute", max_steps=3)
+    assert trace.stopped_reason == "final" and trace.final_answer == "4" and trace.replans == 0
+    assert [c[1]["x"] for c in calls] == [1, 2, 3]
+
+
 def test_failed_policy_ends_with_error(registry):
     trace = lw.run("t", lw.ScriptedPolicy([BAD, RuntimeError("down")]), registry, mode="plan_execute")
     assert trace.stopped_reason == "error" and trace.replans == 1 and trace.llm_calls == 2

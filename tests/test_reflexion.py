@@ -142,6 +142,19 @@ def test_max_steps_holds_for_the_whole_run_critiques_included(registry):
     assert_cost_invariant(trace)
 
 
+@pytest.mark.parametrize("max_steps", [3, 4])
+def test_no_critique_is_written_when_no_call_is_left_for_another_attempt(registry, max_steps):
+    """A critique is only worth a call if an attempt can follow it: with one call left after
+    a failed attempt, the run stops with max_steps instead of spending it on a critique."""
+    loop = act("search", '{"q": "nothing"}')
+    policy = lw.ScriptedPolicy([loop, "try something else", loop, "try again", loop][:max_steps])
+    trace = lw.run("task", policy, registry, mode="reflexion", max_steps=max_steps, max_reflections=3,
+                   attempt_steps=1, on_repeat="off")
+    # 3: attempt, critique, attempt (no call left); 4: the same, then one call left: no critique
+    assert [s.kind for s in trace.steps] == ["action", "reflection", "action"]
+    assert trace.stopped_reason == "max_steps" and trace.llm_calls == 3
+
+
 def test_reflexion_options_are_checked(registry):
     with pytest.raises(ValueError, match="max_reflections"):
         lw.run("t", lambda p: "x", registry, mode="reflexion", max_reflections=-1)
