@@ -132,7 +132,7 @@ def test_the_run_span_names_its_provider_and_has_exactly_the_conventions_attribu
     }
 
 
-def test_plan_solve_failed_and_denied_spans_have_exactly_their_attributes(spans):
+def test_plan_replan_solve_failed_and_denied_spans_have_exactly_their_attributes(spans):
     provider, exporter = spans
     otel.instrument(provider)
     model = {"gen_ai.operation.name": "text_completion", "gen_ai.provider.name": "acme",
@@ -171,6 +171,26 @@ def test_plan_solve_failed_and_denied_spans_have_exactly_their_attributes(spans)
         {**tool, "gen_ai.tool.name": "wipe", "gen_ai.tool.call.id": "2", "loopwright.step.kind": "denied",
          "error.type": "denied"},
     ]
+
+    exporter.clear()  # plan-execute: a plan whose tool is unknown, then a replan
+    unknown = json.dumps({"plan": [{"id": "E1", "tool": "nope", "args": {}}]})
+    lw.run("2+3?", Hosted([unknown, plan]), make_registry(), mode="plan_execute")
+    by_name: dict[str, list[dict]] = {}
+    for span in _ordered(exporter):
+        by_name.setdefault(span.name, []).append(dict(span.attributes))
+    assert by_name["plan"] == [
+        {"loopwright.plan.kind": "plan", "loopwright.step.kind": "plan", "loopwright.step.index": 1},
+        {"loopwright.plan.kind": "replan", "loopwright.step.kind": "replan", "loopwright.step.index": 3},
+    ]
+    assert by_name["text_completion counted-model"] == [
+        {**model, **usage, "loopwright.purpose": "plan", "loopwright.step.kind": "plan", "loopwright.step.index": 1},
+        {**model, **usage, "loopwright.purpose": "replan", "loopwright.step.kind": "replan",
+         "loopwright.step.index": 3},
+    ]
+    assert by_name["execute_tool nope"] == [{**tool, "gen_ai.tool.name": "nope", "gen_ai.tool.call.id": "1:E1",
+                                             "loopwright.step.kind": "action", "error.type": "unknown_tool"}]
+    assert by_name["execute_tool add"] == [{**tool, "gen_ai.tool.name": "add", "gen_ai.tool.call.id": "2:E1",
+                                            "loopwright.step.kind": "action"}]
 
     class Down(Hosted):
         def complete(self, request):

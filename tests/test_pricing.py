@@ -97,5 +97,11 @@ def test_each_model_span_carries_its_calls_cost():
     lw.run("t", Priced("m", [act("add", '{"x": 1, "y": 1}'), final("2")]), make_registry(),
            prices=Prices(2.0, 10.0, 0.5), tracer=provider.get_tracer("t"))  # fmt: skip
     spans = {s.name: s for s in exporter.get_finished_spans()}
-    assert spans["text_completion m"].attributes["loopwright.cost_usd"] == pytest.approx(0.0024)
+    assert dict(spans["text_completion m"].attributes) == {  # whole: the cost sits beside the usage
+        "gen_ai.operation.name": "text_completion", "gen_ai.provider.name": "loopwright",
+        "gen_ai.request.model": "m", "gen_ai.usage.input_tokens": 1000, "gen_ai.usage.output_tokens": 100,
+        "gen_ai.usage.cache_read.input_tokens": 400, "loopwright.usage.evaluated_tokens": 600,
+        "loopwright.usage.estimated": False, "loopwright.purpose": "react",
+        "loopwright.cost_usd": 0.0024, "loopwright.step.kind": "final", "loopwright.step.index": 2,
+    }
     assert spans["invoke_agent"].attributes["loopwright.cost_usd"] == pytest.approx(0.0048)

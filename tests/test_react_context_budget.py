@@ -92,7 +92,7 @@ def _outside_fences(prompt: str) -> str:
     return _FENCED.sub("", prompt)
 
 
-def _fold_run(memory_: TieredMemory, fetched: str) -> list[str]:
+def _fold_run(memory_: TieredMemory, fetched: str, mode: str) -> list[str]:
     """A ReAct run whose first tool result is `fetched`, long enough to fold it into memory;
     the prompts it sent."""
 
@@ -109,22 +109,24 @@ def _fold_run(memory_: TieredMemory, fetched: str) -> list[str]:
             return "Thought: done\nFinal Answer: ok"
         return f'Thought: read on\nAction: fetch\nAction Input: {{"page": {len(seen)}}}'
 
-    trace = lw.run("Read the pages.", policy, lw.ToolRegistry([fetch]), max_steps=12,
-                   memory=memory_, context_tokens=500)
+    options = {"attempt_steps": 12} if mode == "reflexion" else {}  # one attempt, long enough to fold
+    trace = lw.run("Read the pages.", policy, lw.ToolRegistry([fetch]), mode=mode, max_steps=12,
+                   memory=memory_, context_tokens=500, **options)
     assert trace.stopped_reason == "final" and trace.meta["folds"]
     return seen
 
 
+@pytest.mark.parametrize("mode", ["react", "reflexion"])
 @pytest.mark.parametrize("where", ["recalled tool output", "the summary"])
-def test_text_folded_into_memory_reaches_the_prompt_inside_its_untrusted_fence(where):
+def test_text_folded_into_memory_reaches_the_prompt_inside_its_untrusted_fence(where, mode):
     """Memory is untrusted data like the observations it came from: a folded tool result,
     or a summary the model wrote of one, cannot close its fence in the memory section."""
     if where == "recalled tool output":
         memory_ = TieredMemory(BufferMemory(4), None, SemanticMemory(HashingEmbedder()), recall_k=2)
-        seen = _fold_run(memory_, _PAYLOAD)
+        seen = _fold_run(memory_, _PAYLOAD, mode)
     else:  # an ordinary page, summarised by a model that echoes an injection
         memory_ = TieredMemory(BufferMemory(1), SummaryMemory(lambda prompt: _PAYLOAD))
-        seen = _fold_run(memory_, "page 1 is routine")
+        seen = _fold_run(memory_, "page 1 is routine", mode)
     with_memory = [p for p in seen if "Memory of earlier steps:" in p]
     assert with_memory, "no prompt had a memory section: the run did not fold"
     sections = [p.split("Memory of earlier steps:\n", 1)[1].split("\n\nQuestion: ", 1)[0] for p in with_memory]
