@@ -70,8 +70,17 @@ def test_failed_step_skips_its_dependents_and_the_solver_still_sees_everything(r
     assert trace.stopped_reason == "final"
 
 
+FAILURES = {  # E2's plan entry, failing four ways
+    "exception": {"tool": "divide", "args": {"x": 1, "y": 0}},
+    "invalid args": {"tool": "divide", "args": {"x": 1, "y": True}},
+    "unknown tool": {"tool": "no_such_tool", "args": {"x": 1}},
+    "denied": {"tool": "wipe", "args": {"path": "/"}},
+}
+
+
+@pytest.mark.parametrize("failure", list(FAILURES))
 @pytest.mark.parametrize("side_effects", ["read", "write"], ids=["plain path", "gated path"])
-def test_a_step_referring_to_one_good_and_one_failed_step_is_not_executed(side_effects):
+def test_a_step_referring_to_one_good_and_one_failed_step_is_not_executed(side_effects, failure):
     """One failed reference is enough to skip a step, whatever its others did: a tool never
     runs on a failure's missing value (no "None and 3"), and skips propagate down a chain."""
     ran: list[dict[str, object]] = []
@@ -98,23 +107,29 @@ def test_a_step_referring_to_one_good_and_one_failed_step_is_not_executed(side_e
         ran.append({"x": x, "y": y})
         return x + y
 
+    @lw.tool(side_effects="destructive")
+    def wipe(path: str) -> str:
+        """Delete a path (denied: the run has no approver)."""
+        ran.append({"wiped": path})
+        return "wiped"
+
     plan = json.dumps({"plan": [
         {"id": "E1", "tool": "add", "args": {"x": 1, "y": 2}},
-        {"id": "E2", "tool": "divide", "args": {"x": 1, "y": 0}},
+        {"id": "E2", **FAILURES[failure]},
         {"id": "E3", "tool": "record", "args": {"text": "#E2 and #E1"}},  # embedded references
         {"id": "E4", "tool": "total", "args": {"x": "#E1", "y": "#E2"}},  # exact references
         {"id": "E5", "tool": "record", "args": {"text": "#E1 then #E3"}},  # good and skipped
         {"id": "E6", "tool": "total", "args": {"x": "#E1", "y": 4}},  # good only: runs
     ]})
     policy = lw.ScriptedPolicy([plan, "Final Answer: partial"])
-    trace = lw.run("t", policy, lw.ToolRegistry([add, divide, record, total]), mode="rewoo")
+    trace = lw.run("t", policy, lw.ToolRegistry([add, divide, record, total, wipe]), mode="rewoo")
     assert ran == [{"x": 3, "y": 4}]
     by_id = {s.step_id: s for s in trace.steps if s.step_id}
     assert by_id["E3"].observation == "not executed: depends on #E2, which failed"
     assert by_id["E4"].observation == "not executed: depends on #E2, which failed"
     assert by_id["E5"].observation == "not executed: depends on #E3, which failed"
     assert by_id["E6"].observation == "7"
-    assert trace.tool_calls == 3 and trace.stopped_reason == "final"
+    assert trace.tool_calls == (2 if failure == "denied" else 3) and trace.stopped_reason == "final"
     assert policy.prompts[1].count("not executed") == 3
 
 
