@@ -183,6 +183,11 @@ MUTATIONS = [
              "if self.ctx.trace.llm_calls > self.ctx.limits.max_steps:", ("tests/test_tot.py",)),
     Mutation("ToT: max_nodes >= becomes >", "modes/tot.py",
              "elif self.nodes >= self.max_nodes:", "elif self.nodes > self.max_nodes:", ("tests/test_tot.py",)),
+    Mutation("ReAct: a prompt of exactly context_tokens is folded", "modes/react.py",
+             "estimate_tokens(self.text) <= budget:", "estimate_tokens(self.text) < budget:",
+             ("tests/test_react_context_budget.py",)),
+    Mutation("memory: a section of exactly its budget is shrunk", "memory/tiered.py",
+             "if used <= budget_tokens:", "if used < budget_tokens:", ("tests/test_memory_tiered.py",)),
 ]
 
 

@@ -60,6 +60,31 @@ def test_long_run_stays_inside_the_budget_and_recalls_an_early_fact():
     assert all(trace.prompt_for(s) == p for s, p in zip(trace.steps, seen, strict=True))
 
 
+def test_a_prompt_of_exactly_context_tokens_is_not_folded():
+    """context_tokens is the most a prompt may take: a run whose largest prompt is exactly
+    the budget folds nothing and sends the prompts it would send without one."""
+
+    def run(context_tokens: int | None) -> tuple[lw.Trace, list[str]]:
+        seen: list[str] = []
+
+        def policy(prompt: str) -> str:
+            seen.append(prompt)
+            if len(seen) == 6:
+                return "Thought: done\nFinal Answer: ok"
+            return f'Thought: note it\nAction: note\nAction Input: {{"text": "{"x" * 120} {len(seen)}"}}'
+
+        options = {} if context_tokens is None else {"memory": memory(), "context_tokens": context_tokens}
+        return lw.run("t", policy, note_registry(), max_steps=6, **options), seen
+
+    _, unbudgeted = run(None)
+    largest = max(estimate_tokens(p) for p in unbudgeted)
+    trace, seen = run(largest)
+    assert trace.stopped_reason == "final" and not trace.meta.get("folds")
+    assert seen == unbudgeted
+    folded, _ = run(largest - 1)
+    assert folded.meta["folds"]  # one token less folds: the boundary is exact
+
+
 def test_without_folding_room_the_budget_is_rejected_up_front():
     with pytest.raises(ValueError, match="context_tokens"):
         lw.run("t", lambda p: "Final Answer: x", note_registry(), memory=memory(), context_tokens=50)
