@@ -1,5 +1,5 @@
 """End to end: a run's spans sent over OTLP/HTTP to a real receiver on 127.0.0.1 (Arize
-Phoenix from PyPI, installed by scripts/ci_deps.sh into ~/.cache/loopwright/phoenix), read back from
+Phoenix from PyPI, installed by scripts/install.sh --dev (scripts/test_deps.sh) into ~/.cache/loopwright/phoenix), read back from
 its REST API with the attributes the conventions name."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from conftest import act, final, make_registry
 from helpers.mcp_servers import free_port, stop
 
 CACHE = Path(os.environ.get("LOOPWRIGHT_CACHE") or Path.home() / ".cache" / "loopwright")
-PHOENIX = CACHE / "phoenix" / "bin" / "phoenix"  # where scripts/ci_deps.sh installs it
+PHOENIX = CACHE / "phoenix" / "bin" / "phoenix"  # where scripts/test_deps.sh installs it
 
 
 def _get(url: str) -> object:
@@ -63,7 +63,7 @@ def _ours(span: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.slow
 def test_spans_of_a_real_run_arrive_at_an_otlp_receiver_with_the_conventions_attributes(tmp_path: Path):
     if not PHOENIX.exists():
-        pytest.fail(f"{PHOENIX} is missing: run scripts/ci_deps.sh (it installs Arize Phoenix, the OTLP receiver)")
+        pytest.fail(f"{PHOENIX} is missing: run scripts/install.sh --dev (it installs Arize Phoenix, the OTLP receiver)")
     port, grpc = free_port(), free_port()
     env = {**os.environ, "PHOENIX_WORKING_DIR": str(tmp_path), "PHOENIX_PORT": str(port),
            "PHOENIX_GRPC_PORT": str(grpc), "PHOENIX_HOST": "127.0.0.1"}  # fmt: skip
