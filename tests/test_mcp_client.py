@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 
 import mcp.types as types
 import pytest
@@ -184,6 +185,49 @@ def test_a_server_that_fails_to_start_is_a_clear_error_at_set_up(tmp_path):
     broken = MCPServer.stdio("sh", ["-c", "echo not json; echo boom >&2; exit 3"], timeout_s=20)
     with pytest.raises(MCPError, match="boom|failed|did not answer"):
         broken.tools()
+
+
+def test_a_server_that_exits_at_start_names_the_root_cause_and_ends_with_its_stderr():
+    with pytest.raises(MCPError) as bad_zone:
+        MCPServer.stdio(time_server(), ["--local-timezone", "Not/AZone"], timeout_s=30).tools()
+    message = str(bad_zone.value)
+    assert "ExceptionGroup" not in message and "TaskGroup" not in message
+    assert "Connection closed" in message  # the root cause, unwrapped from nested groups
+    assert message.endswith("invalid --local-timezone 'Not/AZone': not a known IANA timezone name")
+
+    lines = "".join(f"line {i}\\n" for i in range(20))
+    script = f"import sys; sys.stderr.write('{lines}fatal: no such directory /srv/data\\n'); sys.exit(3)"
+    with pytest.raises(MCPError) as dies:
+        MCPServer.stdio(sys.executable, ["-c", script], timeout_s=30).tools()
+    tail = str(dies.value).split("server stderr (last lines):\n", 1)[1]
+    assert tail.splitlines() == [f"line {i}" for i in range(13, 20)] + ["fatal: no such directory /srv/data"]
+
+
+def test_a_command_that_does_not_exist_names_the_missing_file(tmp_path):
+    missing = tmp_path / "no-such-server"
+    with pytest.raises(MCPError) as info:
+        MCPServer.stdio(str(missing), timeout_s=30).tools()
+    assert str(info.value) == (
+        f"MCP server {str(missing)!r} failed: FileNotFoundError: [Errno 2] No such file or directory: {str(missing)!r}"
+    )
+
+
+def test_a_server_that_cannot_restart_gives_a_tool_error_saying_why(tmp_path):
+    marker = tmp_path / "started"
+    script = (
+        f"[ -e '{marker}' ] && {{ echo 'cannot open /srv/data: no such directory' >&2; exit 7; }}; "
+        f"touch '{marker}'; exec '{time_server()}'"
+    )
+    server = MCPServer.stdio("sh", ["-c", script], timeout_s=30)
+    try:
+        registry = lw.ToolRegistry(server.tools())
+        server.close()  # the next call starts the server again, and this time it exits at start
+        result = registry.execute("get_current_time", {"timezone": "Etc/UTC"})
+        assert result.error is not None
+        assert "Connection closed" in result.observation and "ExceptionGroup" not in result.observation
+        assert result.observation.endswith("cannot open /srv/data: no such directory")
+    finally:
+        server.close()
 
 
 @pytest.mark.slow

@@ -42,6 +42,62 @@ def test_annotations_follow_our_side_effect_metadata():
     assert annotations_for(wipe) == {"readOnlyHint": False, "idempotentHint": False, "destructiveHint": True}
 
 
+async def _in_process_calls(registry: lw.ToolRegistry, names: list[str], elicit=None) -> dict[str, tuple[bool, str]]:
+    """Call each named tool once through build_server's real MCP server, in this process
+    over the SDK's memory streams: (is_error, text) by name."""
+    import anyio
+    from mcp.shared.memory import create_client_server_memory_streams
+
+    from loopwright.mcp.server import build_server
+
+    server = build_server(registry)
+    got: dict[str, tuple[bool, str]] = {}
+    async with create_client_server_memory_streams() as (client, served):
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(server.run, served[0], served[1], server.create_initialization_options())
+            async with ClientSession(client[0], client[1], elicitation_callback=elicit) as session:
+                await session.initialize()
+                for name in names:
+                    result = await session.call_tool(name, {"path": "/data"})
+                    got[name] = (bool(result.is_error), _text(result))
+            tasks.cancel_scope.cancel()
+    return got
+
+
+def test_a_tool_that_requires_approval_is_asked_for_whatever_its_side_effects():
+    """requires_approval, not the side_effects label, decides: each such tool is refused to
+    a client that cannot be asked, and runs only after the client approves."""
+    ran: list[str] = []
+
+    def gated(side_effects: str) -> lw.Tool:
+        def archive(path: str) -> str:
+            ran.append(side_effects)
+            return f"archived {path}"
+
+        return lw.Tool.from_schema(
+            f"archive_{side_effects}", "Archive a path.",
+            {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+            archive, side_effects=side_effects, requires_approval=True,
+        )  # fmt: skip
+
+    kinds = ["none", "read", "write", "destructive"]
+    registry = lw.ToolRegistry([gated(k) for k in kinds])
+    names = [f"archive_{k}" for k in kinds]
+    refused = asyncio.run(_in_process_calls(registry, names))
+    assert ran == []
+    assert all(error and "needs approval" in text for error, text in refused.values()), refused
+
+    asked: list[str] = []
+
+    async def accept(context, params):
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"approve": True})
+
+    approved = asyncio.run(_in_process_calls(registry, names, accept))
+    assert ran == kinds and len(asked) == 4
+    assert approved == {name: (False, "archived /data") for name in names}
+
+
 def _params() -> StdioServerParameters:
     return StdioServerParameters(
         command=sys.executable, args=["-m", "loopwright", "mcp", "serve", "--tools", TOOLS],

@@ -196,6 +196,22 @@ def test_context_within_keeps_a_wrapped_context_inside_the_budget() -> None:
     assert context_within(memory, "b", 5, wrap) == ""
 
 
+def test_context_within_shows_a_section_of_exactly_the_budget_whole() -> None:
+    """The budget is the most the section may take: one that renders to exactly the budget
+    is shown as it is, not shrunk."""
+    from loopwright.memory import context_within
+    from loopwright.prompts import fence
+
+    memory = tiered(max_turns=3)
+    for i in range(6):
+        memory.add(f"<b>&amp; {i}</b> " * 10)
+    wrap = lambda text: f"Memory:\n{fence(text, 'memory')}"  # noqa: E731
+    whole = context_within(memory, "b", 10_000, wrap)
+    exact = estimate_tokens(whole)
+    assert context_within(memory, "b", exact, wrap) == whole
+    assert estimate_tokens(context_within(memory, "b", exact - 1, wrap)) <= exact - 1
+
+
 def test_a_failing_summarizer_still_leaves_the_turn_recallable() -> None:
     def broken(prompt: str) -> str:
         raise ConnectionError("summarizer down")

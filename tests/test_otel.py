@@ -14,6 +14,7 @@ from opentelemetry.trace import StatusCode
 import loopwright as lw
 from conftest import act, final, make_registry
 from loopwright import otel
+from loopwright.pricing import Prices
 
 
 @pytest.fixture
@@ -92,32 +93,143 @@ def test_a_react_run_is_one_invoke_agent_span_with_model_and_tool_spans_under_it
         "gen_ai.tool.type": "function",
         "loopwright.step.kind": "action",
     }
-    assert run.attributes["gen_ai.operation.name"] == "invoke_agent"
-    assert run.attributes["gen_ai.request.model"] == "counted-model"
-    assert run.attributes["loopwright.stop_reason"] == "final"
-    assert run.attributes["gen_ai.usage.input_tokens"] == 80
-    assert run.attributes["gen_ai.usage.cache_read.input_tokens"] == 60
-    assert run.attributes["loopwright.usage.evaluated_tokens"] == 20
-    assert run.attributes["loopwright.mode"] == "react"
     for span in (first, tool, second):  # no content unless asked for
         assert not any(k.startswith(("gen_ai.input", "gen_ai.output", "gen_ai.tool.call.a", "gen_ai.tool.call.r"))
                        for k in span.attributes)
     assert first.start_time <= first.end_time <= tool.start_time <= tool.end_time <= second.start_time
 
 
+class Hosted(Counted):
+    """Counted, from a backend that names its provider."""
+
+    provider_name = "acme"
+
+
+def test_the_run_span_names_its_provider_and_has_exactly_the_conventions_attributes(spans, tmp_path):
+    """The whole attribute set, not key by key: a renamed or dropped key fails here."""
+    provider, exporter = spans
+    otel.instrument(provider)
+    store = lw.SQLiteStore(tmp_path / "runs.db")
+    try:
+        lw.run("2+3?", Hosted([act("add", '{"x": 2, "y": 3}'), final("5")]), make_registry(), store=store,
+               run_id="run-9", prices=Prices(1.0, 2.0))
+    finally:
+        store.close()
+    assert dict(_by_name(exporter)["invoke_agent"].attributes) == {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.provider.name": "acme",
+        "gen_ai.request.model": "counted-model",
+        "loopwright.mode": "react",
+        "loopwright.run_id": "run-9",
+        "gen_ai.usage.input_tokens": 80,
+        "gen_ai.usage.output_tokens": 10,
+        "gen_ai.usage.cache_read.input_tokens": 60,
+        "loopwright.usage.evaluated_tokens": 20,
+        "loopwright.stop_reason": "final",
+        "loopwright.llm_calls": 2,
+        "loopwright.tool_calls": 1,
+        "loopwright.cost_usd": 1e-4,  # (20 * $1 + 60 * $1 + 10 * $2) per million tokens
+    }
+
+
+def test_plan_replan_solve_failed_and_denied_spans_have_exactly_their_attributes(spans):
+    provider, exporter = spans
+    otel.instrument(provider)
+    model = {"gen_ai.operation.name": "text_completion", "gen_ai.provider.name": "acme",
+             "gen_ai.request.model": "counted-model"}
+    usage = {"gen_ai.usage.input_tokens": 40, "gen_ai.usage.output_tokens": 5,
+             "gen_ai.usage.cache_read.input_tokens": 30, "loopwright.usage.evaluated_tokens": 10,
+             "loopwright.usage.estimated": False, "gen_ai.response.finish_reasons": ("stop",)}
+    tool = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.type": "function"}
+
+    plan = json.dumps({"plan": [{"id": "E1", "tool": "add", "args": {"x": 2, "y": 3}}]})
+    lw.run("2+3?", Hosted([plan, "5"]), make_registry(), mode="rewoo")
+    got = [(s.name, dict(s.attributes)) for s in _ordered(exporter)[1:]]
+    assert got == [
+        ("text_completion counted-model", {**model, **usage, "loopwright.purpose": "plan",
+                                           "loopwright.step.kind": "plan", "loopwright.step.index": 1}),
+        ("plan", {"loopwright.plan.kind": "plan", "loopwright.step.kind": "plan", "loopwright.step.index": 1}),
+        ("execute_tool add", {**tool, "gen_ai.tool.name": "add", "gen_ai.tool.call.id": "E1",
+                              "loopwright.step.kind": "action"}),
+        ("text_completion counted-model", {**model, **usage, "loopwright.purpose": "solve",
+                                           "loopwright.step.kind": "solve", "loopwright.step.index": 3}),
+    ]
+
+    @lw.tool(side_effects="destructive")
+    def wipe(path: str) -> str:
+        """Delete a path."""
+        return "gone"
+
+    registry = make_registry()
+    registry.register(wipe)
+    exporter.clear()
+    lw.run("t", Hosted([act("divide", '{"x": 1, "y": 0}'), act("wipe", '{"path": "/"}'), final("no")]), registry)
+    tools = [dict(s.attributes) for s in _ordered(exporter) if s.name.startswith("execute_tool")]
+    assert tools == [
+        {**tool, "gen_ai.tool.name": "divide", "gen_ai.tool.call.id": "1", "loopwright.step.kind": "action",
+         "error.type": "exception"},
+        {**tool, "gen_ai.tool.name": "wipe", "gen_ai.tool.call.id": "2", "loopwright.step.kind": "denied",
+         "error.type": "denied"},
+    ]
+
+    exporter.clear()  # plan-execute: a plan whose tool is unknown, then a replan
+    unknown = json.dumps({"plan": [{"id": "E1", "tool": "nope", "args": {}}]})
+    lw.run("2+3?", Hosted([unknown, plan]), make_registry(), mode="plan_execute")
+    by_name: dict[str, list[dict]] = {}
+    for span in _ordered(exporter):
+        by_name.setdefault(span.name, []).append(dict(span.attributes))
+    assert by_name["plan"] == [
+        {"loopwright.plan.kind": "plan", "loopwright.step.kind": "plan", "loopwright.step.index": 1},
+        {"loopwright.plan.kind": "replan", "loopwright.step.kind": "replan", "loopwright.step.index": 3},
+    ]
+    assert by_name["text_completion counted-model"] == [
+        {**model, **usage, "loopwright.purpose": "plan", "loopwright.step.kind": "plan", "loopwright.step.index": 1},
+        {**model, **usage, "loopwright.purpose": "replan", "loopwright.step.kind": "replan",
+         "loopwright.step.index": 3},
+    ]
+    assert by_name["execute_tool nope"] == [{**tool, "gen_ai.tool.name": "nope", "gen_ai.tool.call.id": "1:E1",
+                                             "loopwright.step.kind": "action", "error.type": "unknown_tool"}]
+    assert by_name["execute_tool add"] == [{**tool, "gen_ai.tool.name": "add", "gen_ai.tool.call.id": "2:E1",
+                                            "loopwright.step.kind": "action"}]
+
+    class Down(Hosted):
+        def complete(self, request):
+            raise RuntimeError("backend down")
+
+    exporter.clear()
+    lw.run("t", Down([]), make_registry())
+    run, failed = _ordered(exporter)
+    assert dict(failed.attributes) == {**model, "loopwright.purpose": "react", "error.type": "policy_error"}
+    assert dict(run.attributes) == {
+        "gen_ai.operation.name": "invoke_agent", "gen_ai.provider.name": "acme",
+        "gen_ai.request.model": "counted-model", "loopwright.mode": "react",
+        "gen_ai.usage.input_tokens": 0, "gen_ai.usage.output_tokens": 0,
+        "gen_ai.usage.cache_read.input_tokens": 0, "loopwright.usage.evaluated_tokens": 0,
+        "loopwright.stop_reason": "error", "loopwright.llm_calls": 1, "loopwright.tool_calls": 0,
+    }
+
+
+def _content(span) -> dict:
+    return {k: v for k, v in span.attributes.items()
+            if k.startswith(("gen_ai.input", "gen_ai.output", "gen_ai.tool.call.a", "gen_ai.tool.call.r"))}
+
+
 def test_content_is_recorded_only_with_capture_content(spans):
     provider, exporter = spans
     otel.instrument(provider, capture_content=True)
-    policy = lw.ScriptedPolicy([act("add", '{"x": 2, "y": 3}'), final("5")])
-    lw.run("2+3?", policy, make_registry())
-    run, first, tool, _ = _ordered(exporter)
-    messages = json.loads(first.attributes["gen_ai.input.messages"])
-    assert messages[0]["role"] == "user" and "2+3?" in messages[0]["parts"][0]["content"]
-    out = json.loads(first.attributes["gen_ai.output.messages"])
-    assert "add" in out[0]["parts"][0]["content"]
-    assert json.loads(tool.attributes["gen_ai.tool.call.arguments"]) == {"x": 2, "y": 3}
-    assert tool.attributes["gen_ai.tool.call.result"] == "5"
-    assert json.loads(run.attributes["gen_ai.output.messages"])[0]["parts"][0]["content"] == "5"
+    replies = [act("add", '{"x": 2, "y": 3}'), final("5")]
+    trace = lw.run("2+3?", Counted(list(replies)), make_registry())
+    run, first, tool, second = _ordered(exporter)
+
+    def said(role: str, text: str) -> str:
+        return json.dumps([{"role": role, "parts": [{"type": "text", "content": text}]}], ensure_ascii=False)
+
+    assert _content(run) == {"gen_ai.input.messages": said("user", "2+3?"),
+                             "gen_ai.output.messages": said("assistant", "5")}
+    for span, step, reply in ((first, trace.steps[0], replies[0]), (second, trace.steps[1], replies[1])):
+        assert _content(span) == {"gen_ai.input.messages": said("user", trace.prompt_for(step)),
+                                  "gen_ai.output.messages": said("assistant", reply)}
+    assert _content(tool) == {"gen_ai.tool.call.arguments": '{"x": 2, "y": 3}', "gen_ai.tool.call.result": "5"}
 
 
 def test_a_per_run_tracer_traces_that_run_only(spans):

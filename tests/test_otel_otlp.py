@@ -1,5 +1,5 @@
 """End to end: a run's spans sent over OTLP/HTTP to a real receiver on 127.0.0.1 (Arize
-Phoenix from PyPI, installed by scripts/ci_deps.sh into ~/.cache/loopwright/phoenix), read back from
+Phoenix from PyPI, installed by scripts/install.sh --dev (scripts/test_deps.sh) into ~/.cache/loopwright/phoenix), read back from
 its REST API with the attributes the conventions name."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import subprocess
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -22,7 +23,7 @@ from conftest import act, final, make_registry
 from helpers.mcp_servers import free_port, stop
 
 CACHE = Path(os.environ.get("LOOPWRIGHT_CACHE") or Path.home() / ".cache" / "loopwright")
-PHOENIX = CACHE / "phoenix" / "bin" / "phoenix"  # where scripts/ci_deps.sh installs it
+PHOENIX = CACHE / "phoenix" / "bin" / "phoenix"  # where scripts/test_deps.sh installs it
 
 
 def _get(url: str) -> object:
@@ -54,10 +55,15 @@ class Counted:
         return lw.Completion(self.replies.pop(0), lw.Usage(40, 10, 5))
 
 
+def _ours(span: dict[str, Any]) -> dict[str, Any]:
+    """A received span's gen_ai.* and loopwright.* attributes."""
+    return {k: v for k, v in span["attributes"].items() if k.startswith(("gen_ai.", "loopwright."))}
+
+
 @pytest.mark.slow
 def test_spans_of_a_real_run_arrive_at_an_otlp_receiver_with_the_conventions_attributes(tmp_path: Path):
     if not PHOENIX.exists():
-        pytest.fail(f"{PHOENIX} is missing: run scripts/ci_deps.sh (it installs Arize Phoenix, the OTLP receiver)")
+        pytest.fail(f"{PHOENIX} is missing: run scripts/install.sh --dev (it installs Arize Phoenix, the OTLP receiver)")
     port, grpc = free_port(), free_port()
     env = {**os.environ, "PHOENIX_WORKING_DIR": str(tmp_path), "PHOENIX_PORT": str(port),
            "PHOENIX_GRPC_PORT": str(grpc), "PHOENIX_HOST": "127.0.0.1"}  # fmt: skip
@@ -86,15 +92,27 @@ def test_spans_of_a_real_run_arrive_at_an_otlp_receiver_with_the_conventions_att
         run_id = run["context"]["span_id"]  # type: ignore[index]
         assert run["parent_id"] is None
         assert all(s["parent_id"] == run_id for s in spans if s is not run)  # type: ignore[index]
-        model = by["text_completion counted-model"]["attributes"]  # type: ignore[index]
-        assert model["gen_ai.operation.name"] == "text_completion"  # type: ignore[index]
-        assert model["gen_ai.request.model"] == "counted-model"  # type: ignore[index]
-        assert model["gen_ai.usage.input_tokens"] == 40 and model["gen_ai.usage.output_tokens"] == 5  # type: ignore[index]
-        assert model["gen_ai.usage.cache_read.input_tokens"] == 30  # type: ignore[index]
-        assert model["loopwright.usage.evaluated_tokens"] == 10  # type: ignore[index]
-        tool = by["execute_tool add"]["attributes"]  # type: ignore[index]
-        assert tool["gen_ai.tool.name"] == "add" and tool["gen_ai.tool.call.id"] == "1"  # type: ignore[index]
-        assert run["attributes"]["loopwright.stop_reason"] == "final"  # type: ignore[index]
-        assert run["attributes"]["gen_ai.usage.input_tokens"] == 80  # type: ignore[index]
+        # our own keys compared whole (the receiver adds its translations, llm.* and tool.*)
+        models = sorted((_ours(s) for s in spans if s["name"] == "text_completion counted-model"),
+                        key=lambda a: a["loopwright.step.index"])
+        common = {"gen_ai.provider.name": "loopwright", "gen_ai.request.model": "counted-model"}
+        usage = {"gen_ai.usage.input_tokens": 40, "gen_ai.usage.output_tokens": 5,
+                 "gen_ai.usage.cache_read.input_tokens": 30, "loopwright.usage.evaluated_tokens": 10,
+                 "loopwright.usage.estimated": False}
+        assert models == [
+            {"gen_ai.operation.name": "text_completion", **common, **usage, "loopwright.purpose": "react",
+             "loopwright.step.kind": kind, "loopwright.step.index": index}
+            for index, kind in ((1, "action"), (2, "final"))
+        ]
+        assert _ours(by["execute_tool add"]) == {
+            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "add", "gen_ai.tool.call.id": "1",
+            "gen_ai.tool.type": "function", "loopwright.step.kind": "action",
+        }
+        assert _ours(run) == {
+            "gen_ai.operation.name": "invoke_agent", **common, "loopwright.mode": "react",
+            "gen_ai.usage.input_tokens": 80, "gen_ai.usage.output_tokens": 10,
+            "gen_ai.usage.cache_read.input_tokens": 60, "loopwright.usage.evaluated_tokens": 20,
+            "loopwright.stop_reason": "final", "loopwright.llm_calls": 2, "loopwright.tool_calls": 1,
+        }
     finally:
         stop(proc)

@@ -128,5 +128,5 @@ def test_without_postgresql_installed_the_tests_fail_naming_the_install_command(
 
     monkeypatch.setattr(pgserver.shutil, "which", lambda name: None)
     monkeypatch.setattr(pgserver.glob, "glob", lambda pattern: [])
-    with pytest.raises(RuntimeError, match=r"PostgreSQL is not installed.*scripts/ci_deps.sh.*apt-get install -y postgresql"):
+    with pytest.raises(RuntimeError, match=r"PostgreSQL is not installed.*scripts/test_deps.sh.*apt-get install -y postgresql"):
         pgserver.PostgresServer()

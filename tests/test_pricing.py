@@ -41,6 +41,30 @@ def test_the_run_stops_with_cost_budget_once_its_calls_cost_the_budget():
     assert "cost_budget" in lw.STOP_REASONS
 
 
+@pytest.mark.parametrize("mode", ["react", "rewoo", "plan_execute"])
+def test_a_run_that_spends_exactly_its_cost_budget_makes_no_further_paid_call(mode):
+    """The budget is reached at equality: three calls of $0.0024 against $0.0072 stop the run
+    after the third call (no fourth call is made), the same as the token budget does."""
+    assert Prices(2.0, 10.0, 0.5)(lw.Usage(3000, 1800, 300)) == 0.0072  # exact in floating point
+    plan = '{"plan": [{"id": "E1", "tool": "add", "args": {"x": 1, "y": "oops"}}]}'  # fails: a replan
+    if mode == "react":
+        replies = [act("add", f'{{"x": {i}, "y": 1}}') for i in range(5)] + [final("done")]
+        options = {"max_steps": 7}
+    elif mode == "plan_execute":
+        replies = [plan] * 5
+        options = {"max_replans": 4}
+    else:  # ReWOO makes two calls: a budget of exactly one call's cost stops it after the plan
+        replies = ['{"plan": [{"id": "E1", "tool": "add", "args": {"x": 1, "y": 1}}]}', "Final Answer: 2"]
+        options = {}
+    budget = 0.0024 if mode == "rewoo" else 0.0072
+    priced = Priced("m", replies)
+    trace = lw.run("t", priced, make_registry(), mode=mode, cost_budget_usd=budget,
+                   prices=Prices(2.0, 10.0, 0.5), **options)  # fmt: skip
+    assert trace.stopped_reason == "cost_budget"
+    assert trace.llm_calls == (1 if mode == "rewoo" else 3)
+    assert trace.meta["cost_usd"] == budget
+
+
 def test_under_budget_the_run_finishes_and_reports_its_cost():
     trace = lw.run("t", Priced("m", [act("add", '{"x": 1, "y": 1}'), final("2")]), make_registry(),
                    cost_budget_usd=1.0, prices=Prices(2.0, 10.0, 0.5))  # fmt: skip
@@ -73,5 +97,11 @@ def test_each_model_span_carries_its_calls_cost():
     lw.run("t", Priced("m", [act("add", '{"x": 1, "y": 1}'), final("2")]), make_registry(),
            prices=Prices(2.0, 10.0, 0.5), tracer=provider.get_tracer("t"))  # fmt: skip
     spans = {s.name: s for s in exporter.get_finished_spans()}
-    assert spans["text_completion m"].attributes["loopwright.cost_usd"] == pytest.approx(0.0024)
+    assert dict(spans["text_completion m"].attributes) == {  # whole: the cost sits beside the usage
+        "gen_ai.operation.name": "text_completion", "gen_ai.provider.name": "loopwright",
+        "gen_ai.request.model": "m", "gen_ai.usage.input_tokens": 1000, "gen_ai.usage.output_tokens": 100,
+        "gen_ai.usage.cache_read.input_tokens": 400, "loopwright.usage.evaluated_tokens": 600,
+        "loopwright.usage.estimated": False, "loopwright.purpose": "react",
+        "loopwright.cost_usd": 0.0024, "loopwright.step.kind": "final", "loopwright.step.index": 2,
+    }
     assert spans["invoke_agent"].attributes["loopwright.cost_usd"] == pytest.approx(0.0048)

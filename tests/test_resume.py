@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +13,10 @@ import pytest
 
 import loopwright as lw
 from conftest import STORE_KINDS, act, final, make_registry, open_journal
+from helpers import rekill
 from helpers.durable import comparable
+from loopwright.interfaces.common import open_store
+from loopwright.interfaces.runs import runs_main
 from loopwright.resume import iter_resume, resume
 from loopwright.safety import ApprovalPending, ApprovalRequest, Decision, approval_key
 from loopwright.store import SQLiteStore
@@ -465,3 +470,110 @@ def test_the_recorded_settings_of_an_84cc605_journal_hold_on_resume(tmp_path: Pa
         fresh = lw.run("t", lw.ScriptedPolicy([]), demo_registry(), store=old, run_id="new-react", max_steps=1,
                      on_repeat="stop")  # a run journaled now records what resume reads back
         assert old.load_run("new-react").config["on_repeat"] == "stop" and fresh.stopped_reason == "error"
+
+
+# -- a resumed run that is killed again reads as running, counted from its journal --------
+
+
+@pytest.fixture(params=STORE_KINDS)
+def journal_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where a journal lives, as `--db` names it: a SQLite file, or a fresh Postgres schema."""
+    return request.getfixturevalue("pg_dsn") if request.param == "postgres" else str(tmp_path / "runs.db")
+
+
+def rekill_child(phase: str, db: str, run_id: str, effects: Path, skip: int, kill_on: str) -> None:
+    """Run (or resume) the rekill workload in a process of its own, SIGKILLed in `write(kill_on)`."""
+    out = subprocess.run(
+        [sys.executable, str(HELPERS / "rekill.py"), phase, db, run_id, str(effects), str(skip), kill_on],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert out.returncode == -signal.SIGKILL, out.stderr
+
+
+def runs_cli(*argv: str) -> str:
+    out = io.StringIO()
+    assert runs_main(list(argv), out=out) == 0
+    return out.getvalue()
+
+
+def journal_counts(store, run_id: str) -> tuple[int, int]:
+    """Model calls and finished tool calls the journal holds for the run."""
+    return (len(store._all("SELECT n FROM model_calls WHERE run_id = ?", (run_id,))),
+            len(store._all("SELECT key FROM tool_calls WHERE run_id = ? AND state = 'done'", (run_id,))))
+
+
+def assert_running_as_recorded(store, db: str, run_id: str, llm_calls: int, tool_calls: int) -> None:
+    """The record, the trace, `runs show` and `runs list` all say: running, not stopped,
+    with the counters the journal holds."""
+    assert journal_counts(store, run_id) == (llm_calls, tool_calls)
+    record = store.load_run(run_id)
+    assert (record.status, record.stopped_reason, record.final_answer) == ("running", None, None)
+    assert (record.llm_calls, record.tool_calls) == (llm_calls, tool_calls)
+    trace = store.trace(run_id)
+    assert (trace.stopped_reason, trace.final_answer) == (None, None)
+    assert (trace.llm_calls, trace.tool_calls) == (llm_calls, tool_calls)
+    sent = sum(int(r[0]) for r in store._all("SELECT prompt_tokens FROM model_calls WHERE run_id = ?", (run_id,)))
+    assert record.usage.prompt_tokens == trace.usage.prompt_tokens == sent > 0
+    shown = runs_cli("show", run_id, "--db", db)
+    assert "status: running  stopped: -\n" in shown
+    assert f"model calls: {llm_calls}  tool calls: {tool_calls}  steps: {record.step_count}" in shown
+    [row] = [line.split() for line in runs_cli("list", "--db", db).splitlines() if line.startswith(run_id)]
+    assert row[2:4] == ["running", "-"] and row[5] == str(llm_calls)
+
+
+def test_a_resumed_run_killed_again_reads_as_running_with_the_counters_it_recorded(
+    journal_target: str, tmp_path: Path
+):
+    db, effects = journal_target, tmp_path / "effects.txt"
+    tools = rekill.registry(effects, {})
+    rekill_child("start", db, "r", effects, 0, "a")  # killed inside write(a)
+    with open_store(db) as store:
+        blocked = resume("r", lw.ScriptedPolicy([]), tools, store=store)
+        assert (blocked.stopped_reason, blocked.llm_calls) == ("error", 1)
+        assert store.load_run("r").status == "blocked" and store.trace("r").stopped_reason == "error"
+
+    rekill_child("resume", db, "r", effects, 1, "b")  # re-runs write(a), killed inside write(b)
+    assert effects.read_text().splitlines() == ["a"]
+    with open_store(db) as store:
+        assert_running_as_recorded(store, db, "r", llm_calls=2, tool_calls=1)
+        assert store.load_run("r").resumes == 2
+        assert [s.tool for s in store.trace("r").steps if s.kind == "action"] == ["write"]
+
+        done = resume("r", lw.ScriptedPolicy(rekill.SCRIPT[2:]), tools, store=store, rerun_unfinished=True)
+        assert (done.stopped_reason, done.final_answer) == ("final", "wrote a and b")
+        record = store.load_run("r")
+        assert (record.status, record.stopped_reason, record.llm_calls, record.tool_calls) == ("finished", "final", 3, 2)
+        assert store.trace("r").to_dict()["final_answer"] == "wrote a and b"
+    assert effects.read_text().splitlines() == ["a", "b"]
+
+
+@pytest.mark.parametrize("end", ["paused", "interrupted", "timeout"])
+def test_a_run_resumed_after_a_pause_an_interrupt_or_a_timeout_and_killed_reads_as_running(
+    end: str, journal_target: str, tmp_path: Path
+):
+    db, effects = journal_target, tmp_path / "effects.txt"
+    with open_store(db) as store:
+        policy = lw.ScriptedPolicy(rekill.SCRIPT)
+        if end == "paused":
+            def later(request: ApprovalRequest) -> bool:
+                raise ApprovalPending(request.key)
+
+            tools = rekill.registry(effects, {}, gated=True)
+            trace = lw.run(rekill.TASK, policy, tools, store=store, run_id="r", approver=later)
+            [pending] = store.pending_approvals("r")
+            store.decide("r", pending.key, True)
+        elif end == "interrupted":
+            tools = rekill.registry(effects, {"a": "interrupt"})
+            with pytest.raises(lw.RunInterrupted) as info:
+                lw.run(rekill.TASK, policy, tools, store=store, run_id="r")
+            trace = info.value.trace
+        else:
+            tools = rekill.registry(effects, {"a": "sleep"})
+            trace = lw.run(rekill.TASK, policy, tools, store=store, run_id="r", timeout_s=0.5)
+        assert trace.stopped_reason == end and store.load_run("r").stopped_reason == end
+        before = store.load_run("r")
+
+    rekill_child("resume", db, "r", effects, before.llm_calls, "b")  # killed inside write(b)
+    with open_store(db) as store:
+        assert_running_as_recorded(store, db, "r", llm_calls=2, tool_calls=1)
+        assert store.load_run("r").resumes == 1

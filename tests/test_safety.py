@@ -67,6 +67,73 @@ def test_without_an_approver_a_gated_tool_is_denied_not_run(log):
     assert trace.tool_calls == 0
 
 
+def _gated_registry(log: list[tuple[str, dict]], side_effects: str) -> lw.ToolRegistry:
+    @lw.tool(side_effects=side_effects, requires_approval=True)
+    def archive(path: str) -> str:
+        """Archive a file."""
+        log.append(("archive", {"path": path}))
+        return f"archived {path}"
+
+    return lw.ToolRegistry([archive])
+
+
+def _one_call_run(mode: str, registry: lw.ToolRegistry, **options) -> lw.Trace:
+    """A run in `mode` whose model asks for archive("/etc") once, then answers."""
+    plan = json.dumps({"plan": [{"id": "E1", "tool": "archive", "args": {"path": "/etc"}}]})
+    if mode in ("react", "reflexion", "react (async)"):
+        policy = lw.ScriptedPolicy([act("archive", '{"path": "/etc"}'), final("ok")])
+    elif mode == "rewoo":
+        policy = lw.ScriptedPolicy([plan, "Final Answer: ok"])
+    elif mode == "plan_execute":
+        policy = lw.ScriptedPolicy([plan])
+        options["max_replans"] = 0
+    else:  # tot: a branch that calls the tool, with side effects allowed in branches
+
+        def policy(prompt: str) -> str:
+            if prompt.endswith("Evaluation:"):
+                return "sure"
+            return "1. Final Answer: ok" if "Step 1:" in prompt else "1. archive[/etc]"
+
+        options.update(allow_side_effects=True, max_steps=4)
+    if mode == "react (async)":
+        import asyncio
+
+        return asyncio.run(lw.arun("t", policy, registry, **options))
+    return lw.run("t", policy, registry, mode=mode, **options)
+
+
+GATED_MODES = ["react", "react (async)", "rewoo", "plan_execute", "reflexion", "tot"]
+
+
+@pytest.mark.parametrize("mode", GATED_MODES)
+@pytest.mark.parametrize("side_effects", ["none", "read", "write", "destructive"])
+def test_without_an_approver_requires_approval_denies_whatever_the_side_effects(log, side_effects, mode):
+    """requires_approval=True gates the tool, not its side_effects label: with no approver
+    the call is denied and never runs, in every mode and on both drivers."""
+    trace = _one_call_run(mode, _gated_registry(log, side_effects))
+    assert log == []
+    denied = [s for s in trace.steps if s.kind == "denied"]
+    assert denied and all(s.tool == "archive" for s in denied)
+    assert denied[0].observation.startswith("DENIED[archive]: ")
+    assert "no approver" in denied[0].observation
+    assert trace.tool_calls == 0
+
+
+@pytest.mark.parametrize("mode", GATED_MODES)
+@pytest.mark.parametrize("side_effects", ["none", "read", "write", "destructive"])
+def test_an_approver_is_asked_before_a_tool_that_requires_approval_whatever_the_side_effects(
+        log, side_effects, mode):
+    asked: list[ApprovalRequest] = []
+
+    def approver(request: ApprovalRequest) -> bool:
+        asked.append(request)
+        return True
+
+    trace = _one_call_run(mode, _gated_registry(log, side_effects), approver=approver)
+    assert [(r.tool, r.args, r.side_effects) for r in asked] == [("archive", {"path": "/etc"}, side_effects)]
+    assert log == [("archive", {"path": "/etc"})] and trace.tool_calls == 1
+
+
 def test_approver_sees_the_exact_call_and_approval_runs_it(log):
     seen: list[ApprovalRequest] = []
 

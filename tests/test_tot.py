@@ -172,6 +172,28 @@ def test_a_non_idempotent_tool_is_refused_inside_a_branch():
     assert sent == ["hello"] and allowed.tool_calls == 1
 
 
+@pytest.mark.parametrize("side_effects", ["none", "read"])
+def test_a_tool_that_requires_approval_is_refused_inside_a_branch_without_asking(side_effects):
+    """An idempotent tool that requires approval is refused in a branch like a side effect:
+    the approver, which would approve, is never asked, and the tool never runs."""
+    ran: list[str] = []
+    asked: list[str] = []
+
+    @lw.tool(side_effects=side_effects, requires_approval=True)
+    def lookup(q: str) -> str:
+        """Look something up."""
+        ran.append(q)
+        return "found"
+
+    proposals = {None: ["lookup[x]", "Final Answer: done"]}
+    trace = lw.run("t", tree_policy(proposals, {"Final Answer: done": "sure"}), lw.ToolRegistry([lookup]),
+                   mode="tot", approver=lambda request: asked.append(request.tool) or True)
+    assert ran == [] and asked == [] and trace.tool_calls == 0
+    denied = kinds(trace, "denied")[0]
+    assert denied.tool == "lookup" and "allow_side_effects=True" in denied.observation
+    assert trace.final_answer == "done"
+
+
 def test_sibling_prompts_share_the_node_state_as_prefix():
     trace = lw.run("make 24", tree_policy(TRAP, TRAP_VALUES), make_registry(), mode="tot")
     props = kinds(trace, "propose")

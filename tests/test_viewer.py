@@ -466,7 +466,7 @@ def _chromium() -> str | None:
 def _browser(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
     binary = _chromium()
     if binary is None:
-        pytest.skip("no chromium binary on PATH (scripts/ci_deps.sh installs Debian's chromium)")
+        pytest.skip("no chromium binary on PATH (scripts/install.sh --dev installs Debian's chromium)")
     flags = [
         "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run",

@@ -1,7 +1,7 @@
 """Where the real third-party MCP servers the tests use are installed, and small helpers.
 
 mcp-server-time (PyPI) comes with `scripts/install.sh --dev`; the Node server
-@modelcontextprotocol/server-everything (npm) with `scripts/ci_deps.sh`, into
+@modelcontextprotocol/server-everything (npm) with `scripts/install.sh --dev` (scripts/test_deps.sh), into
 $LOOPWRIGHT_CACHE/node (default ~/.cache/loopwright/node). A missing one fails the test, saying what to run.
 """
 
@@ -19,7 +19,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("LOOPWRIGHT_CACHE") or Path.home() / ".cache" / "loopwright")
-NODE_BIN = CACHE / "node" / "node_modules" / ".bin"  # where scripts/ci_deps.sh installs it
+NODE_BIN = CACHE / "node" / "node_modules" / ".bin"  # where scripts/test_deps.sh installs it
 
 
 def time_server() -> str:
@@ -32,7 +32,7 @@ def time_server() -> str:
 def everything_server() -> str:
     path = NODE_BIN / "mcp-server-everything"
     if not path.exists():
-        pytest.fail(f"{path} is missing: run scripts/ci_deps.sh (as root; it installs the npm server)")
+        pytest.fail(f"{path} is missing: run scripts/install.sh --dev (it installs the npm server)")
     return str(path)
 
 

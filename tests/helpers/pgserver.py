@@ -1,6 +1,6 @@
 """A throwaway PostgreSQL server for the tests and the journal benchmark: initdb in a
 temporary folder, listening only on a unix socket in that folder, stopped and removed at
-the end. Uses Debian's `postgresql` package (scripts/ci_deps.sh installs it); as root the
+the end. Uses Debian's `postgresql` package (scripts/test_deps.sh installs it); as root the
 server runs as the `postgres` user, since initdb refuses root.
 """
 
@@ -14,7 +14,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
-INSTALL = "sudo scripts/ci_deps.sh (it runs: apt-get install -y postgresql)"
+INSTALL = "sudo scripts/test_deps.sh --system (it runs: apt-get install -y postgresql)"
 
 
 def find_bin() -> Path:

@@ -242,8 +242,9 @@ class StoreBase:
     # -- traces ---------------------------------------------------------------------
 
     def trace(self, run_id: str) -> Trace:
-        """The run's trace, rebuilt from its steps and its run row. For a run that never
-        ended (killed) the counters and usage are summed from what was recorded."""
+        """The run's trace, rebuilt from its steps and its run row. For a run that has not
+        ended (running, killed, or resumed and not ended again) the counters and usage are
+        summed from what was recorded, as `load_run` gives them."""
         with self._snapshot():
             record = self.load_run(run_id)
             transcript, scratchpad, meta, replans, started_at = self._one(
@@ -259,17 +260,11 @@ class StoreBase:
             if record.forked_from is not None:
                 trace.meta.setdefault("forked_from", {"run_id": record.forked_from,
                                                       "at_step": record.forked_at_step})
-            if record.stopped_reason is None:  # never ended: count what was recorded
-                calls, sent, evaluated, completion, estimated = self._one(
-                    "SELECT count(*), coalesce(sum(prompt_tokens), 0), coalesce(sum(evaluated_tokens), 0), "
-                    "coalesce(sum(completion_tokens), 0), coalesce(max(usage_estimated), 0) "
-                    "FROM model_calls WHERE run_id = ?", (run_id,))
-                trace.llm_calls = int(calls)
-                trace.usage = Usage(int(sent), int(evaluated), int(completion), bool(estimated))
-                trace.tool_calls = int(self._one(
-                    "SELECT count(*) FROM tool_calls WHERE run_id = ? AND state = 'done'", (run_id,))[0])
-                if record.mode == "react" and calls:
-                    trace.scratchpad = self.prompt(run_id, int(calls))
+            if record.stopped_reason is None:  # never ended (the record's counters are summed)
+                trace.replans = int(self._one(
+                    "SELECT count(*) FROM steps WHERE run_id = ? AND kind = 'replan'", (run_id,))[0])
+                if record.mode == "react" and record.llm_calls:
+                    trace.scratchpad = self.prompt(run_id, record.llm_calls)
         return trace
 
     def prompt(self, run_id: str, n: int) -> str:
@@ -365,20 +360,32 @@ class StoreBase:
             raise StoreError(f"call {key!r} of run {run_id!r} got a result while settling; nothing was changed")
 
 
+def _recorded(column: str, summed: str) -> str:
+    """The run row's `column` once the run ended; until then `summed` (a subquery over what
+    the journal recorded), so a running, killed or resumed run reads as it stands."""
+    return f"CASE WHEN stopped_reason IS NULL THEN ({summed}) ELSE {column} END"
+
+
+_OF_RUN: Final = "WHERE run_id = runs.id"
 _RUN_SELECT: Final = (
-    "SELECT id, task, mode, config, status, stopped_reason, final_answer, llm_calls, tool_calls, "
-    "(SELECT count(*) FROM steps WHERE steps.run_id = runs.id), prompt_tokens, evaluated_tokens, "
-    "completion_tokens, usage_estimated, duration_s, resumes, created_at, updated_at, forked_from, "
-    "forked_at_step FROM runs"
-)
+    "SELECT id, task, mode, config, status, stopped_reason, final_answer, "
+    + _recorded("llm_calls", f"SELECT count(*) FROM model_calls {_OF_RUN}") + ", "
+    + _recorded("tool_calls", f"SELECT count(*) FROM tool_calls {_OF_RUN} AND state = 'done'") + ", "
+    + f"(SELECT count(*) FROM steps {_OF_RUN}), "
+    + ", ".join(_recorded(c, f"SELECT coalesce(sum({c}), 0) FROM model_calls {_OF_RUN}")
+                for c in ("prompt_tokens", "evaluated_tokens", "completion_tokens")) + ", "
+    + _recorded("usage_estimated", f"SELECT coalesce(max(usage_estimated), 0) FROM model_calls {_OF_RUN}") + ", "
+    "duration_s, resumes, created_at, updated_at, forked_from, forked_at_step FROM runs"
+)  # fmt: skip
 
 
 def _run_record(row: Any) -> RunRecord:
     return RunRecord(
         id=row[0], task=row[1], mode=row[2], config=json.loads(row[3]), status=row[4],
-        stopped_reason=row[5], final_answer=row[6], llm_calls=row[7], tool_calls=row[8],
-        step_count=int(row[9]), usage=Usage(row[10], row[11], row[12], bool(row[13])), duration_s=row[14],
-        resumes=row[15], created_at=row[16], updated_at=row[17], forked_from=row[18], forked_at_step=row[19],
+        stopped_reason=row[5], final_answer=row[6], llm_calls=int(row[7]), tool_calls=int(row[8]),
+        step_count=int(row[9]), usage=Usage(int(row[10]), int(row[11]), int(row[12]), bool(row[13])),
+        duration_s=row[14], resumes=row[15], created_at=row[16], updated_at=row[17], forked_from=row[18],
+        forked_at_step=row[19],
     )  # fmt: skip
 
 

@@ -141,9 +141,16 @@ class RunJournal:
             self._pending.clear()
 
     def mark_resumed(self) -> None:
-        """The run is running again (its status until it ends), and counted as resumed."""
-        self._commit("UPDATE runs SET status = 'running', resumes = resumes + 1, updated_at = ? WHERE id = ?",
-                     (time.time(), self.run_id))
+        """The run is running again (its status until it ends), and counted as resumed. Its
+        previous end (stop reason, answer, counters, transcript) is cleared, so until it ends
+        again its record reads like any unfinished run's: counted from what is recorded."""
+        self._commit(
+            "UPDATE runs SET status = 'running', resumes = resumes + 1, updated_at = ?, stopped_reason = NULL, "
+            "final_answer = NULL, llm_calls = 0, tool_calls = 0, replans = 0, prompt_tokens = 0, "
+            "evaluated_tokens = 0, completion_tokens = 0, usage_estimated = 0, transcript = NULL, "
+            "scratchpad = NULL, meta = NULL WHERE id = ?",
+            (time.time(), self.run_id),
+        )
 
     def flush(self) -> None:
         """Commit the events waiting for the next durable one (the store's close does)."""

@@ -152,6 +152,23 @@ def result_value(result: Any) -> Any:
     return text + "\n" + json.dumps(structured, ensure_ascii=False, default=str)
 
 
+# --- failures ----------------------------------------------------------------------------
+
+_STDERR_LINES: Final = 8
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions inside (nested) exception groups; an exception that is no group is
+    its own leaf."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+def _describe_exception(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
 # --- a server ----------------------------------------------------------------------------
 
 _OPEN: weakref.WeakSet[MCPServer] = weakref.WeakSet()
@@ -213,21 +230,25 @@ class MCPServer:
             cwd=None if cwd is None else str(cwd),
         )  # fmt: skip
         log: list[IO[str]] = []
+        seen = [""]  # the last text read: what is left to tell once the file is closed
+
+        def stderr() -> str:
+            if log:
+                try:
+                    log[0].seek(0)
+                    seen[0] = log[0].read()[-4000:].strip()
+                except (OSError, ValueError):  # closed: the snapshot taken at exit stands
+                    pass
+            return seen[0]
 
         async def connect(stack: AsyncExitStack) -> tuple[Any, Any]:
             errlog = stack.enter_context(tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace"))
             log[:] = [errlog]
+            # Unwound after the server's process has ended and before the file closes, so a
+            # server that dies at start still has its last words read.
+            stack.callback(stderr)
             streams: tuple[Any, Any] = await stack.enter_async_context(stdio_client(params, errlog=errlog))
             return streams
-
-        def stderr() -> str:
-            if not log:
-                return ""
-            try:
-                log[0].seek(0)
-                return log[0].read()[-2000:].strip()
-            except (OSError, ValueError):
-                return ""
 
         label = " ".join([command, *args])
         return cls(connect, label, timeout_s=timeout_s, prefix=prefix, overrides=overrides, stderr=stderr)
@@ -324,12 +345,13 @@ class MCPServer:
             raise
 
     def _failed(self, exc: Exception) -> MCPError:
-        text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        if isinstance(exc, BaseExceptionGroup):
-            text = "; ".join(f"{type(e).__name__}: {e}" for e in exc.exceptions)
+        """The one message for a server that failed: its root causes (the SDK nests them in
+        exception groups), then the last lines the server wrote to stderr, if any."""
+        causes = list(dict.fromkeys(_describe_exception(e) for e in _leaves(exc)))
         log = self._stderr() if self._stderr is not None else ""
-        tail = f" (server stderr: {log.splitlines()[-1]})" if log else ""
-        return MCPError(f"MCP server {self.label!r} failed: {text}{tail}")
+        tail = "\n".join(log.splitlines()[-_STDERR_LINES:])
+        ending = f"; server stderr (last lines):\n{tail}" if tail else ""
+        return MCPError(f"MCP server {self.label!r} failed: {'; '.join(causes)}{ending}")
 
     async def _call(self, name: str, arguments: dict[str, Any], retry: bool = False) -> Any:
         async def op(session: Any) -> Any:

@@ -17,7 +17,7 @@ from loopwright.modes.context import RunContext
 from loopwright.modes.machine import CallTool, Machine, StepGen
 from loopwright.modes.rewoo import plan_call, plan_examples
 from loopwright.modes.spec import RunSpec
-from loopwright.prompts import describe_tools, fill, neutralise, render_evidence
+from loopwright.prompts import describe_tools, fence, fill, neutralise, render_evidence
 from loopwright.trace import Step
 from loopwright.wire.parsing import PlanStep, substitute
 
@@ -41,7 +41,7 @@ def _plan_execute(ctx: RunContext, max_tokens: int | None) -> StepGen:
         plan, plan_error = yield from plan_call(ctx, prompt, kind, max_tokens)
         if plan is None and plan_error is None:
             return  # the policy failed or a guard fired; the run is already stopped
-        failed_step, error = "plan", plan_error or ""
+        failed_step, error = "plan", neutralise(plan_error or "")  # quotes the model's JSON
         if plan is not None and len(plan) > ctx.limits.max_steps:
             error = f"the plan has {len(plan)} steps; at most max_steps={ctx.limits.max_steps} are allowed"
             plan = None
@@ -56,7 +56,7 @@ def _plan_execute(ctx: RunContext, max_tokens: int | None) -> StepGen:
                     ctx.trace.output = ctx.output.parse(answer)
                 except ValueError as exc:
                     failed_step, done = "the answer", False
-                    error = f"the last step's result does not fit the output type: {exc}"
+                    error = neutralise(f"the last step's result does not fit the output type: {exc}")
             if done:
                 transcript.append(f"Final Answer: {answer}")
                 ctx.trace.transcript = "\n".join(transcript)
@@ -70,7 +70,7 @@ def _plan_execute(ctx: RunContext, max_tokens: int | None) -> StepGen:
         ctx.trace.replans += 1
         kind = "replan"
         prompt = ctx.prompts.replanner.format(
-            tools=tools_text, task=task, failed_step=neutralise(failed_step), error=neutralise(error),
+            tools=tools_text, task=task, failed_step=neutralise(failed_step), error=error,  # made prompt-safe where it was set
             evidence=render_evidence(history),
         )
 
@@ -92,7 +92,7 @@ def _execute(
         except ValueError as exc:
             yield Step(ctx.next_index, "action", tool=step.tool, args=step.args, error=str(exc),
                        observation=str(exc), step_id=step.id, meta={"substitution_error": True})
-            return step.id, str(exc), None, False
+            return step.id, neutralise(str(exc)), None, False
         if step.tool in ctx.registry:
             args = ctx.registry.bind(step.tool, args)
         executed = yield CallTool(step.tool, args, f"{attempt + 1}:{step.id}")
@@ -103,8 +103,9 @@ def _execute(
                    duration_s=result.duration_s, step_id=step.id,
                    meta={"tool_s": result.duration_s, "attempt": attempt + 1, **(executed.meta or {})})
         history.append((label, step.tool, result.observation))
-        if result.error is not None:
-            return step.id, result.observation if executed.kind == "denied" else result.error.as_observation(), None, False
+        if result.error is not None:  # its text is the tool's (or the approver's): fenced like evidence
+            failure = result.observation if executed.kind == "denied" else result.error.as_observation()
+            return step.id, fence(failure, f"{step.tool}#{step.id}"), None, False
         evidence[step.id] = result.value
         answer = result.observation
     if not answer.strip():  # an empty result is no answer: replan, as after a failure

@@ -381,8 +381,7 @@ def _react(
                     and ctx.trace.llm_calls - first_call < cap):
                 so_far = pad.text + _block(dialect, pad.number + 1, parsed.thought, _render_action(dialect, parsed),
                                            fenced)
-                prompt_text = ctx.prompts.reflect_step.format(scratchpad=so_far,
-                                                              error=neutralise(result.error.as_observation()))
+                prompt_text = ctx.prompts.reflect_step.format(scratchpad=so_far, error=fenced)  # tool text: fenced
                 critique = yield from reflect(ctx, prompt_text, max_tokens, {"after_step": k, "tool": name})
                 if critique is None:  # the critique call failed or a guard fired: the run is stopped
                     return
