@@ -163,7 +163,7 @@ def _tool_fields(registry: ToolRegistry, dialect: str, budget: int, from_tools: 
 
 def _build_fields(registry: ToolRegistry, dialect: str, budget: int, from_tools: bool) -> tuple[str, dict[str, str]]:
     schemas = registry.schemas()
-    examples = worked_examples(list(registry), dialect, budget=budget, from_tools=from_tools)
+    examples = worked_examples(list(registry), dialect, budget=budget, from_tools=from_tools, runs=registry.examples)
     return describe_tools(schemas), {**example_call(schemas), "examples": examples}
 
 

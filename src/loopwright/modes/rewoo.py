@@ -130,7 +130,8 @@ def plan_examples(ctx: RunContext) -> str:
     budget, from_tools = ctx.prompts.example_tokens, ctx.prompts.tool_examples
     return ctx.registry.memo(
         f"plan_examples:{budget}:{from_tools}",
-        lambda registry: worked_examples(list(registry), "plan", budget=budget, from_tools=from_tools),
+        lambda registry: worked_examples(list(registry), "plan", budget=budget, from_tools=from_tools,
+                                         runs=registry.examples),
     )
 
 

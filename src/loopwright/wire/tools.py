@@ -26,7 +26,14 @@ from typing import Any, Final, Literal, TypeVar, overload
 
 from loopwright.errors import ToolDefinitionError, describe
 from loopwright.wire.docstrings import docstring_examples
-from loopwright.wire.examples import ToolExample, check_examples, eg_value, parse_docstring_examples
+from loopwright.wire.examples import (
+    RunExample,
+    ToolExample,
+    check_examples,
+    check_run_examples,
+    eg_value,
+    parse_docstring_examples,
+)
 from loopwright.wire.results import (
     ToolError,
     ToolErrorKind,
@@ -376,7 +383,12 @@ class ToolRegistry:
         *,
         tool_timeout_s: float | None = None,
         max_observation_chars: int = 8000,
+        examples: Sequence[Mapping[str, Any] | RunExample] | None = None,
     ) -> None:
+        """examples: worked examples of whole runs, `[{"question": ..., "calls": [{"tool":
+        ..., "args": {...}, "result": ...}, ...], "answer": ...}]`, each call checked
+        against its tool's schema now (ToolDefinitionError naming the example); every
+        mode's prompts show them (ReAct transcripts, plans with #E references)."""
         self._tools: dict[str, Tool] = {}
         self._names: tuple[str, ...] = ()
         self._memo: dict[Hashable, Any] = {}
@@ -384,6 +396,7 @@ class ToolRegistry:
         self.max_observation_chars = max_observation_chars
         for item in tools:
             self.register(item)
+        self.examples: tuple[RunExample, ...] = check_run_examples(examples, self._tools)
 
     def register(self, tool: Tool | Callable[..., Any]) -> Tool:
         """Add a tool (a plain function is wrapped with `tool()`); names must be unique."""
@@ -445,6 +458,7 @@ class ToolRegistry:
             [self._tools[n] for n in wanted],
             tool_timeout_s=self.tool_timeout_s,
             max_observation_chars=self.max_observation_chars,
+            examples=[e for e in self.examples if all(c.tool in wanted for c in e.calls)],
         )
 
     def bind(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
