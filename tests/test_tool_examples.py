@@ -4,8 +4,11 @@ default prompts build from them."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import loopwright as lw
 from loopwright.prompts import short_answer, with_examples, worked_examples
@@ -485,3 +488,166 @@ def test_the_worked_example_thought_reads_as_a_sentence(description: str, though
     t.__doc__ = description
     prompt = lw.prompts.worked_examples([lw.tool(examples=[{"args": {"x": "a"}, "question": "Q?", "result": "r"}])(t)])
     assert f"Thought: {thought}\n" in prompt
+
+
+# --- no invented values: a property over generated schemas ------------------------------------
+
+_LEAF = {
+    "string": st.text(alphabet="abcdefgxyz", min_size=1, max_size=6),
+    "integer": st.integers(-50, 50),
+    "number": st.one_of(st.integers(-50, 50), st.floats(-50, 50, allow_nan=False).map(lambda f: round(f, 2))),
+    "boolean": st.booleans(),
+}
+
+
+@st.composite
+def _property(draw: st.DrawFn) -> tuple[dict[str, object], list[object]]:
+    """A parameter's schema, and every value written in it."""
+    kind = draw(st.sampled_from(sorted(_LEAF)))
+    leaf = _LEAF[kind]
+    spec: dict[str, object] = {"type": kind}
+    written: list[object] = []
+    if draw(st.booleans()):
+        spec["examples"] = [draw(leaf)]
+    if draw(st.booleans()):
+        spec["enum"] = draw(st.lists(leaf, min_size=1, max_size=3, unique=True))
+    if draw(st.booleans()):
+        spec["default"] = draw(leaf)
+    if kind in ("integer", "number") and draw(st.booleans()):
+        spec["minimum"] = draw(st.integers(-50, 50))
+    if kind in ("integer", "number") and draw(st.booleans()):
+        spec["maximum"] = draw(st.integers(-50, 50))
+    if draw(st.booleans()):
+        hint = draw(leaf)
+        spec["description"] = f"the value, e.g. {json.dumps(hint)}"
+        written.append(hint)
+    for key in ("examples", "enum"):
+        written += spec.get(key, [])  # type: ignore[arg-type]
+    written += [spec[k] for k in ("default", "minimum", "maximum") if k in spec]
+    return spec, written
+
+
+@st.composite
+def _schema_tool(draw: st.DrawFn) -> tuple[lw.Tool, set[str]]:
+    props = draw(st.dictionaries(st.sampled_from(["topic", "city", "n", "flag", "query", "unit"]), _property(),
+                                 min_size=1, max_size=4))
+    required = draw(st.lists(st.sampled_from(sorted(props)), unique=True))
+    parameters = {"type": "object", "properties": {k: v[0] for k, v in props.items()}, "required": required}
+    allowed = {json.dumps(v) for _spec, written in props.values() for v in written}
+    declared: list[dict[str, object]] = []
+    if draw(st.booleans()):
+        try:
+            args = {k: draw(st.sampled_from(written)) for k, (_s, written) in props.items() if written}
+            tool = lw.Tool.from_schema("probe", "Look up a fact.", parameters, lambda **kw: kw)
+            tool.validate(args)
+            declared = [{"args": args}]
+        except ValueError:  # the drawn values do not fit together (say enum and minimum): no declared example
+            declared = []
+    tool = lw.Tool.from_schema("probe", "Look up a fact.", parameters, lambda **kw: kw, examples=declared)
+    return tool, allowed
+
+
+def _leaves(value: object) -> list[object]:
+    if isinstance(value, dict):
+        return [leaf for v in value.values() for leaf in _leaves(v)]
+    if isinstance(value, list):
+        return [leaf for v in value for leaf in _leaves(v)]
+    return [value]
+
+
+@settings(max_examples=200, deadline=None)
+@given(_schema_tool())
+def test_no_built_example_holds_a_value_written_nowhere_in_the_tools_examples_or_schema(
+    case: tuple[lw.Tool, set[str]],
+) -> None:
+    tool, allowed = case
+    shown: list[dict[str, object]] = []
+    for line in worked_examples([tool], "json", budget=5000).splitlines():
+        if line.startswith("Action Input: "):
+            shown.append(json.loads(line.removeprefix("Action Input: ")))
+    for line in worked_examples([tool], "plan", budget=5000).splitlines():
+        if line.startswith("Plan: "):
+            shown += [step["args"] for step in json.loads(line.removeprefix("Plan: "))["plan"]]
+    for args in shown:
+        for leaf in _leaves(args):
+            assert json.dumps(leaf) in allowed, (leaf, tool.parameters)
+
+
+# --- whole-run examples -------------------------------------------------------------------------
+
+KM_RUN = {
+    "question": "How many miles is it from Paris to Lyon and back?",
+    "calls": [{"tool": "distance", "args": {"city": "Lyon"}, "result": 465},
+              {"tool": "km_to_miles", "args": {"km": 930}, "result": 577.9}],
+    "answer": "577.9 miles",
+}  # fmt: skip
+
+
+def _km_registry(examples: object) -> lw.ToolRegistry:
+    return lw.ToolRegistry(_km_tools(), examples=examples)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [({**KM_RUN, "calls": [{"tool": "nope", "args": {}, "result": 1}]},
+      r"run example 2 \('How many miles.*: call 1 names unknown tool 'nope'; registered: km_to_miles, distance"),
+     ({**KM_RUN, "calls": [{"tool": "distance", "args": {"city": 3}, "result": 1}]},
+      r"run example 2 \('How many miles.*: call 1 does not fit the schema of 'distance': .*city"),
+     ({**KM_RUN, "calls": [{"tool": "distance", "args": {"city": "Lyon"}}]},
+      r"run example 2 .*: call 1 must be a dict with exactly 'tool', 'args' and 'result'"),
+     ({"question": "q", "calls": KM_RUN["calls"]}, r"run example 2 \('q'\) lacks answer"),
+     ({**KM_RUN, "notes": "x"}, r"run example 2 .* has unknown key\(s\) notes"),
+     ({**KM_RUN, "calls": []}, r"run example 2 .*: 'calls' must be a non-empty list"),
+     ({**KM_RUN, "answer": " "}, r"run example 2 .*: 'answer' must be the run's answer")],
+)  # fmt: skip
+def test_a_bad_whole_run_example_is_a_definition_error_naming_itself(bad: object, message: str) -> None:
+    with pytest.raises(lw.ToolDefinitionError, match=message):
+        _km_registry([KM_RUN, bad])
+    with pytest.raises(lw.ToolDefinitionError, match="examples must be a list"):
+        _km_registry(KM_RUN)
+
+
+def test_whole_run_examples_are_react_transcripts_that_end_with_their_answer() -> None:
+    policy = lw.ScriptedPolicy(["Thought: t\nFinal Answer: x"])
+    registry = _km_registry([KM_RUN])
+    assert registry.examples[0].calls[1] == lw.CallExample("km_to_miles", {"km": 930}, 577.9)
+    lw.run("How far is Nice?", policy, registry)
+    first = policy.prompts[0].split("them.\n\n")[1].split("\n\n")[0]
+    assert first == '''\
+Example:
+Question: How many miles is it from Paris to Lyon and back?
+Thought: I need to find the road distance to a city from Paris, so I use distance
+Action: distance
+Action Input: {"city": "Lyon"}
+Observation: <untrusted source="distance#1">465</untrusted>
+Thought: Now I need to convert kilometres to miles, so I use km_to_miles
+Action: km_to_miles
+Action Input: {"km": 930}
+Observation: <untrusted source="km_to_miles#2">577.9</untrusted>
+Thought: I know the answer
+Final Answer: 577.9 miles'''
+    assert policy.prompts[0].count("Example:") == 1 and "Lyon is 465 km" not in policy.prompts[0]  # no built chain
+
+
+@pytest.mark.parametrize("mode", ["rewoo", "plan_execute"])
+def test_whole_run_examples_are_plans_whose_later_steps_use_earlier_results_by_reference(mode: str) -> None:
+    run = {"question": "What is the distance to Lyon in miles?",
+           "calls": [{"tool": "distance", "args": {"city": "Lyon"}, "result": 465},
+                     {"tool": "km_to_miles", "args": {"km": 465}, "result": 288.8}], "answer": "288.8"}  # fmt: skip
+    policy = lw.ScriptedPolicy(['{"plan": [{"id": "E1", "tool": "distance", "args": {"city": "Nice"}}]}', "930"])
+    lw.run("How far is Nice?", policy, _km_registry([run]), mode=mode)
+    assert ('Question: What is the distance to Lyon in miles?\nPlan: {"plan": [{"id": "E1", "tool": "distance", '
+            '"args": {"city": "Lyon"}}, {"id": "E2", "tool": "km_to_miles", "args": {"km": "#E1"}}]}') in policy.prompts[0]
+
+
+def test_reflexion_attempts_show_the_whole_run_examples_too() -> None:
+    policy = lw.ScriptedPolicy(["Thought: t\nFinal Answer: x"])
+    lw.run("How far is Nice?", policy, _km_registry([KM_RUN]), mode="reflexion", max_reflections=0)
+    assert "Final Answer: 577.9 miles" in policy.prompts[0]
+
+
+def test_a_subset_keeps_the_whole_run_examples_whose_tools_it_holds() -> None:
+    registry = _km_registry([KM_RUN, {"question": "Lyon?", "calls": [{"tool": "distance", "args": {"city": "Lyon"},
+                                                                        "result": 465}], "answer": "465 km"}])
+    assert [e.question for e in registry.subset(["distance"]).examples] == ["Lyon?"]
+    assert len(registry.subset(["distance", "km_to_miles"]).examples) == 2

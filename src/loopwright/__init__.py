@@ -61,7 +61,16 @@ from loopwright.wire.parsing import (
     parse_tool_calls,
     substitute,
 )
-from loopwright.wire.tools import Tool, ToolError, ToolExample, ToolRegistry, ToolResult, tool
+from loopwright.wire.tools import (
+    CallExample,
+    RunExample,
+    Tool,
+    ToolError,
+    ToolExample,
+    ToolRegistry,
+    ToolResult,
+    tool,
+)
 
 __version__ = "0.1.0"
 
@@ -101,6 +110,7 @@ __all__ = [
     "BootstrapResult",
     "Completion",
     "EvalReport",
+    "CallExample",
     "ExamplesError",
     "FinalAnswer",
     "Limits",
@@ -130,6 +140,7 @@ __all__ = [
     "ToolDefinitionError",
     "ToolSetChangedError",
     "ToolError",
+    "RunExample",
     "ToolExample",
     "ToolRegistry",
     "ToolResult",

@@ -398,7 +398,7 @@ def short_answer(question: str, result: Any) -> str | None:
     if len(_WORD.findall(text)) <= 3:
         return text
     asked = {w.lower() for w in _WORD.findall(question)}
-    numbers = list(dict.fromkeys(n for n in _NUMBER.findall(text) if n not in asked))
+    numbers: list[str] = list(dict.fromkeys(n for n in _NUMBER.findall(text) if n not in asked))
     if len(numbers) == 1:
         return numbers[0]
     if numbers:

@@ -27,6 +27,7 @@ from typing import Any, Final, Literal, TypeVar, overload
 from loopwright.errors import ToolDefinitionError, describe
 from loopwright.wire.docstrings import docstring_examples
 from loopwright.wire.examples import (
+    CallExample,
     RunExample,
     ToolExample,
     check_examples,
@@ -63,7 +64,9 @@ from loopwright.wire.toolschema import (
 )
 
 __all__ = [
+    "CallExample",
     "IdempotencyKey",
+    "RunExample",
     "SideEffects",
     "Tool",
     "ToolArgumentError",
