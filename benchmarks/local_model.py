@@ -7,7 +7,10 @@ the model's complete()) and runtime time (everything else: the loop, parsing, to
 the trace), tokens sent, tokens evaluated with prefix reuse, tokens evaluated by the
 same task with the cache reset before every call, and tokens (evaluated + generated) per
 second of model time. Then the share of the 20 tasks answered correctly, in ReAct and
-in ReWOO, with and without grammars, and the parse errors of each. The demo tools and
+in ReWOO, with and without grammars, and in plan-execute, the parse errors of each, and
+tokens evaluated / sent per mode. The cached model is not reset between tasks (a batch):
+its per-family state cache keeps the planner's and the solver's prefixes apart, and its
+peak memory is reported. The demo tools and
 the prompts built from their examples (loopwright.demo_tools) are used; answers are checked with is_correct.
 
 A 135M model answers few of these; the numbers are reported as they come.
@@ -73,7 +76,6 @@ def run_one(
 ) -> Result:
     timed = TimedModel(model)
     model.grammar = grammar
-    model.reset()
     started = time.perf_counter()
     trace = lw.run(
         task, timed, demo_registry(), mode=mode, max_steps=max_steps
@@ -127,7 +129,7 @@ def main() -> None:
             flush=True,
         )
     groups: dict[tuple[str, bool], list[Result]] = {("react", True): react}
-    for mode, grammar in (("react", False), ("rewoo", True), ("rewoo", False)):
+    for mode, grammar in (("react", False), ("rewoo", True), ("rewoo", False), ("plan_execute", True)):
         groups[mode, grammar] = [
             run_one(cached, task, expected, mode, args.max_steps, grammar)
             for task, expected in tasks
@@ -152,15 +154,23 @@ def main() -> None:
     )
     print()
     print(
-        f"{'mode':<8} {'grammar':<8} {'answered correctly':>20} {'parse errors':>13} {'calls':>6}"
+        f"{'mode':<13} {'grammar':<8} {'answered correctly':>20} {'parse errors':>13} {'calls':>6} "
+        f"{'sent':>7} {'evaluated':>9} {'eval/sent':>9}"
     )
     for (mode, grammar), group in groups.items():
         ok = sum(r.correct for r in group)
         share = f"{ok}/{len(group)} ({100 * ok / len(group):.0f}%)"
+        sent, evaluated = sum(r.sent for r in group), sum(r.evaluated for r in group)
         print(
-            f"{mode:<8} {'on' if grammar else 'off':<8} {share:>20} "
-            f"{sum(r.parse_errors for r in group):>13} {sum(r.calls for r in group):>6}"
+            f"{mode:<13} {'on' if grammar else 'off':<8} {share:>20} "
+            f"{sum(r.parse_errors for r in group):>13} {sum(r.calls for r in group):>6} "
+            f"{sent:>7} {evaluated:>9} {evaluated / max(sent, 1):>9.2f}"
         )
+    print()
+    print(
+        f"state cache: peak {cached.peak_state_bytes / 2**20:.1f} MiB of its "
+        f"{cached.state_cache_bytes / 2**20:.0f} MiB bound; {len(cached.saved_states)} states held at the end"
+    )
     results = [
         *react,
         *resets,
