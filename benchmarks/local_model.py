@@ -1,6 +1,7 @@
 """The embedded local model on the fixed set of 20 demo tasks.
 
     .venv/bin/python benchmarks/local_model.py [--tasks 20] [--max-steps 4] [--json out.json]
+        [--groups react:off,rewoo,rewoo:off,plan_execute] [--no-reset]
 
 Per task (ReAct, grammars on, KV cache kept): wall time split into model time (inside
 the model's complete()) and runtime time (everything else: the loop, parsing, tools,
@@ -105,6 +106,9 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=len(DEMO_TASKS))
     parser.add_argument("--max-steps", type=int, default=4)
     parser.add_argument("--json", help="write every result here")
+    parser.add_argument("--groups", default="react:off,rewoo,rewoo:off,plan_execute",
+                        help="mode[:off] runs after ReAct with grammars on (off: grammars off)")
+    parser.add_argument("--no-reset", action="store_true", help="skip the runs with the cache reset before every call")
     args = parser.parse_args()
     tasks = DEMO_TASKS[: args.tasks]
 
@@ -118,9 +122,10 @@ def main() -> None:
     )
     for task, expected in tasks:
         r = run_one(cached, task, expected, "react", args.max_steps, grammar=True)
-        reset = run_one(fresh, task, expected, "react", args.max_steps, grammar=True)
+        reset = r if args.no_reset else run_one(fresh, task, expected, "react", args.max_steps, grammar=True)
         react.append(r)
-        resets.append(reset)
+        if not args.no_reset:
+            resets.append(reset)
         runtime = r.wall_s - r.model_s
         print(
             f"{task[:58]:<58} {'y' if r.correct else '-':>2} {r.calls:>5} {r.sent:>5} "
@@ -129,7 +134,9 @@ def main() -> None:
             flush=True,
         )
     groups: dict[tuple[str, bool], list[Result]] = {("react", True): react}
-    for mode, grammar in (("react", False), ("rewoo", True), ("rewoo", False), ("plan_execute", True)):
+    for group in filter(None, args.groups.split(",")):
+        mode, _, off = group.partition(":")
+        grammar = off != "off"
         groups[mode, grammar] = [
             run_one(cached, task, expected, mode, args.max_steps, grammar)
             for task, expected in tasks
@@ -139,11 +146,11 @@ def main() -> None:
     model_s = sum(r.model_s for r in react)
     calls = [s for r in react for s in r.call_s]
     print()
+    reset_note = (f" (cache reset before every call: sent {sum(r.sent for r in resets)}, "
+                  f"evaluated {sum(r.evaluated for r in resets)})") if resets else ""
     print(
         f"ReAct, grammars on, cache kept: {sum(r.calls for r in react)} model calls; "
-        f"tokens sent {sum(r.sent for r in react)}, evaluated {sum(r.evaluated for r in react)} "
-        f"(cache reset before every call: sent {sum(r.sent for r in resets)}, "
-        f"evaluated {sum(r.evaluated for r in resets)})"
+        f"tokens sent {sum(r.sent for r in react)}, evaluated {sum(r.evaluated for r in react)}{reset_note}"
     )
     print(
         f"wall {wall:.2f}s = model {model_s:.2f}s + runtime {wall - model_s:.3f}s "

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/quality.py [--split heldout|dev|all] [--modes react,rewoo]
         [--configs default,whole_runs,examples_off,exclusion_off,grammar_off,state_cache_off,
                    bootstrap,bootstrap_only,server_off,server_grammar]
-        [--sets units,inventory,facts] [--model PATH.gguf]
+        [--sets units,inventory,facts] [--model PATH.gguf] [--questions both|single|multi]
         [--max-steps 4] [--markdown out.md]
 
 Each set has 21 labelled single-call questions; every third is held out (7 per set):
@@ -363,7 +363,8 @@ def bootstrapped(name: str, model: Any, mode: str, max_steps: int, prompts: Any)
     return result, f"dev {result.tasks_correct}/{result.tasks_run} correct, {result.kept} kept"
 
 
-def run_row(name: str, mode: str, config: str, which: str, max_steps: int) -> dict[str, Any] | None:
+def run_row(name: str, mode: str, config: str, which: str, max_steps: int,
+            questions_kind: str = "both") -> dict[str, Any] | None:
     if config.startswith("bootstrap") and not hasattr(lw, "bootstrap_examples"):
         return None
     if "whole_runs" in config.split("+") and "examples" not in inspect.signature(lw.ToolRegistry).parameters:
@@ -382,8 +383,8 @@ def run_row(name: str, mode: str, config: str, which: str, max_steps: int) -> di
         how = "replacing the declared examples" if config == "bootstrap_only" else "before the declared examples"
         row["config"] = f"{config} ({how}; {note})"
     runs = WHOLE_RUNS[name] if "whole_runs" in config.split("+") else None
-    held = [(q, a, False) for q, a in split(questions, which)]
-    held += [(q, a, True) for q, a in multi] if which != "dev" else []
+    held = [(q, a, False) for q, a in split(questions, which)] if questions_kind != "multi" else []
+    held += [(q, a, True) for q, a in multi] if which != "dev" and questions_kind != "single" else []
     for question, expected, needs_two in held:
         tools = factory() if factory is not None else Inventory().tools()
         registry = lw.ToolRegistry(tools, examples=runs) if runs is not None else lw.ToolRegistry(tools)
@@ -429,6 +430,8 @@ def main() -> None:
     parser.add_argument("--label", default="this checkout")
     parser.add_argument("--markdown", help="also write the table here")
     parser.add_argument("--model", help="a GGUF file to run instead of the embedded default model")
+    parser.add_argument("--questions", default="both", choices=("both", "single", "multi"),
+                        help="single-call questions, multi-call ones, or both")
     args = parser.parse_args()
     if args.model:
         MODEL_PATH.append(args.model)
@@ -436,7 +439,7 @@ def main() -> None:
     for config in args.configs.split(","):
         for mode in args.modes.split(","):
             for name in args.sets.split(","):
-                row = run_row(name, mode, config, args.split, args.max_steps)
+                row = run_row(name, mode, config, args.split, args.max_steps, args.questions)
                 if row is not None:
                     rows.append(row)
                     print(table([row], args.label).splitlines()[-1] + f" {row['seconds']:.0f}s", flush=True)

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import loopwright as lw
-from loopwright.prompts import short_answer, with_examples, worked_examples
-from loopwright.wire.examples import synthesise_args
+from loopwright.prompts import with_examples, worked_examples
+from loopwright.wire.examples import short_answer, synthesise_args
 
 
 def _convert(value: float, from_unit: str, to_unit: str) -> float:

@@ -52,6 +52,7 @@ from loopwright.modes import (
 from loopwright.policy import Completion, Model, ModelRequest, Policy, ScriptedPolicy, ToolCall
 from loopwright.prompts import PromptSet
 from loopwright.trace import STOP_REASONS, Step, Trace, Usage
+from loopwright.wire.examples import CallExample, RunExample
 from loopwright.wire.parsing import (
     Action,
     FinalAnswer,
@@ -62,8 +63,6 @@ from loopwright.wire.parsing import (
     substitute,
 )
 from loopwright.wire.tools import (
-    CallExample,
-    RunExample,
     Tool,
     ToolError,
     ToolExample,

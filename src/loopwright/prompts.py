@@ -11,7 +11,7 @@ examples (`ToolRegistry(tools, examples=[...])`) or else one built chain in whic
 uses the previous call's result, within `PromptSet.example_tokens`. A tool with no example
 gets a call only from values its schema writes down (`wire.examples.synthesise_args`), or
 no example at all: nothing is invented. Every example ends with an answer to its question
-(`short_answer`), never the observation pasted whole.
+(`wire.examples.short_answer`), never the observation pasted whole.
 
 The ReAct scratchpad is append-only: each step adds its block to the end and nothing
 earlier is ever re-rendered, so a model with a KV cache evaluates only the new tokens.
@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from loopwright.wire.examples import RunExample, ToolExample, synthesise_args
+from loopwright.wire.examples import RunExample, ToolExample, short_answer, synthesise_args
 from loopwright.wire.results import render_observation
 
 REACT_JSON = """\
@@ -370,41 +370,6 @@ def _thought(tool: _ExampleTool) -> str:
     else:
         lead = f"I need to {word}"
     return f"{lead} {rest}".rstrip() + f", so I use {tool.name}"
-
-
-_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w])")
-_WORD = re.compile(r"[A-Za-z][\w'-]*|\d+(?:\.\d+)?")
-_STOP_WORDS = frozenset(
-    "a an the of to for in on at by with from and or is are was were be been it its this that "
-    "about around approximately some".split()
-)
-
-
-def short_answer(question: str, result: Any) -> str | None:
-    """The answer a worked example ends with: what the question asks, taken from the
-    result, never the observation pasted whole (a small model copies what it is shown,
-    and answers with copied sentences). A number or a short text is the answer as it
-    is; from a sentence, the one number (or the one to three words) it adds to the
-    question; None when no such answer can be told apart."""
-    if isinstance(result, bool):
-        return "yes" if result else "no"
-    if isinstance(result, (int, float)):
-        return str(render_observation(result, 100))
-    if not isinstance(result, str):
-        return None
-    text = " ".join(result.split()).rstrip(".")
-    if not text:
-        return None
-    if len(_WORD.findall(text)) <= 3:
-        return text
-    asked = {w.lower() for w in _WORD.findall(question)}
-    numbers: list[str] = list(dict.fromkeys(n for n in _NUMBER.findall(text) if n not in asked))
-    if len(numbers) == 1:
-        return numbers[0]
-    if numbers:
-        return None
-    new = [w for w in _WORD.findall(text) if w.lower() not in asked and w.lower() not in _STOP_WORDS]
-    return " ".join(new) if 1 <= len(new) <= 3 else None
 
 
 def _single(call: _Worked) -> _Task:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from loopwright.errors import ToolDefinitionError, describe
+from loopwright.wire.results import render_observation
 
 __all__ = [
     "CallExample",
@@ -37,6 +38,7 @@ __all__ = [
     "eg_value",
     "parse_docstring_examples",
     "real_value",
+    "short_answer",
     "synthesise_args",
 ]
 
@@ -193,6 +195,43 @@ def check_run_examples(
             made.append(CallExample(name, dict(args), call["result"]))
         out.append(RunExample(question, tuple(made), answer, kept_source))
     return tuple(out)
+
+
+# --- the answer a worked example ends with ------------------------------------------------
+
+_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w])")
+_WORD = re.compile(r"[A-Za-z][\w'-]*|\d+(?:\.\d+)?")
+_STOP_WORDS = frozenset(
+    "a an the of to for in on at by with from and or is are was were be been it its this that "
+    "about around approximately some".split()
+)
+
+
+def short_answer(question: str, result: Any) -> str | None:
+    """The answer a worked example ends with: what the question asks, taken from the
+    result, never the observation pasted whole (a small model copies what it is shown,
+    and answers with copied sentences). A number or a short text is the answer as it
+    is; from a sentence, the one number (or the one to three words) it adds to the
+    question; None when no such answer can be told apart."""
+    if isinstance(result, bool):
+        return "yes" if result else "no"
+    if isinstance(result, (int, float)):
+        return str(render_observation(result, 100))
+    if not isinstance(result, str):
+        return None
+    text = " ".join(result.split()).rstrip(".")
+    if not text:
+        return None
+    if len(_WORD.findall(text)) <= 3:
+        return text
+    asked = {w.lower() for w in _WORD.findall(question)}
+    numbers: list[str] = list(dict.fromkeys(n for n in _NUMBER.findall(text) if n not in asked))
+    if len(numbers) == 1:
+        return numbers[0]
+    if numbers:
+        return None
+    new = [w for w in _WORD.findall(text) if w.lower() not in asked and w.lower() not in _STOP_WORDS]
+    return " ".join(new) if 1 <= len(new) <= 3 else None
 
 
 # --- docstrings -------------------------------------------------------------------------

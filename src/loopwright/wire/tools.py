@@ -26,15 +26,7 @@ from typing import Any, Final, Literal, TypeVar, overload
 
 from loopwright.errors import ToolDefinitionError, describe
 from loopwright.wire.docstrings import docstring_examples
-from loopwright.wire.examples import (
-    CallExample,
-    RunExample,
-    ToolExample,
-    check_examples,
-    check_run_examples,
-    eg_value,
-    parse_docstring_examples,
-)
+from loopwright.wire.examples import ToolExample, check_examples, eg_value, parse_docstring_examples
 from loopwright.wire.results import (
     ToolError,
     ToolErrorKind,
@@ -64,9 +56,7 @@ from loopwright.wire.toolschema import (
 )
 
 __all__ = [
-    "CallExample",
     "IdempotencyKey",
-    "RunExample",
     "SideEffects",
     "Tool",
     "ToolArgumentError",
@@ -386,12 +376,11 @@ class ToolRegistry:
         *,
         tool_timeout_s: float | None = None,
         max_observation_chars: int = 8000,
-        examples: Sequence[Mapping[str, Any] | RunExample] | None = None,
+        examples: Sequence[object] | None = None,
     ) -> None:
-        """examples: worked examples of whole runs, `[{"question": ..., "calls": [{"tool":
-        ..., "args": {...}, "result": ...}, ...], "answer": ...}]`, each call checked
-        against its tool's schema now (ToolDefinitionError naming the example); every
-        mode's prompts show them (ReAct transcripts, plans with #E references)."""
+        """examples: whole runs, `[{"question", "calls": [{"tool", "args", "result"}, ...],
+        "answer"}]`, checked now against the tools' schemas; every mode's prompts show them."""
+        from loopwright.wire.examples import check_run_examples
         self._tools: dict[str, Tool] = {}
         self._names: tuple[str, ...] = ()
         self._memo: dict[Hashable, Any] = {}
@@ -399,7 +388,7 @@ class ToolRegistry:
         self.max_observation_chars = max_observation_chars
         for item in tools:
             self.register(item)
-        self.examples: tuple[RunExample, ...] = check_run_examples(examples, self._tools)
+        self.examples = check_run_examples(examples, self._tools)
 
     def register(self, tool: Tool | Callable[..., Any]) -> Tool:
         """Add a tool (a plain function is wrapped with `tool()`); names must be unique."""
