@@ -1,7 +1,7 @@
 """The embedded local model on the fixed set of 20 demo tasks.
 
     .venv/bin/python benchmarks/local_model.py [--tasks 20] [--max-steps 4] [--json out.json]
-        [--groups react:off,rewoo,rewoo:off,plan_execute] [--no-reset]
+        [--groups react:off,rewoo,rewoo:off,plan_execute] [--no-reset] [--state-cache-bytes N]
 
 Per task (ReAct, grammars on, KV cache kept): wall time split into model time (inside
 the model's complete()) and runtime time (everything else: the loop, parsing, tools,
@@ -109,10 +109,13 @@ def main() -> None:
     parser.add_argument("--groups", default="react:off,rewoo,rewoo:off,plan_execute",
                         help="mode[:off] runs after ReAct with grammars on (off: grammars off)")
     parser.add_argument("--no-reset", action="store_true", help="skip the runs with the cache reset before every call")
+    parser.add_argument("--state-cache-bytes", type=int, default=None,
+                        help="the cached model's state cache bound (0: one KV cache only, as before)")
     args = parser.parse_args()
     tasks = DEMO_TASKS[: args.tasks]
 
-    cached = lw.models.LlamaCpp(n_ctx=2048)
+    bound = {} if args.state_cache_bytes is None else {"state_cache_bytes": args.state_cache_bytes}
+    cached = lw.models.LlamaCpp(n_ctx=2048, **bound)
     fresh = lw.models.LlamaCpp(n_ctx=2048, prefix_cache=False)
     react: list[Result] = []
     resets: list[Result] = []
