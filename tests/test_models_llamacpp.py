@@ -315,7 +315,8 @@ def test_the_state_cache_stays_within_its_memory_bound() -> None:
     tiny = lw.models.LlamaCpp(n_ctx=1024, grammar=False, state_cache_bytes=one // 2)
     for head in heads[:3]:
         usage = _ask(tiny, head, "q?")
-        assert usage.evaluated_tokens == usage.prompt_tokens  # a state larger than the bound is never kept
+        # a state larger than the bound is never kept: only a token the live cache shares is reused
+        assert usage.evaluated_tokens >= usage.prompt_tokens - 2
     assert tiny.saved_states == () and tiny.peak_state_bytes == 0
 
 
