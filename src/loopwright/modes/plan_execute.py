@@ -18,8 +18,9 @@ from loopwright.guards import Limits
 from loopwright.modes._core import Run, RunContext, StepGen, open_context
 from loopwright.modes.rewoo import plan_call, plan_examples
 from loopwright.policy import Policy
-from loopwright.prompts import describe_tools, fence, fill, neutralise, render_evidence
+from loopwright.prompts import describe_tools, fill, render_evidence
 from loopwright.trace import Step
+from loopwright.untrusted import fence, neutralise
 from loopwright.wire.parsing import PlanStep, substitute
 from loopwright.wire.tools import ToolRegistry
 

@@ -16,15 +16,9 @@ from loopwright.guards import Limits, RepeatDetector
 from loopwright.modes._core import PolicyFailed, Run, RunContext, StepGen, first_line, open_context
 from loopwright.modes._critique import check_on_tool_error, reflect
 from loopwright.policy import ModelRequest, Policy
-from loopwright.prompts import (
-    describe_tools,
-    example_call,
-    fence,
-    fill,
-    neutralise,
-    worked_examples,
-)
+from loopwright.prompts import describe_tools, example_call, fill, worked_examples
 from loopwright.trace import Step, estimate_tokens
+from loopwright.untrusted import fence, neutralise
 from loopwright.wire.parsing import Action, FinalAnswer, parse_react_step
 from loopwright.wire.toolcalls import parse_tool_calls
 from loopwright.wire.tools import ToolRegistry
@@ -171,7 +165,7 @@ def _tool_fields(registry: ToolRegistry, dialect: str, budget: int, from_tools: 
 
 def _build_fields(registry: ToolRegistry, dialect: str, budget: int, from_tools: bool) -> tuple[str, dict[str, str]]:
     schemas = registry.schemas()
-    examples = worked_examples(list(registry), dialect, budget=budget, from_tools=from_tools)
+    examples = worked_examples(list(registry), dialect, budget=budget, from_tools=from_tools, runs=registry.examples)
     return describe_tools(schemas), {**example_call(schemas), "examples": examples}
 
 

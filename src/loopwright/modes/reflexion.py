@@ -22,8 +22,9 @@ from loopwright.modes._core import Run, RunContext, StepGen, first_line, open_co
 from loopwright.modes._critique import check_on_tool_error, reflect
 from loopwright.modes.react import DIALECTS, _react, _Scratchpad
 from loopwright.policy import Policy
-from loopwright.prompts import REFLEXION_OUTCOMES, neutralise
+from loopwright.prompts import REFLEXION_OUTCOMES
 from loopwright.trace import Step, Trace
+from loopwright.untrusted import neutralise
 from loopwright.wire.tools import ToolRegistry
 
 Evaluator = Callable[[str, Trace], "tuple[bool, str] | bool"]

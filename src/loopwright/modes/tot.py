@@ -32,8 +32,9 @@ from loopwright.errors import ParseError
 from loopwright.guards import Limits
 from loopwright.modes._core import PolicyFailed, Run, RunContext, StepGen, open_context
 from loopwright.policy import ModelRequest, Policy, Purpose
-from loopwright.prompts import describe_tools, fence, neutralise
+from loopwright.prompts import describe_tools
 from loopwright.trace import Step
+from loopwright.untrusted import fence, neutralise
 from loopwright.wire.parsing import Action, FinalAnswer, parse_react_step
 from loopwright.wire.tools import ToolRegistry
 
