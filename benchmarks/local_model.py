@@ -1,13 +1,17 @@
 """The embedded local model on the fixed set of 20 demo tasks.
 
     .venv/bin/python benchmarks/local_model.py [--tasks 20] [--max-steps 4] [--json out.json]
+        [--groups react:off,rewoo,rewoo:off,plan_execute] [--no-reset] [--state-cache-bytes N]
 
 Per task (ReAct, grammars on, KV cache kept): wall time split into model time (inside
 the model's complete()) and runtime time (everything else: the loop, parsing, tools,
 the trace), tokens sent, tokens evaluated with prefix reuse, tokens evaluated by the
 same task with the cache reset before every call, and tokens (evaluated + generated) per
 second of model time. Then the share of the 20 tasks answered correctly, in ReAct and
-in ReWOO, with and without grammars, and the parse errors of each. The demo tools and
+in ReWOO, with and without grammars, and in plan-execute, the parse errors of each, and
+tokens evaluated / sent per mode. The cached model is not reset between tasks (a batch):
+its per-family state cache keeps the planner's and the solver's prefixes apart, and its
+peak memory is reported. The demo tools and
 the prompts built from their examples (loopwright.demo_tools) are used; answers are checked with is_correct.
 
 A 135M model answers few of these; the numbers are reported as they come.
@@ -73,7 +77,6 @@ def run_one(
 ) -> Result:
     timed = TimedModel(model)
     model.grammar = grammar
-    model.reset()
     started = time.perf_counter()
     trace = lw.run(
         task, timed, demo_registry(), mode=mode, max_steps=max_steps
@@ -103,10 +106,16 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=len(DEMO_TASKS))
     parser.add_argument("--max-steps", type=int, default=4)
     parser.add_argument("--json", help="write every result here")
+    parser.add_argument("--groups", default="react:off,rewoo,rewoo:off,plan_execute",
+                        help="mode[:off] runs after ReAct with grammars on (off: grammars off)")
+    parser.add_argument("--no-reset", action="store_true", help="skip the runs with the cache reset before every call")
+    parser.add_argument("--state-cache-bytes", type=int, default=None,
+                        help="the cached model's state cache bound (0: one KV cache only, as before)")
     args = parser.parse_args()
     tasks = DEMO_TASKS[: args.tasks]
 
-    cached = lw.models.LlamaCpp(n_ctx=2048)
+    bound = {} if args.state_cache_bytes is None else {"state_cache_bytes": args.state_cache_bytes}
+    cached = lw.models.LlamaCpp(n_ctx=2048, **bound)
     fresh = lw.models.LlamaCpp(n_ctx=2048, prefix_cache=False)
     react: list[Result] = []
     resets: list[Result] = []
@@ -116,9 +125,10 @@ def main() -> None:
     )
     for task, expected in tasks:
         r = run_one(cached, task, expected, "react", args.max_steps, grammar=True)
-        reset = run_one(fresh, task, expected, "react", args.max_steps, grammar=True)
+        reset = r if args.no_reset else run_one(fresh, task, expected, "react", args.max_steps, grammar=True)
         react.append(r)
-        resets.append(reset)
+        if not args.no_reset:
+            resets.append(reset)
         runtime = r.wall_s - r.model_s
         print(
             f"{task[:58]:<58} {'y' if r.correct else '-':>2} {r.calls:>5} {r.sent:>5} "
@@ -127,7 +137,9 @@ def main() -> None:
             flush=True,
         )
     groups: dict[tuple[str, bool], list[Result]] = {("react", True): react}
-    for mode, grammar in (("react", False), ("rewoo", True), ("rewoo", False)):
+    for group in filter(None, args.groups.split(",")):
+        mode, _, off = group.partition(":")
+        grammar = off != "off"
         groups[mode, grammar] = [
             run_one(cached, task, expected, mode, args.max_steps, grammar)
             for task, expected in tasks
@@ -137,11 +149,11 @@ def main() -> None:
     model_s = sum(r.model_s for r in react)
     calls = [s for r in react for s in r.call_s]
     print()
+    reset_note = (f" (cache reset before every call: sent {sum(r.sent for r in resets)}, "
+                  f"evaluated {sum(r.evaluated for r in resets)})") if resets else ""
     print(
         f"ReAct, grammars on, cache kept: {sum(r.calls for r in react)} model calls; "
-        f"tokens sent {sum(r.sent for r in react)}, evaluated {sum(r.evaluated for r in react)} "
-        f"(cache reset before every call: sent {sum(r.sent for r in resets)}, "
-        f"evaluated {sum(r.evaluated for r in resets)})"
+        f"tokens sent {sum(r.sent for r in react)}, evaluated {sum(r.evaluated for r in react)}{reset_note}"
     )
     print(
         f"wall {wall:.2f}s = model {model_s:.2f}s + runtime {wall - model_s:.3f}s "
@@ -152,15 +164,23 @@ def main() -> None:
     )
     print()
     print(
-        f"{'mode':<8} {'grammar':<8} {'answered correctly':>20} {'parse errors':>13} {'calls':>6}"
+        f"{'mode':<13} {'grammar':<8} {'answered correctly':>20} {'parse errors':>13} {'calls':>6} "
+        f"{'sent':>7} {'evaluated':>9} {'eval/sent':>9}"
     )
     for (mode, grammar), group in groups.items():
         ok = sum(r.correct for r in group)
         share = f"{ok}/{len(group)} ({100 * ok / len(group):.0f}%)"
+        sent, evaluated = sum(r.sent for r in group), sum(r.evaluated for r in group)
         print(
-            f"{mode:<8} {'on' if grammar else 'off':<8} {share:>20} "
-            f"{sum(r.parse_errors for r in group):>13} {sum(r.calls for r in group):>6}"
+            f"{mode:<13} {'on' if grammar else 'off':<8} {share:>20} "
+            f"{sum(r.parse_errors for r in group):>13} {sum(r.calls for r in group):>6} "
+            f"{sent:>7} {evaluated:>9} {evaluated / max(sent, 1):>9.2f}"
         )
+    print()
+    print(
+        f"state cache: peak {cached.peak_state_bytes / 2**20:.1f} MiB of its "
+        f"{cached.state_cache_bytes / 2**20:.0f} MiB bound; {len(cached.saved_states)} states held at the end"
+    )
     results = [
         *react,
         *resets,

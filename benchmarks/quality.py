@@ -1,13 +1,18 @@
 """Answer quality with the user's own tools: three tool sets that are not the demo tools.
 
     .venv/bin/python benchmarks/quality.py [--split heldout|dev|all] [--modes react,rewoo]
-        [--configs default,examples_off,exclusion_off,grammar_off,bootstrap,bootstrap_only,
-                   server_off,server_grammar]
-        [--sets units,inventory,facts]
+        [--configs default,whole_runs,examples_off,exclusion_off,grammar_off,state_cache_off,
+                   bootstrap,bootstrap_only,server_off,server_grammar]
+        [--sets units,inventory,facts] [--model PATH.gguf] [--questions both|single|multi]
         [--max-steps 4] [--markdown out.md]
 
-Each set has 21 labelled questions; every third is held out (7 per set): develop on the
-rest, report the held-out figures. Runs the embedded model with the default prompts:
+Each set has 21 labelled single-call questions; every third is held out (7 per set):
+develop on the rest, report the held-out figures. Each set also has 5 held-out
+multi-call questions (two calls, the second using the first's result, and a
+computation), reported apart. `whole_runs` adds one declared whole-run example per set
+(`ToolRegistry(tools, examples=[...])`); `state_cache_off` runs the model without its
+per-family state cache (answers alike, tokens evaluated differ). `--model` runs another
+GGUF file (embedded, and in the server configurations). Runs the embedded model with the default prompts:
 correct answers, parse errors, runs stopped by `repeated_call`, mean model calls, and
 prompt tokens sent vs evaluated (after KV-cache prefix reuse; the cache is kept across a
 set's questions, which share the prompt's head). Ablations, one technique off each:
@@ -120,6 +125,16 @@ UNITS = [
     ("How many cm is 1 in?", "2.54"),
 ]
 
+# Held-out questions that need two calls, the second using the first's result, and a
+# computation (written once, never run while developing: every one is held out).
+UNITS_MULTI = [
+    ("What day of the week is 10 days after 2024-02-25?", "Wednesday"),
+    ("What day of the week was 30 days before 2024-07-04?", "Tuesday"),
+    ("What day of the week is 100 days after 2024-01-01?", "Wednesday"),
+    ("What day of the week was 3 days after 2023-12-30?", "Tuesday"),
+    ("What day of the week is 14 days after 2025-06-20?", "Friday"),
+]
+
 # --- an inventory with lookup and update -------------------------------------------------
 
 _START = {"bolt": 40, "nut": 120, "washer": 75, "screw": 300, "hinge": 12, "bracket": 8}
@@ -176,6 +191,14 @@ INVENTORY = [
     ("Restock 50 screws. What is the new stock level?", "350"),
     ("How many hinge units are in stock?", "12"),
     ("Add 60 bolts to the stock. How many bolts are there now?", "100"),
+]
+
+INVENTORY_MULTI = [
+    ("Restock bolts by as many units as there are hinges in stock. How many bolts are there now?", "52"),
+    ("Add as many nuts as there are brackets in stock. How many nuts are there now?", "128"),
+    ("Restock washers by the number of bolts in stock. What is the new stock level of washers?", "115"),
+    ("Add as many hinges as there are brackets in stock. How many hinges are there now?", "20"),
+    ("Restock brackets by the number of hinges in stock. How many brackets are there now?", "20"),
 ]
 
 # --- facts and arithmetic, other names and docstrings ------------------------------------
@@ -240,11 +263,36 @@ FACTS = [
     ("What is 81 / 9?", "9"),
 ]
 
-SETS: dict[str, tuple[Callable[[], list[lw.Tool]] | None, list[tuple[str, str]]]] = {
-    "units": (units_tools, UNITS),
-    "inventory": (None, INVENTORY),  # a fresh inventory per question
-    "facts": (facts_tools, FACTS),
+FACTS_MULTI = [
+    ("What is the atomic number of iron times 3?", "78"),
+    ("How many moons does Jupiter have, minus 5?", "90"),
+    ("How high is K2 in metres, divided by 1000?", "8.611"),
+    ("What is the atomic number of gold plus 21?", "100"),
+    ("How long is the Amazon in km, times 2?", "12800"),
+]
+
+SETS: dict[str, tuple[Callable[[], list[lw.Tool]] | None, list[tuple[str, str]], list[tuple[str, str]]]] = {
+    "units": (units_tools, UNITS, UNITS_MULTI),
+    "inventory": (None, INVENTORY, INVENTORY_MULTI),  # a fresh inventory per question
+    "facts": (facts_tools, FACTS, FACTS_MULTI),
 }
+
+# Whole-run examples per set (the `whole_runs` configuration): one run that uses a
+# result in the next call and answers the question, on dev-style questions.
+WHOLE_RUNS: dict[str, list[dict[str, Any]]] = {
+    "units": [{"question": "What day of the week is 5 days after 2023-03-01?",
+               "calls": [{"tool": "shift_date", "args": {"date": "2023-03-01", "days": 5}, "result": "2023-03-06"},
+                         {"tool": "day_of_week", "args": {"date": "2023-03-06"}, "result": "Monday"}],
+               "answer": "Monday"}],
+    "inventory": [{"question": "Restock gaskets by as many units as there are flanges in stock. How many gaskets now?",
+                   "calls": [{"tool": "stock_level", "args": {"item": "flange"}, "result": 6},
+                             {"tool": "restock", "args": {"item": "gasket", "quantity": 6}, "result": 23}],
+                   "answer": "23"}],
+    "facts": [{"question": "How long is the Danube in km, times 3?",
+               "calls": [{"tool": "encyclopedia", "args": {"topic": "Danube"}, "result": "The Danube is about 2850 km long."},
+                         {"tool": "compute", "args": {"formula": "2850 * 3"}, "result": 8550}],
+               "answer": "8550"}],
+}  # fmt: skip
 
 
 def split(questions: list[tuple[str, str]], which: str) -> list[tuple[str, str]]:
@@ -265,9 +313,12 @@ def server_url() -> str:
         from loopwright.models.llamacpp import default_threads
 
         stack = contextlib.ExitStack()
-        _SERVER.append(stack.enter_context(llama_server(default_threads())))
+        _SERVER.append(stack.enter_context(llama_server(default_threads(), *MODEL_PATH)))
         atexit.register(stack.close)
     return _SERVER[0]
+
+
+MODEL_PATH: list[str] = []  # --model PATH.gguf
 
 
 def make_model(config: str) -> Any | None:
@@ -284,7 +335,11 @@ def make_model(config: str) -> Any | None:
         if "exclude_known" not in inspect.signature(lw.models.LlamaCpp).parameters:
             return None
         options["exclude_known"] = False
-    return lw.models.LlamaCpp(**options)
+    if "state_cache_off" in parts:
+        if "state_cache_bytes" not in inspect.signature(lw.models.LlamaCpp).parameters:
+            return None
+        options["state_cache_bytes"] = 0
+    return lw.models.LlamaCpp(MODEL_PATH[0] if MODEL_PATH else None, **options)
 
 
 def prompts_for(config: str) -> Any | None:
@@ -298,7 +353,7 @@ def prompts_for(config: str) -> Any | None:
 def bootstrapped(name: str, model: Any, mode: str, max_steps: int, prompts: Any) -> tuple[Any, str]:
     """Examples bootstrapped on the set's dev questions (never the held-out ones), and a
     note of how many dev runs were correct and how many calls were kept."""
-    factory, questions = SETS[name]
+    factory, questions, _multi = SETS[name]
 
     def fresh() -> lw.ToolRegistry:
         return lw.ToolRegistry(factory() if factory is not None else Inventory().tools())
@@ -308,29 +363,37 @@ def bootstrapped(name: str, model: Any, mode: str, max_steps: int, prompts: Any)
     return result, f"dev {result.tasks_correct}/{result.tasks_run} correct, {result.kept} kept"
 
 
-def run_row(name: str, mode: str, config: str, which: str, max_steps: int) -> dict[str, Any] | None:
+def run_row(name: str, mode: str, config: str, which: str, max_steps: int,
+            questions_kind: str = "both") -> dict[str, Any] | None:
     if config.startswith("bootstrap") and not hasattr(lw, "bootstrap_examples"):
+        return None
+    if "whole_runs" in config.split("+") and "examples" not in inspect.signature(lw.ToolRegistry).parameters:
         return None
     model, prompts = make_model(config), prompts_for(config)
     if model is None or prompts is None:
         return None
-    factory, questions = SETS[name]
-    row = {"set": name, "mode": mode, "config": config, "n": 0, "correct": 0, "parse_errors": 0,
-           "repeat_stops": 0, "nudges": 0, "calls": 0, "sent": 0, "evaluated": 0, "seconds": 0.0}  # fmt: skip
+    factory, questions, multi = SETS[name]
+    row = {"set": name, "mode": mode, "config": config, "n": 0, "correct": 0, "multi_n": 0, "multi_correct": 0,
+           "parse_errors": 0, "repeat_stops": 0, "nudges": 0, "calls": 0, "sent": 0, "evaluated": 0,
+           "seconds": 0.0}  # fmt: skip
     started = time.perf_counter()
     examples = None
     if config.startswith("bootstrap"):
         examples, note = bootstrapped(name, model, mode, max_steps, prompts)
         how = "replacing the declared examples" if config == "bootstrap_only" else "before the declared examples"
         row["config"] = f"{config} ({how}; {note})"
-    for question, expected in split(questions, which):
+    runs = WHOLE_RUNS[name] if "whole_runs" in config.split("+") else None
+    held = [(q, a, False) for q, a in split(questions, which)] if questions_kind != "multi" else []
+    held += [(q, a, True) for q, a in multi] if which != "dev" and questions_kind != "single" else []
+    for question, expected, needs_two in held:
         tools = factory() if factory is not None else Inventory().tools()
-        registry = lw.ToolRegistry(tools)
+        registry = lw.ToolRegistry(tools, examples=runs) if runs is not None else lw.ToolRegistry(tools)
         if examples is not None:
             registry = examples.apply(registry, placement="replace" if config == "bootstrap_only" else "first")
         trace = lw.run(question, model, registry, mode=mode, max_steps=max_steps, prompts=prompts)
-        row["n"] += 1
-        row["correct"] += is_correct(trace.final_answer, expected)
+        prefix = "multi_" if needs_two else ""
+        row[prefix + "n"] += 1
+        row[prefix + "correct"] += is_correct(trace.final_answer, expected)
         row["parse_errors"] += sum(s.kind == "parse_error" for s in trace.steps)
         row["repeat_stops"] += trace.stopped_reason == "repeated_call"
         row["nudges"] += sum(s.kind == "nudge" for s in trace.steps)  # identical calls proposed again
@@ -345,13 +408,14 @@ def run_row(name: str, mode: str, config: str, which: str, max_steps: int) -> di
 
 def table(rows: list[dict[str, Any]], label: str) -> str:
     lines = [
-        f"| tool set | mode | configuration ({label}) | correct | parse errors | repeats nudged | repeated_call stops | mean model calls | tokens sent | evaluated |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        f"| tool set | mode | configuration ({label}) | single-call correct | multi-call correct | parse errors | repeats nudged | repeated_call stops | mean model calls | tokens sent | evaluated |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['set']} | {r['mode']} | {r['config']} | {r['correct']}/{r['n']} | {r['parse_errors']} | "
-            f"{r.get('nudges', 0)} | {r['repeat_stops']} | {r['calls'] / max(r['n'], 1):.1f} | {r['sent']} | {r['evaluated']} |"
+            f"| {r['set']} | {r['mode']} | {r['config']} | {r['correct']}/{r['n']} | "
+            f"{r['multi_correct']}/{r['multi_n']} | {r['parse_errors']} | {r.get('nudges', 0)} | {r['repeat_stops']} | "
+            f"{r['calls'] / max(r['n'] + r['multi_n'], 1):.1f} | {r['sent']} | {r['evaluated']} |"
         )
     return "\n".join(lines)
 
@@ -360,17 +424,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--split", default="heldout", choices=("heldout", "dev", "all"))
     parser.add_argument("--modes", default="react,rewoo")
-    parser.add_argument("--configs", default="default,examples_off,exclusion_off,grammar_off")
+    parser.add_argument("--configs", default="default,whole_runs,examples_off,exclusion_off,grammar_off,state_cache_off")
     parser.add_argument("--sets", default=",".join(SETS))
     parser.add_argument("--max-steps", type=int, default=4)
     parser.add_argument("--label", default="this checkout")
     parser.add_argument("--markdown", help="also write the table here")
+    parser.add_argument("--model", help="a GGUF file to run instead of the embedded default model")
+    parser.add_argument("--questions", default="both", choices=("both", "single", "multi"),
+                        help="single-call questions, multi-call ones, or both")
     args = parser.parse_args()
+    if args.model:
+        MODEL_PATH.append(args.model)
     rows = []
     for config in args.configs.split(","):
         for mode in args.modes.split(","):
             for name in args.sets.split(","):
-                row = run_row(name, mode, config, args.split, args.max_steps)
+                row = run_row(name, mode, config, args.split, args.max_steps, args.questions)
                 if row is not None:
                     rows.append(row)
                     print(table([row], args.label).splitlines()[-1] + f" {row['seconds']:.0f}s", flush=True)

@@ -16,14 +16,15 @@ import loopwright as lw
 
 
 @contextmanager
-def llama_server(threads: int) -> Iterator[str]:
-    """llama-cpp-python's OpenAI-compatible server on the embedded model, on a free port."""
+def llama_server(threads: int, model_path: str | None = None) -> Iterator[str]:
+    """llama-cpp-python's OpenAI-compatible server on the embedded model (or the GGUF
+    file `model_path`), on a free port."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
     with tempfile.TemporaryFile() as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "llama_cpp.server", "--model", str(lw.models.default_model_path()),
+            [sys.executable, "-m", "llama_cpp.server", "--model", model_path or str(lw.models.default_model_path()),
              "--model_alias", "smollm2", "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048",
              "--n_threads", str(threads), "--n_threads_batch", str(threads)],
             stdout=log, stderr=subprocess.STDOUT,

@@ -103,7 +103,11 @@ def _step(thought: str, note: str) -> str:
 def note_registry() -> lw.ToolRegistry:
     @lw.tool
     def note(text: str) -> str:
-        """Write a note down; returns the note as filed."""
+        """Write a note down; returns the note as filed.
+
+        Args:
+            text: the note, e.g. hello world
+        """
         return f"filed: {text}"
 
     return lw.ToolRegistry([note])

@@ -124,7 +124,8 @@ def test_demo_tools_declare_examples_that_become_the_default_worked_examples() -
     assert 'Action: calculate\nAction Input: {"expression": "12 * 34"}' in text
     assert 'Action: lookup\nAction Input: {"query": "capital of Italy"}' in text
     assert text.endswith('Action Input: {"expression": "100 - 58"}\nObservation: <untrusted source="calculate#1">42'
-                         '</untrusted>\nThought: The observation says 42\nFinal Answer: 42\n\nQuestion: What is 2 + 2?\nThought:')
+                         '</untrusted>\nThought: I know the answer\nFinal Answer: 42\n\nQuestion: What is 2 + 2?\nThought:')
+    assert 'Final Answer: Rome\n' in text and 'Final Answer: The capital' not in text
     assert [e.question for e in calculate.examples][-1] == "What is the population of Rome times 3?"
 
 

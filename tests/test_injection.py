@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import loopwright as lw
-import loopwright.prompts
+import loopwright.untrusted
 from injection_suite import PAYLOADS, injected_call, run_payload, run_suite, table, trusted_answer
 
 # Observations are truncated at 8,000 characters: what the model can read of each page.
@@ -55,7 +55,7 @@ def test_the_obedient_model_takes_an_answer_only_from_outside_the_fences():
 @pytest.mark.parametrize("mode", ["react", "rewoo", "plan_execute"])
 def test_the_suite_reports_a_broken_fence(monkeypatch, mode):
     # The suite's measures can fail: with escaping switched off, tool output closes the fence.
-    monkeypatch.setattr(loopwright.prompts, "escape_untrusted", lambda text: text)
+    monkeypatch.setattr(loopwright.untrusted, "escape_untrusted", lambda text: text)
     outcome = run_payload("fence break", FENCE_BREAK, mode)
     assert outcome.forged_steps_accepted >= 1
     if mode != "plan_execute":  # there the answer is the plan's last result, not model text

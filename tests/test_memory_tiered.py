@@ -184,7 +184,7 @@ def test_context_never_exceeds_the_budget_with_multiline_turns(
 
 def test_context_within_keeps_a_wrapped_context_inside_the_budget() -> None:
     from loopwright.memory import context_within
-    from loopwright.prompts import fence
+    from loopwright.untrusted import fence
 
     memory = tiered(max_turns=3)
     for i in range(6):
@@ -200,7 +200,7 @@ def test_context_within_shows_a_section_of_exactly_the_budget_whole() -> None:
     """The budget is the most the section may take: one that renders to exactly the budget
     is shown as it is, not shrunk."""
     from loopwright.memory import context_within
-    from loopwright.prompts import fence
+    from loopwright.untrusted import fence
 
     memory = tiered(max_turns=3)
     for i in range(6):

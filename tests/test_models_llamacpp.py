@@ -13,7 +13,7 @@ import pytest
 
 import loopwright as lw
 from loopwright.demo_tools import DEMO_TASKS, demo_registry
-from loopwright.models.llamacpp import default_threads
+from loopwright.models.llamacpp import common_prefix, default_threads
 
 
 def test_default_model_path_finds_the_gguf_inside_the_installed_package() -> None:
@@ -258,3 +258,74 @@ def test_two_runs_sharing_one_model_take_turns_on_its_context() -> None:
         assert trace.llm_calls == 1 and trace.steps[0].kind != "error"  # the model answered
         for step in trace.steps:
             assert step.usage is not None and 0 < step.usage.evaluated_tokens <= step.usage.prompt_tokens
+
+
+# ------------------------------------------------------------------ the state cache
+
+_PLANNER = "Make a plan to answer the question with the tools below, one step per line. " * 8
+_SOLVER = "Answer the question from the evidence gathered; reply with the answer only. " * 10
+
+
+def _ask(model: Any, head: str, question: str) -> lw.Usage:
+    done = model.complete(lw.ModelRequest(f"{head}\nQuestion: {question}\nAnswer:", ("\n",), "summarize", max_tokens=4))
+    assert done.usage is not None
+    return done.usage  # type: ignore[no-any-return]
+
+
+def test_the_state_cache_bound_must_be_a_whole_number_of_bytes() -> None:
+    for bad in (-1, 1.5, True, "64MB"):
+        with pytest.raises(ValueError, match="state_cache_bytes must be a whole number of bytes >= 0"):
+            lw.models.LlamaCpp(state_cache_bytes=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+def test_alternating_prompt_families_each_evaluate_their_shared_prefix_once() -> None:
+    model = lw.models.LlamaCpp(n_ctx=1024, grammar=False)
+    first = [_ask(model, head, "What is the capital of Peru?") for head in (_PLANNER, _SOLVER)]
+    assert [u.evaluated_tokens for u in first] == [u.prompt_tokens for u in first]
+    for question in ("How tall is Everest?", "Who wrote Hamlet?"):
+        for head in (_PLANNER, _SOLVER):
+            prompt = f"{head}\nQuestion: {question}\nAnswer:"
+            saved = max(common_prefix(s.tokens, model.tokenize(prompt)) for s in model.saved_states)
+            usage = _ask(model, head, question)
+            # honest: what was evaluated is exactly what no saved state held
+            assert usage.evaluated_tokens == usage.prompt_tokens - saved
+            assert usage.evaluated_tokens < 20 < usage.prompt_tokens / 5
+    assert len(model.saved_states) == 2 and 0 < model.state_bytes <= model.peak_state_bytes <= model.state_cache_bytes
+    off = lw.models.LlamaCpp(n_ctx=1024, grammar=False, state_cache_bytes=0)
+    used = [_ask(off, head, q) for q in ("a?", "b?") for head in (_PLANNER, _SOLVER)]
+    assert used[-1].evaluated_tokens > used[-1].prompt_tokens - 20  # one cache: each switch evaluates it all
+
+
+@pytest.mark.slow
+def test_the_state_cache_stays_within_its_memory_bound() -> None:
+    probe = lw.models.LlamaCpp(n_ctx=1024, grammar=False)
+    _ask(probe, _PLANNER, "x?")
+    _ask(probe, _SOLVER, "x?")
+    one = probe.saved_states[0].nbytes
+    bound = int(2.5 * one)  # room for two states of this size, not three
+    model = lw.models.LlamaCpp(n_ctx=1024, grammar=False, state_cache_bytes=bound)
+    heads = [f"Family {n}: " + _PLANNER for n in "ABCDE"]
+    for head in heads * 2:
+        _ask(model, head, "What is 2 + 2?")
+        assert model.state_bytes <= bound and len(model.saved_states) <= 2
+    assert model.peak_state_bytes <= bound
+    kept = [model.llm.detokenize(list(s.tokens[:8])).decode()[:8] for s in model.saved_states]
+    assert kept == ["Family C", "Family D"]  # the least recently used went first (E is live)
+    tiny = lw.models.LlamaCpp(n_ctx=1024, grammar=False, state_cache_bytes=one // 2)
+    for head in heads[:3]:
+        usage = _ask(tiny, head, "q?")
+        # a state larger than the bound is never kept: only a token the live cache shares is reused
+        assert usage.evaluated_tokens >= usage.prompt_tokens - 2
+    assert tiny.saved_states == () and tiny.peak_state_bytes == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["rewoo", "plan_execute"])
+def test_planner_and_solver_prompts_in_a_batch_evaluate_their_shared_prefix_once(mode: str) -> None:
+    model = lw.models.LlamaCpp(n_ctx=2048, max_tokens=160, plan_max_steps=3)
+    traces = [lw.run(task, model, demo_registry(), mode=mode, max_steps=3) for task, _ in DEMO_TASKS[:4]]
+    plans = [s.usage for t in traces for s in t.steps if s.kind == "plan"]
+    assert plans[0].evaluated_tokens == plans[0].prompt_tokens
+    assert all(u.evaluated_tokens < 0.15 * u.prompt_tokens for u in plans[1:])
+    assert model.peak_state_bytes <= model.state_cache_bytes

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import loopwright as lw
 from conftest import act, final
-from loopwright.prompts import escape_untrusted, fence
+from loopwright.untrusted import escape_untrusted, fence
 
 
 def test_fence_escapes_angle_brackets_and_ampersands_exactly():

@@ -53,6 +53,7 @@ from loopwright.modes import (
 from loopwright.policy import Completion, Model, ModelRequest, Policy, ScriptedPolicy, ToolCall
 from loopwright.prompts import PromptSet
 from loopwright.trace import STOP_REASONS, Step, Trace, Usage
+from loopwright.wire.examples import CallExample, RunExample
 from loopwright.wire.parsing import (
     Action,
     FinalAnswer,
@@ -62,7 +63,14 @@ from loopwright.wire.parsing import (
     parse_tool_calls,
     substitute,
 )
-from loopwright.wire.tools import Tool, ToolError, ToolExample, ToolRegistry, ToolResult, tool
+from loopwright.wire.tools import (
+    Tool,
+    ToolError,
+    ToolExample,
+    ToolRegistry,
+    ToolResult,
+    tool,
+)
 
 __version__ = "0.1.0"
 
@@ -102,6 +110,7 @@ __all__ = [
     "BootstrapResult",
     "Completion",
     "EvalReport",
+    "CallExample",
     "ExamplesError",
     "FinalAnswer",
     "Limits",
@@ -132,6 +141,7 @@ __all__ = [
     "ToolDefinitionError",
     "ToolSetChangedError",
     "ToolError",
+    "RunExample",
     "ToolExample",
     "ToolRegistry",
     "ToolResult",

@@ -6,15 +6,18 @@ Field values (the task, tool descriptions, worked examples) are never formatted 
 braces in them are safe; `with_examples` puts literal text into a template.
 
 Worked examples (`{examples}`) are built from the registry: each tool's first example
-(`@tool(examples=...)`, its docstring, or `bootstrap_examples`), plus one that uses two
-tools in turn, within `PromptSet.example_tokens`; a tool with no example gets a call with
-arguments made from its schema (`wire.examples.synthesise_args`).
+(`@tool(examples=...)`, its docstring, or `bootstrap_examples`), the registry's whole-run
+examples (`ToolRegistry(tools, examples=[...])`) or else one built chain in which a call
+uses the previous call's result, within `PromptSet.example_tokens`. A tool with no example
+gets a call only from values its schema writes down (`wire.examples.synthesise_args`), or
+no example at all: nothing is invented. Every example ends with an answer to its question
+(`wire.examples.short_answer`), never the observation pasted whole.
 
 The ReAct scratchpad is append-only: each step adds its block to the end and nothing
 earlier is ever re-rendered, so a model with a KV cache evaluates only the new tokens.
-Tool output is placed inside <untrusted> fences (see `fence`), which text in the output
-cannot close; what the model wrote goes back into later prompts through `neutralise`,
-so it cannot close, open or fake a fence or an observation either.
+Tool output is placed inside <untrusted> fences, which text in the output cannot close;
+what the model wrote goes back into later prompts neutralised, so it cannot close, open or
+fake a fence or an observation either (`fence`, `neutralise`: loopwright/untrusted.py).
 """
 
 from __future__ import annotations
@@ -23,10 +26,10 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Protocol
 
-from loopwright.wire.examples import ToolExample, synthesise_args
-from loopwright.wire.parsing import FORMAT_HELP_BRACKETS, FORMAT_HELP_JSON, FORMAT_HELP_PLAN
+from loopwright.untrusted import fence, neutralise
+from loopwright.wire.examples import RunExample, ToolExample, short_answer, synthesise_args
 from loopwright.wire.results import render_observation
 
 REACT_JSON = """\
@@ -248,54 +251,6 @@ def fill(template: str, name: str, **fields: Any) -> str:
         ) from None
 
 
-def escape_untrusted(text: str) -> str:
-    """Make text safe to place inside an <untrusted> fence: angle brackets become
-    entities, so nothing in the text can close the fence or open a new one."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-_FORMAT_HELP: Final = (FORMAT_HELP_JSON, FORMAT_HELP_BRACKETS, FORMAT_HELP_PLAN)
-_LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"  # what str.splitlines splits on
-_OBSERVATION_LINE = re.compile(  # "Observation" starting a line, after blanks or invisible characters
-    rf"(?:\A|(?<=[{_LINE_BREAKS}]))([\s\u200b-\u200f\u2060\ufeff]*)(o)(?=bservation)", re.IGNORECASE
-)
-
-
-def neutralise(text: str) -> str:
-    """Make model or tool text safe to place in a prompt outside a fence (a thought, an
-    action as the model wrote it, an answer or a plan fed back): escaped as inside a
-    fence, and a line that starts with "Observation" gets its first letter as an
-    entity (`&#79;bservation`), so the text cannot close a fence, open one, pose as a
-    tag, or start an observation the loop did not write.
-
-    Text without `&`, `<`, `>` or such a line is returned unchanged (the append-only
-    scratchpad renders as before); `html.unescape` gives the original back, and the
-    parse boundary decodes the entities in arguments a model copies from its echo. The
-    parse boundary's own format help (`Action: <tool>` ...), quoted in the parse errors
-    a model is shown, is left as written: it is the loop's text, one line, no fence tag."""
-    escaped = escape_untrusted(text)
-    if "bservation" in escaped.lower():  # the common case skips the regex (a hot path: every step)
-        escaped = _OBSERVATION_LINE.sub(_entity_first, escaped)
-    if "&lt;" in escaped:
-        for help_text in _FORMAT_HELP:
-            escaped = escaped.replace(escape_untrusted(help_text), help_text)
-    return escaped
-
-
-def _entity_first(found: re.Match[str]) -> str:
-    return f"{found.group(1)}&#{ord(found.group(2))};"
-
-
-def fence(text: str, source: str) -> str:
-    """Mark tool output as untrusted data with its provenance (tool and step). The source
-    may hold a tool name as the model wrote it: its quotes become entities too."""
-    return f'<untrusted source="{_attribute(source)}">{escape_untrusted(text)}</untrusted>'
-
-
-def _attribute(source: str) -> str:
-    return escape_untrusted(source).replace('"', "&quot;")
-
-
 def describe_tools(schemas: Iterable[Mapping[str, Any]]) -> str:
     """One line per tool: name(arg: type, ...): description."""
     lines = []
@@ -347,24 +302,40 @@ class _Worked:
     result: str | None  # the rendered observation, None when not known
     text_arg: str | None  # the bare argument of `name[text]`, when that is how it is written
     thought: str = ""
+    value: Any = None  # the result as the tool returned it (for #E references in plans)
+
+
+@dataclass(frozen=True)
+class _Task:
+    """One worked example: a question, the calls that answer it, and the answer (None:
+    not known, and the example shows the calls only)."""
+
+    question: str
+    calls: tuple[_Worked, ...]
+    answer: str | None
 
 
 def _worked(tool: _ExampleTool, example: ToolExample | None) -> _Worked | None:
     if example is not None:
-        args, question, result = example.args, example.question, example.result
-    else:
-        args, question, result = synthesise_args(tool.parameters), None, None
-        validate = getattr(tool, "validate", None)
-        if callable(validate):
-            try:
-                validate(args)
-            except ValueError:
-                return None  # no plausible call: no example rather than a wrong one
+        return _call(tool, example.args, example.result, example.question)
+    args = synthesise_args(tool.parameters)
+    if args is None:
+        return None  # nothing real to show: the tool is listed by its signature only
+    validate = getattr(tool, "validate", None)
+    if callable(validate):
+        try:
+            validate(args)
+        except ValueError:
+            return None  # no valid call: no example rather than a wrong one
+    return _call(tool, args, None)
+
+
+def _call(tool: _ExampleTool, args: Mapping[str, Any], result: Any, question: str | None = None) -> _Worked:
     rendered = None if result is None else " ".join(render_observation(result, 300).split())
     param = tool.input_param()
     single = args.get(param) if param is not None and set(args) == {param} else None
     text_arg = single if isinstance(single, str) and single and not set(single) & set("[]\n") else None
-    return _Worked(tool.name, dict(args), question or _question(tool, args), rendered, text_arg, _thought(tool))
+    return _Worked(tool.name, dict(args), question or _question(tool, args), rendered, text_arg, _thought(tool), result)
 
 
 _QUESTION_WORDS = frozenset({"how", "what", "which", "who", "whom", "whose", "when", "where", "whether", "why"})
@@ -392,6 +363,11 @@ def _thought(tool: _ExampleTool) -> str:
     return f"{lead} {rest}".rstrip() + f", so I use {tool.name}"
 
 
+def _single(call: _Worked) -> _Task:
+    answer = None if call.result is None else short_answer(call.question, call.value)
+    return _Task(call.question, (call,), answer)
+
+
 def example_calls(
     tools: Sequence[_ExampleTool], *, from_tools: bool = True
 ) -> tuple[list[list[_Worked]], list[_Worked]]:
@@ -399,11 +375,12 @@ def example_calls(
     (or []).
 
     A tool's calls are its examples that are not one step of a longer task (a question
-    other tools' examples share); a tool with none gets one call made from its schema in
-    the first round: it has no result, and the model is shown the call, never an
-    invented answer. The chain is a question that two tools' examples share (one task,
-    as `bootstrap_examples` records it), the one whose arguments use the other's result
-    going second; failing that, two tools' first calls with known results in turn."""
+    other tools' examples share); a tool with none gets one call made from the real
+    values in its schema in the first round, or none at all: it has no result, and the
+    model is shown the call, never an invented answer. The chain is a question that two
+    tools' examples share (one task, as `bootstrap_examples` records it) in which the
+    second call's arguments use the first call's result; there is no chain otherwise (two
+    unrelated calls in a row teach a small model nothing about using a result)."""
     shared: dict[str, list[tuple[_ExampleTool, ToolExample]]] = {}
     if from_tools:
         for tool in tools:
@@ -424,11 +401,11 @@ def example_calls(
         first, second = found[0], next(f for f in found if f[0].name != found[0][0].name)
         if first[1].result is not None and _uses(first[1].args, second[1].result):
             first, second = second, first
+        if first[1].result is None or second[1].result is None or not _uses(second[1].args, first[1].result):
+            continue
         steps = [_worked(*first), _worked(*second)]
-        if all(w is not None and w.result is not None for w in steps):
-            return rounds, [w for w in steps if w is not None]
-    known = [c for c in (rounds[0] if rounds else []) if c.result is not None]
-    return rounds, known[:2] if len(known) >= 2 else []
+        return rounds, [w for w in steps if w is not None]
+    return rounds, []
 
 
 def _uses(args: Mapping[str, Any], result: Any) -> bool:
@@ -449,10 +426,9 @@ def _question(tool: _ExampleTool, args: Mapping[str, Any]) -> str:
     return f"{summary}: {values}?" if values else f"{summary}?"
 
 
-def _react_block(calls: Sequence[_Worked], dialect: str) -> str:
-    question, answer = _task_of(calls)
-    lines = ["Example:", f"Question: {question}"]
-    for k, call in enumerate(calls, 1):
+def _react_block(task: _Task, dialect: str) -> str | None:
+    lines = ["Example:", f"Question: {task.question}"]
+    for k, call in enumerate(task.calls, 1):
         thought = call.thought if k == 1 else f"Now {call.thought}"
         args = json.dumps(call.args, ensure_ascii=False, default=str)
         if dialect == "brackets":
@@ -460,62 +436,102 @@ def _react_block(calls: Sequence[_Worked], dialect: str) -> str:
                       f"Action {k}: {call.tool}[{call.text_arg if call.text_arg is not None else args}]"]
         else:
             lines += [f"Thought: {thought}", f"Action: {call.tool}", f"Action Input: {args}"]
-        if call.result is None:
-            return "\n".join(lines)
+        if call.result is None or (task.answer is None and k == len(task.calls)):
+            return "\n".join(lines)  # the call only: no invented result, no pasted answer
         label = f"Observation {k}" if dialect == "brackets" else "Observation"
         lines.append(f"{label}: {fence(call.result, f'{call.tool}#{k}')}")
-    k = len(calls) + 1
+    k = len(task.calls) + 1
     if dialect == "brackets":
-        lines += [f"Thought {k}: The observation says {answer}", f"Action {k}: finish[{answer}]"]
+        lines += [f"Thought {k}: I know the answer", f"Action {k}: finish[{task.answer}]"]
     else:
-        lines += [f"Thought: The observation says {answer}", f"Final Answer: {answer}"]
+        lines += ["Thought: I know the answer", f"Final Answer: {task.answer}"]
     return "\n".join(lines)
 
 
-def _task_of(calls: Sequence[_Worked]) -> tuple[str, str]:
-    """The question of a worked example and its final answer: one task's question and
-    its last result, or two questions joined and both results."""
-    questions = list(dict.fromkeys(c.question for c in calls))
-    if len(questions) == 1:
-        return questions[0], calls[-1].result or ""
-    return " Then: ".join(questions), " and ".join(c.result or "" for c in calls)
-
-
-def _plan_block(calls: Sequence[_Worked]) -> str:
-    question = _task_of(calls)[0]
-    steps = [{"id": f"E{k}", "tool": c.tool, "args": c.args} for k, c in enumerate(calls, 1)]
+def _plan_block(task: _Task) -> str | None:
+    """A plan for the example's calls, a later call using an earlier result through an
+    `#E` reference; None when a call uses an earlier result that no reference can pass
+    (a value picked out of a sentence): such a plan would show a value the planner
+    cannot know before any tool runs."""
+    steps = []
+    for k, call in enumerate(task.calls, 1):
+        args = {name: _reference(value, task.calls[: k - 1]) for name, value in call.args.items()}
+        if any(earlier.value is not None and _uses(args, earlier.value) for earlier in task.calls[: k - 1]):
+            return None
+        steps.append({"id": f"E{k}", "tool": call.tool, "args": args})
     plan = json.dumps({"plan": steps}, ensure_ascii=False, default=str)
-    return f"Example:\nQuestion: {question}\nPlan: {plan}"
+    return f"Example:\nQuestion: {task.question}\nPlan: {plan}"
+
+
+def _reference(value: Any, earlier: Sequence[_Worked]) -> Any:
+    """`value` with an earlier call's result written as its `#E` reference: the whole
+    value when it is that result, or the result's text inside a longer string."""
+    for j in range(len(earlier), 0, -1):
+        result = earlier[j - 1].value
+        if result is None or isinstance(result, (dict, list, bool)):
+            continue
+        if value == result and type(value) is type(result):
+            return f"#E{j}"
+        text = str(result)
+        if isinstance(value, str) and text and re.search(rf"(?<![\w.]){re.escape(text)}(?![\w.])", value):
+            return re.sub(rf"(?<![\w.]){re.escape(text)}(?![\w.])", f"#E{j}", value)
+    return value
+
+
+def _run_task(run: RunExample, tools: Mapping[str, _ExampleTool]) -> _Task | None:
+    calls = []
+    for call in run.calls:
+        tool = tools.get(call.tool)
+        if tool is None:
+            return None
+        calls.append(_call(tool, call.args, call.result, run.question))
+    return _Task(run.question, tuple(calls), " ".join(render_observation(run.answer, 300).split()))
 
 
 def worked_examples(
-    tools: Sequence[_ExampleTool], dialect: str = "json", *, budget: int = 450, from_tools: bool = True
+    tools: Sequence[_ExampleTool],
+    dialect: str = "json",
+    *,
+    budget: int = 450,
+    from_tools: bool = True,
+    runs: Sequence[RunExample] = (),
 ) -> str:
     """The worked-examples text for a ReAct ("json", "brackets") or plan ("plan") prompt.
 
-    Within `budget` (about 4 characters a token): one example per tool first, then one
-    that uses two tools in turn, then each tool's further examples, round by round. The
-    chain is placed first; within a round the first-registered tool's example comes
-    last, nearest the question (a small model copies the nearest example most: list
-    first the tool it should reach for first). Ends in a blank line, or is "" when no
-    tool has a usable call."""
+    Within `budget` (about 4 characters a token): one example per tool first, then the
+    whole-run examples `runs` (a registry's `examples`), or when there are none one
+    built chain that uses one call's result in the next, then each tool's further
+    examples, round by round. Whole runs and the chain are placed first; within a round
+    the first-registered tool's example comes last, nearest the question (a small model
+    copies the nearest example most: list first the tool it should reach for first).
+    Ends in a blank line, or is "" when no tool has a usable call."""
     rounds, chain = example_calls(tools, from_tools=from_tools)
-    render = _plan_block if dialect == "plan" else (lambda c: _react_block(c, dialect))
+    by_name = {t.name: t for t in tools}
+    whole = [t for t in (_run_task(r, by_name) for r in (runs if from_tools else ())) if t is not None]
+    if not whole and chain and len(tools) >= 2:
+        whole = [_Task(chain[0].question, tuple(chain), short_answer(chain[0].question, chain[-1].value))]
+
+    def render(task: _Task) -> str | None:
+        return _plan_block(task) if dialect == "plan" else _react_block(task, dialect)
+
     head: list[str] = []
     chosen: list[list[str]] = []
     used = taken = 0
-    for r, calls in enumerate(rounds):
+    for r, calls in enumerate(rounds or [[]]):
         chosen.append([])
-        pending = [render([call]) for call in calls]
-        if r == 0 and chain and len(tools) >= 2:
-            pending.append(render(chain))
+        pending = [render(_single(call)) for call in calls]
+        lead = len(pending)
+        if r == 0:
+            pending += [render(task) for task in whole]
         full = True
         for i, block in enumerate(pending):
+            if block is None:
+                continue
             if taken and used + len(block) // 4 > budget:
                 full = False
                 break
             used, taken = used + len(block) // 4, taken + 1
-            (chosen[r] if i < len(calls) else head).append(block)
+            (chosen[r] if i < lead else head).append(block)
         if not full:
             break
     blocks = head + [b for found in chosen for b in reversed(found)]
@@ -530,7 +546,7 @@ def example_call(schemas: Sequence[Mapping[str, Any]]) -> dict[str, str]:
         return {"example_question": "", "example_thought": "", "example_tool": "none",
                 "example_args": "{}", "example_arg": "", "example_result": ""}  # fmt: skip
     first = schemas[0]
-    args = synthesise_args(first.get("parameters") or {})
+    args = synthesise_args(first.get("parameters") or {}) or {}
     single = next(iter(args.values()), "")
     return {
         "example_question": f"What does {first['name']} give for {json.dumps(args)}?",

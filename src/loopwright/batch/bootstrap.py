@@ -5,7 +5,9 @@ Each task runs to the end; when its final answer is correct, every tool call of 
 run that succeeded becomes an example of its tool, `{"args": ..., "question": task,
 "result": observation}`. Calls of runs that answered wrong, calls that failed, calls
 that were not executed (nudges, denials) and calls the tool's schema rejects are left
-out. The result applies to a registry (a new one, the user's tools untouched) and saves
+out. A correct run with no failed or unusable step at all is also kept whole, as a
+whole-run example (question, calls with results, answer: DSPy's demos), which the
+registry's `examples` show in every mode's prompts. The result applies to a registry (a new one, the user's tools untouched) and saves
 as a small versioned JSON file that `loopwright run --examples FILE` loads.
 """
 
@@ -25,10 +27,10 @@ from loopwright.errors import ExamplesError, ToolDefinitionError
 from loopwright.modes import run
 from loopwright.policy import Policy
 from loopwright.trace import Trace
-from loopwright.wire.examples import ToolExample
+from loopwright.wire.examples import CallExample, RunExample, ToolExample
 from loopwright.wire.tools import ToolRegistry
 
-__all__ = ["FORMAT", "PLACEMENTS", "VERSION", "BootstrapResult", "bootstrap_examples", "kept_calls"]
+__all__ = ["FORMAT", "PLACEMENTS", "VERSION", "BootstrapResult", "bootstrap_examples", "kept_calls", "whole_run"]
 
 FORMAT: Final = "loopwright.tool_examples"
 VERSION: Final = 1
@@ -49,6 +51,8 @@ class BootstrapResult:
     tasks_run: int = 0
     tasks_correct: int = 0
     mode: str = "react"
+    runs: tuple[RunExample, ...] = ()
+    """Whole correct runs, as the registry's whole-run examples."""
 
     @property
     def kept(self) -> int:
@@ -58,8 +62,9 @@ class BootstrapResult:
         """A new registry (same limits) whose tools carry these examples: placement
         "first" puts them before the tools' declared examples (the default prompts show
         a tool's first examples within their budget, so these are the ones shown),
-        "last" after them, "replace" instead of them. The given registry and its tools
-        are not changed. Examples for a tool the registry lacks: ExamplesError when
+        "last" after them, "replace" instead of them; the whole runs go before, after
+        or instead of the registry's own whole-run examples likewise. The given registry
+        and its tools are not changed. Examples for a tool the registry lacks: ExamplesError when
         strict, else left out with a warning. An example the tool's schema rejects:
         ExamplesError."""
         if placement not in PLACEMENTS:
@@ -82,8 +87,13 @@ class BootstrapResult:
                                                 source="bootstrap"))
             except ToolDefinitionError as exc:
                 raise ExamplesError(str(exc)) from None
-        return ToolRegistry(tools, tool_timeout_s=registry.tool_timeout_s,
-                            max_observation_chars=registry.max_observation_chars)
+        own = () if placement == "replace" else registry.examples
+        runs = [*self.runs, *own] if placement == "first" else [*own, *self.runs]
+        try:
+            return ToolRegistry(tools, tool_timeout_s=registry.tool_timeout_s,
+                                max_observation_chars=registry.max_observation_chars, examples=runs)
+        except ToolDefinitionError as exc:
+            raise ExamplesError(str(exc)) from None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -93,6 +103,7 @@ class BootstrapResult:
             "tasks_run": self.tasks_run,
             "tasks_correct": self.tasks_correct,
             "tools": {name: [e.to_dict() for e in found] for name, found in self.examples.items()},
+            "runs": [r.to_dict() for r in self.runs],
         }
 
     @classmethod
@@ -122,7 +133,11 @@ class BootstrapResult:
         mode = data.get("mode", "react")
         if not isinstance(mode, str):
             raise ExamplesError(f"{where}: 'mode' must be a string, got {mode!r}")
-        return cls(examples, counts["tasks_run"], counts["tasks_correct"], mode)
+        runs = data.get("runs", [])
+        if not isinstance(runs, list):
+            raise ExamplesError(f"{where}: 'runs' must be a list of whole-run examples, got {type(runs).__name__}")
+        whole = tuple(_run(item, f"{where}: run {i}") for i, item in enumerate(runs, 1))
+        return cls(examples, counts["tasks_run"], counts["tasks_correct"], mode, whole)
 
     def save(self, path: str | Path) -> Path:
         """Write the examples as JSON (the versioned format `load` reads); returns the path."""
@@ -157,6 +172,38 @@ def _example(item: object, where: str) -> ToolExample:
     if question is not None and not isinstance(question, str):
         raise ExamplesError(f"{where}: 'question' must be a string, got {question!r:.80}")
     return ToolExample(dict(item["args"]), question, item.get("result"), "bootstrap")
+
+
+def _run(item: object, where: str) -> RunExample:
+    """A whole-run example's shape; its calls are checked against the tools in `apply`."""
+    if not isinstance(item, Mapping) or set(map(str, item)) != {"question", "calls", "answer"}:
+        raise ExamplesError(f"{where}: expected an object with exactly 'question', 'calls', 'answer', got {item!r:.80}")
+    calls = item["calls"]
+    if not isinstance(item["question"], str) or not isinstance(calls, list) or not calls:
+        raise ExamplesError(f"{where}: 'question' must be a string and 'calls' a non-empty list, got {item!r:.80}")
+    made = []
+    for k, call in enumerate(calls, 1):
+        if not isinstance(call, Mapping) or set(map(str, call)) != {"tool", "args", "result"} or not isinstance(
+            call["args"], Mapping
+        ):
+            raise ExamplesError(f"{where} call {k}: expected an object with 'tool', 'args' (an object), 'result', "
+                                f"got {call!r:.80}")
+        made.append(CallExample(str(call["tool"]), dict(call["args"]), call["result"]))
+    return RunExample(item["question"], tuple(made), item["answer"], "bootstrap")
+
+
+def whole_run(trace: Trace, registry: ToolRegistry) -> RunExample | None:
+    """A run as a whole-run example: its question, every tool call with its result, and
+    its answer; None when any step failed or was not a plain call or answer (a parse
+    error, a nudge, a denial, a replan, a call the schema rejects) or no tool was called.
+    Whether the answer is correct is the caller's to check."""
+    calls = kept_calls(trace, registry)
+    actions = [s for s in trace.steps if s.kind == "action"]
+    clean = all(s.kind in ("action", "final", "plan", "solve") and s.error is None for s in trace.steps)
+    if not clean or not calls or len(calls) != len(actions) or trace.final_answer is None:
+        return None
+    return RunExample(trace.task, tuple(CallExample(name, e.args, e.result) for name, e in calls),
+                      trace.final_answer, "bootstrap")
 
 
 def kept_calls(trace: Trace, registry: ToolRegistry, *, validate: bool = True) -> list[tuple[str, ToolExample]]:
@@ -208,6 +255,7 @@ def bootstrap_examples(
     max_per_tool: int | None = 4,
     dedupe: bool = True,
     validate: bool = True,
+    max_runs: int | None = 4,
     **limits: Any,
 ) -> BootstrapResult:
     """Run each (task, expected) and keep the successful tool calls of the runs whose
@@ -218,16 +266,20 @@ def bootstrap_examples(
     default the normalised match `loopwright.batch.evaluation.is_correct` (the answer's
     last number, or the expected word). max_per_tool: examples kept per tool at most
     (None: all), in task order. dedupe: a call with the same arguments is kept once.
-    validate: drop a call the tool's schema rejects. Other keyword arguments are the
-    run's limits (prompts, dialect, on_repeat, ...)."""
+    validate: drop a call the tool's schema rejects. max_runs: correct runs kept whole
+    (`whole_run`) at most, in task order (0: none; None: all). Other keyword arguments
+    are the run's limits (prompts, dialect, on_repeat, ...)."""
     if max_per_tool is not None and (not isinstance(max_per_tool, int) or max_per_tool < 1):
         raise ValueError(f"max_per_tool must be a whole number >= 1 or None, got {max_per_tool!r}")
+    if max_runs is not None and (not isinstance(max_runs, int) or isinstance(max_runs, bool) or max_runs < 0):
+        raise ValueError(f"max_runs must be a whole number >= 0 or None, got {max_runs!r}")
     check = is_correct or default_is_correct
     make = registry if callable(registry) and not isinstance(registry, ToolRegistry) else None
     if make is None and not isinstance(registry, ToolRegistry):
         raise TypeError(f"registry must be a ToolRegistry or a function making one, got {type(registry).__name__}")
     examples: dict[str, list[ToolExample]] = {}
     seen: set[tuple[str, str]] = set()
+    runs: list[RunExample] = []
     run_count = correct = 0
     for task, expected in _labelled(labelled_tasks):
         tools = make() if make is not None else registry
@@ -238,6 +290,9 @@ def bootstrap_examples(
         if not (trace.answered and check(trace.final_answer, expected)):
             continue
         correct += 1
+        whole = whole_run(trace, tools) if max_runs is None or len(runs) < max_runs else None
+        if whole is not None and whole.question not in {r.question for r in runs}:
+            runs.append(whole)
         for name, example in kept_calls(trace, tools, validate=validate):
             key = (name, json.dumps(example.args, sort_keys=True, default=str))
             found = examples.setdefault(name, [])
@@ -245,4 +300,4 @@ def bootstrap_examples(
                 continue
             seen.add(key)
             found.append(example)
-    return BootstrapResult({k: tuple(v) for k, v in examples.items()}, run_count, correct, mode)
+    return BootstrapResult({k: tuple(v) for k, v in examples.items()}, run_count, correct, mode, tuple(runs))

@@ -120,7 +120,7 @@ def run_bootstrap(args: argparse.Namespace) -> int:
     if not args.quiet:
         counts = ", ".join(f"{name} {len(found)}" for name, found in result.examples.items()) or "none"
         print(f"{result.tasks_correct} of {result.tasks_run} tasks answered correctly; kept {result.kept} "
-              f"example(s) ({counts}) in {out}", file=sys.stderr)
+              f"example(s) ({counts}) and {len(result.runs)} whole run(s) in {out}", file=sys.stderr)
     return EXIT_ANSWERED if result.kept else EXIT_NO_ANSWER
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from loopwright.policy import ModelRequest, Policy, call_policy
-from loopwright.prompts import SUMMARIZE_PROMPT, fence
+from loopwright.prompts import SUMMARIZE_PROMPT
+from loopwright.untrusted import fence
 
 NO_SUMMARY = "(none)"
 

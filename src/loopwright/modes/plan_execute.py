@@ -17,8 +17,9 @@ from loopwright.modes.context import RunContext
 from loopwright.modes.machine import CallTool, Machine, StepGen
 from loopwright.modes.rewoo import plan_call, plan_examples
 from loopwright.modes.spec import RunSpec
-from loopwright.prompts import describe_tools, fence, fill, neutralise, render_evidence
+from loopwright.prompts import describe_tools, fill, render_evidence
 from loopwright.trace import Step
+from loopwright.untrusted import fence, neutralise
 from loopwright.wire.parsing import PlanStep, substitute
 
 

@@ -17,15 +17,9 @@ from loopwright.modes.context import RunContext, first_line
 from loopwright.modes.machine import CallModel, CallTool, PolicyFailed, StepGen
 from loopwright.modes.spec import RunSpec
 from loopwright.policy import ModelRequest
-from loopwright.prompts import (
-    describe_tools,
-    example_call,
-    fence,
-    fill,
-    neutralise,
-    worked_examples,
-)
+from loopwright.prompts import describe_tools, example_call, fill, worked_examples
 from loopwright.trace import Step, estimate_tokens
+from loopwright.untrusted import fence, neutralise
 from loopwright.wire.parsing import Action, FinalAnswer, parse_react_step
 from loopwright.wire.toolcalls import parse_tool_calls
 from loopwright.wire.tools import ToolRegistry
@@ -172,7 +166,7 @@ def _tool_fields(registry: ToolRegistry, dialect: str, budget: int, from_tools: 
 
 def _build_fields(registry: ToolRegistry, dialect: str, budget: int, from_tools: bool) -> tuple[str, dict[str, str]]:
     schemas = registry.schemas()
-    examples = worked_examples(list(registry), dialect, budget=budget, from_tools=from_tools)
+    examples = worked_examples(list(registry), dialect, budget=budget, from_tools=from_tools, runs=registry.examples)
     return describe_tools(schemas), {**example_call(schemas), "examples": examples}
 
 

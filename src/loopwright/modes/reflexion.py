@@ -22,8 +22,9 @@ from loopwright.modes.context import RunContext, first_line
 from loopwright.modes.machine import StepGen
 from loopwright.modes.react import DIALECTS, _react, _Scratchpad
 from loopwright.modes.spec import Evaluator, RunSpec
-from loopwright.prompts import REFLEXION_OUTCOMES, neutralise
+from loopwright.prompts import REFLEXION_OUTCOMES
 from loopwright.trace import Step
+from loopwright.untrusted import neutralise
 
 _OPEN_LABEL: Final = re.compile(r"\s*Thought(?: \d+)?:\s*$")
 """The scratchpad's open `Thought:` label, cut before the critique instruction: the

@@ -25,8 +25,9 @@ from loopwright.modes.machine import (
 )
 from loopwright.modes.spec import RunSpec
 from loopwright.policy import ModelRequest, Purpose
-from loopwright.prompts import describe_tools, fill, neutralise, render_evidence, worked_examples
+from loopwright.prompts import describe_tools, fill, render_evidence, worked_examples
 from loopwright.trace import Step
+from loopwright.untrusted import neutralise
 from loopwright.wire.parsing import PlanStep, parse_plan, substitute
 
 
@@ -107,7 +108,8 @@ def plan_examples(ctx: RunContext) -> str:
     budget, from_tools = ctx.prompts.example_tokens, ctx.prompts.tool_examples
     return ctx.registry.memo(
         f"plan_examples:{budget}:{from_tools}",
-        lambda registry: worked_examples(list(registry), "plan", budget=budget, from_tools=from_tools),
+        lambda registry: worked_examples(list(registry), "plan", budget=budget, from_tools=from_tools,
+                                         runs=registry.examples),
     )
 
 

@@ -31,8 +31,9 @@ from loopwright.modes.context import RunContext
 from loopwright.modes.machine import CallModel, CallTool, Machine, PolicyFailed, StepGen
 from loopwright.modes.spec import RunSpec
 from loopwright.policy import ModelRequest, Purpose
-from loopwright.prompts import describe_tools, fence, neutralise
+from loopwright.prompts import describe_tools
 from loopwright.trace import Step
+from loopwright.untrusted import fence, neutralise
 from loopwright.wire.parsing import Action, FinalAnswer, parse_react_step
 from loopwright.wire.tools import ToolRegistry
 

@@ -8,8 +8,13 @@ description when that parses as a valid value), and from `bootstrap_examples`. E
 checked against the tool's schema when the tool is defined: a bad one is a
 ToolDefinitionError naming it, never a worked example the validator would reject.
 
-`synthesise_args` makes plausible arguments from a schema alone (enum values, bounds,
-`e.g.` values, a value suggested by the parameter's name) for a tool with no examples.
+`synthesise_args` takes arguments from a schema alone, only from values written in it
+(JSON Schema examples, enums, `e.g.` values, defaults, bounds), for a tool with no
+examples; a tool with nothing real to show gets no worked example.
+
+`RunExample` is a worked example of a whole run: a question, the calls made with their
+results in order, and the answer (`ToolRegistry(tools, examples=[...])`, checked by
+`check_run_examples` against the tools' schemas when the registry is made).
 """
 
 from __future__ import annotations
@@ -19,11 +24,23 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from loopwright.errors import ToolDefinitionError, describe
+from loopwright.wire.results import render_observation
 
-__all__ = ["ToolExample", "check_examples", "eg_value", "parse_docstring_examples", "synthesise_args"]
+__all__ = [
+    "CallExample",
+    "RunExample",
+    "ToolExample",
+    "check_examples",
+    "check_run_examples",
+    "eg_value",
+    "parse_docstring_examples",
+    "real_value",
+    "short_answer",
+    "synthesise_args",
+]
 
 _KEYS: Final = frozenset({"args", "question", "result"})
 _EG: Final = re.compile(r"\be\.g\.,?\s*(.+?)(?:[.;)]?\s*$|[.;)](?=\s))", re.IGNORECASE)
@@ -84,6 +101,137 @@ def check_examples(
             raise ToolDefinitionError(f"{where} does not fit the tool's schema: {exc}") from None
         out.append(ToolExample(dict(args), question, item.get("result"), source))
     return tuple(out)
+
+
+@dataclass(frozen=True)
+class CallExample:
+    """One call of a whole-run example: the tool, its arguments, and the result it gave."""
+
+    tool: str
+    args: dict[str, Any]
+    result: Any
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tool": self.tool, "args": self.args, "result": self.result}
+
+
+@dataclass(frozen=True)
+class RunExample:
+    """A worked example of a whole run: the question, the calls in order (a later call
+    may use an earlier result), and the answer the run gave."""
+
+    question: str
+    calls: tuple[CallExample, ...]
+    answer: Any
+    source: str = field(default="declared", compare=False)  # declared | bootstrap
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"question": self.question, "calls": [c.to_dict() for c in self.calls], "answer": self.answer}
+
+
+_RUN_KEYS: Final = frozenset({"question", "calls", "answer"})
+_CALL_KEYS: Final = frozenset({"tool", "args", "result"})
+
+
+class _Validating(Protocol):
+    def validate(self, args: Mapping[str, Any]) -> object: ...
+
+
+def check_run_examples(
+    raw: object, tools: Mapping[str, _Validating], source: str = "declared"
+) -> tuple[RunExample, ...]:
+    """Whole-run examples from what a user declared, each call checked against its
+    tool's schema; ToolDefinitionError naming the example (its number and question)
+    and what is wrong otherwise."""
+    if raw is None:
+        return ()
+    if isinstance(raw, (str, bytes, Mapping)) or not isinstance(raw, Sequence):
+        raise ToolDefinitionError(
+            "examples must be a list of {'question': ..., 'calls': [{'tool': ..., 'args': {...}, "
+            f"'result': ...}}, ...], 'answer': ...}}, got {describe(raw)}"
+        )
+    out = []
+    for i, item in enumerate(raw, 1):
+        kept_source = item.source if isinstance(item, RunExample) else source
+        if isinstance(item, RunExample):
+            item = item.to_dict()
+        label = repr(item.get("question"))[:70] if isinstance(item, Mapping) else describe(item)
+        where = f"run example {i} ({label})"
+        if not isinstance(item, Mapping):
+            raise ToolDefinitionError(f"{where} must be a dict with 'question', 'calls' and 'answer'")
+        missing = sorted(_RUN_KEYS - set(map(str, item)))
+        unknown = sorted(set(map(str, item)) - _RUN_KEYS)
+        if missing or unknown:
+            wrong = f"lacks {', '.join(missing)}" if missing else f"has unknown key(s) {', '.join(unknown)}"
+            raise ToolDefinitionError(f"{where} {wrong}; a run example has exactly: answer, calls, question")
+        question, calls, answer = item["question"], item["calls"], item["answer"]
+        if not isinstance(question, str) or not question.strip():
+            raise ToolDefinitionError(f"{where}: 'question' must be a non-empty str, got {describe(question)}")
+        if answer is None or (isinstance(answer, str) and not answer.strip()):
+            raise ToolDefinitionError(f"{where}: 'answer' must be the run's answer, got {describe(answer)}")
+        if isinstance(calls, (str, bytes, Mapping)) or not isinstance(calls, Sequence) or not calls:
+            raise ToolDefinitionError(f"{where}: 'calls' must be a non-empty list of calls, got {describe(calls)}")
+        made = []
+        for k, call in enumerate(calls, 1):
+            at = f"{where}: call {k}"
+            if isinstance(call, CallExample):
+                call = call.to_dict()
+            if not isinstance(call, Mapping) or set(map(str, call)) != _CALL_KEYS:
+                raise ToolDefinitionError(
+                    f"{at} must be a dict with exactly 'tool', 'args' and 'result', got {describe(call)}"
+                )
+            name, args = call["tool"], call["args"]
+            tool = tools.get(name) if isinstance(name, str) else None
+            if tool is None:
+                raise ToolDefinitionError(
+                    f"{at} names unknown tool {describe(name)}; registered: {', '.join(tools) or 'none'}"
+                )
+            if not isinstance(args, Mapping):
+                raise ToolDefinitionError(f"{at}: 'args' must be a dict of arguments, got {describe(args)}")
+            try:
+                tool.validate(args)
+            except Exception as exc:
+                raise ToolDefinitionError(f"{at} does not fit the schema of {name!r}: {exc}") from None
+            made.append(CallExample(name, dict(args), call["result"]))
+        out.append(RunExample(question, tuple(made), answer, kept_source))
+    return tuple(out)
+
+
+# --- the answer a worked example ends with ------------------------------------------------
+
+_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w])")
+_WORD = re.compile(r"[A-Za-z][\w'-]*|\d+(?:\.\d+)?")
+_STOP_WORDS = frozenset(
+    "a an the of to for in on at by with from and or is are was were be been it its this that "
+    "about around approximately some".split()
+)
+
+
+def short_answer(question: str, result: Any) -> str | None:
+    """The answer a worked example ends with: what the question asks, taken from the
+    result, never the observation pasted whole (a small model copies what it is shown,
+    and answers with copied sentences). A number or a short text is the answer as it
+    is; from a sentence, the one number (or the one to three words) it adds to the
+    question; None when no such answer can be told apart."""
+    if isinstance(result, bool):
+        return "yes" if result else "no"
+    if isinstance(result, (int, float)):
+        return str(render_observation(result, 100))
+    if not isinstance(result, str):
+        return None
+    text = " ".join(result.split()).rstrip(".")
+    if not text:
+        return None
+    if len(_WORD.findall(text)) <= 3:
+        return text
+    asked = {w.lower() for w in _WORD.findall(question)}
+    numbers: list[str] = list(dict.fromkeys(n for n in _NUMBER.findall(text) if n not in asked))
+    if len(numbers) == 1:
+        return numbers[0]
+    if numbers:
+        return None
+    new = [w for w in _WORD.findall(text) if w.lower() not in asked and w.lower() not in _STOP_WORDS]
+    return " ".join(new) if 1 <= len(new) <= 3 else None
 
 
 # --- docstrings -------------------------------------------------------------------------
@@ -193,83 +341,21 @@ def fits(value: Any, spec: Mapping[str, Any]) -> bool:
         return False
 
 
-# --- synthesised arguments ----------------------------------------------------------------
-
-_NAME_HINTS: Final[tuple[tuple[tuple[str, ...], str], ...]] = (
-    (("email",), "ada@example.com"),
-    (("url", "link", "website"), "https://example.com"),
-    (("date", "day", "when"), "2024-03-15"),
-    (("time", "hour"), "09:30"),
-    (("city", "town"), "Lyon"),
-    (("country", "nation"), "Japan"),
-    (("currency",), "EUR"),
-    (("lang",), "en"),
-    (("unit",), "km"),
-    (("expression", "expr", "formula", "equation"), "12 * 34"),
-    (("path", "file", "filename"), "notes.txt"),
-    (("sku", "item", "product"), "widget"),
-    (("color", "colour"), "blue"),
-    (("first_name", "last_name", "username", "name", "person", "author"), "Ada Lovelace"),
-    (("id", "code", "key"), "A-100"),
-    (("query", "topic", "search", "term", "keyword", "question", "subject"), ""),
-    (("text", "message", "content", "body", "note", "sentence"), "hello world"),
-)
+# --- arguments from the schema alone ------------------------------------------------------
 
 
-def _string_for(name: str, spec: Mapping[str, Any]) -> str:
-    fmt = spec.get("format")
-    if fmt == "date":
-        return "2024-03-15"
-    if fmt == "date-time":
-        return "2024-03-15T09:30:00Z"
-    if fmt == "email":
-        return "ada@example.com"
-    if fmt in ("uri", "url"):
-        return "https://example.com"
-    lowered = name.lower()
-    words = set(re.split(r"[^a-z0-9]+", lowered))
-    for keys, sample in _NAME_HINTS:
-        if any(k in words or lowered.endswith(k) for k in keys):
-            if sample:
-                return sample
-            break
-    description = str(spec.get("description") or "").strip().rstrip(".")
-    if description:  # a phrase from the description, e.g. "the city to look up" -> "city"
-        words_in = [w for w in re.findall(r"[A-Za-z][A-Za-z-]+", description) if w.lower() not in _FILLER]
-        if words_in:
-            return " ".join(words_in[:3]).lower()
-    return name.replace("_", " ")
+def real_value(spec: Any, depth: int = 0) -> tuple[bool, Any]:
+    """A value the schema itself gives for one parameter, or (False, None).
 
-
-_FILLER: Final = frozenset(
-    "a an the of to for in on at by with from and or is are be this that which what "
-    "name value string text look up find get".split()
-)
-
-
-def _number_for(spec: Mapping[str, Any], integer: bool) -> int | float:
-    low = spec.get("minimum")
-    high = spec.get("maximum")
-    if isinstance(spec.get("exclusiveMinimum"), (int, float)):
-        low = spec["exclusiveMinimum"] + (1 if integer else 0.5)
-    if isinstance(spec.get("exclusiveMaximum"), (int, float)):
-        high = spec["exclusiveMaximum"] - (1 if integer else 0.5)
-    value: int | float = 3 if integer else 2.5
-    if isinstance(low, (int, float)) and not isinstance(low, bool):
-        value = max(value, low)
-    if isinstance(high, (int, float)) and not isinstance(high, bool):
-        value = min(value, high)
-    return int(value) if integer else value
-
-
-def synthesise_value(name: str, spec: Any, depth: int = 0) -> tuple[bool, Any]:
-    """A plausible value for one parameter, or (False, None) when none can be made."""
+    Only what is written down counts: JSON Schema `examples`, `const`, an `enum`'s first
+    value, an `e.g.` value in the description, `default`, an inclusive `minimum` or
+    `maximum`. Nothing is made up from a parameter's name: a small model copies a worked
+    example's values, so an invented one ("topic" for a `topic`) becomes its answer."""
     if not isinstance(spec, Mapping) or depth > 4:
         return False, None
-    for key in ("examples",):
-        found = spec.get(key)
-        if isinstance(found, list) and found and fits(found[0], spec):
-            return True, found[0]
+    found = spec.get("examples")
+    if isinstance(found, list) and found and fits(found[0], spec):
+        return True, found[0]
     if "const" in spec:
         return True, spec["const"]
     if isinstance(spec.get("enum"), list) and spec["enum"]:
@@ -279,43 +365,42 @@ def synthesise_value(name: str, spec: Any, depth: int = 0) -> tuple[bool, Any]:
         return True, value
     if "default" in spec and fits(spec["default"], spec):
         return True, spec["default"]
-    kind = spec.get("type")
-    if isinstance(kind, list):
-        kind = next((k for k in kind if k != "null"), None)
+    for bound in ("minimum", "maximum"):
+        value = spec.get(bound)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and fits(value, spec):
+            return True, value
     for key in ("anyOf", "oneOf"):
-        if kind is None and isinstance(spec.get(key), list):
+        if isinstance(spec.get(key), list) and "type" not in spec:
             for branch in spec[key]:
                 if isinstance(branch, Mapping) and branch.get("type") != "null":
-                    return synthesise_value(name, {"description": spec.get("description"), **branch}, depth + 1)
-    if kind == "string":
-        text = _string_for(name, spec)
-        low, high = spec.get("minLength"), spec.get("maxLength")
-        if isinstance(low, int) and len(text) < low:
-            text = text + "x" * (low - len(text))
-        if isinstance(high, int) and len(text) > high:
-            text = text[:high]
-        return True, text
-    if kind in ("integer", "number"):
-        return True, _number_for(spec, kind == "integer")
-    if kind == "boolean":
-        return True, True
-    if kind == "array":
-        ok, item = synthesise_value(name.rstrip("s"), spec.get("items"), depth + 1)
-        return True, [item] if ok else []
-    if kind == "object":
-        return True, synthesise_args(spec, depth + 1)
+                    ok, value = real_value({"description": spec.get("description"), **branch}, depth + 1)
+                    if ok:
+                        return True, value
+    kind = spec.get("type")
+    if kind == "array" or (isinstance(kind, list) and "array" in kind):
+        ok, item = real_value(spec.get("items"), depth + 1)
+        if ok and fits([item], spec):
+            return True, [item]
+    if kind == "object" or (isinstance(kind, list) and "object" in kind):
+        args = synthesise_args(spec, depth + 1)
+        if args is not None and fits(args, spec):
+            return True, args
     return False, None
 
 
-def synthesise_args(parameters: Mapping[str, Any], depth: int = 0) -> dict[str, Any]:
-    """Arguments for an object schema: every required property, from its own schema."""
+def synthesise_args(parameters: Mapping[str, Any], depth: int = 0) -> dict[str, Any] | None:
+    """Arguments for an object schema from its own values (`real_value`): every required
+    property, or None when one has nothing real to show (the tool is then listed by its
+    signature and description only)."""
     props = parameters.get("properties") or {}
     if not isinstance(props, Mapping):
-        return {}
-    required = [k for k in parameters.get("required") or () if k in props]
+        return None
     out: dict[str, Any] = {}
-    for key in required:
-        ok, value = synthesise_value(str(key), props[key], depth)
-        if ok:
-            out[str(key)] = value
+    for key in parameters.get("required") or ():
+        if key not in props:
+            continue
+        ok, value = real_value(props[key], depth)
+        if not ok:
+            return None
+        out[str(key)] = value
     return out

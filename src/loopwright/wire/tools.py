@@ -368,7 +368,11 @@ class ToolRegistry:
         *,
         tool_timeout_s: float | None = None,
         max_observation_chars: int = 8000,
+        examples: Sequence[object] | None = None,
     ) -> None:
+        """examples: whole runs, `[{"question", "calls": [{"tool", "args", "result"}, ...],
+        "answer"}]`, checked now against the tools' schemas; every mode's prompts show them."""
+        from loopwright.wire.examples import check_run_examples
         self._tools: dict[str, Tool] = {}
         self._names: tuple[str, ...] = ()
         self._memo: dict[Hashable, Any] = {}
@@ -376,6 +380,7 @@ class ToolRegistry:
         self.max_observation_chars = max_observation_chars
         for item in tools:
             self.register(item)
+        self.examples = check_run_examples(examples, self._tools)
 
     def register(self, tool: Tool | Callable[..., Any]) -> Tool:
         """Add a tool (a plain function is wrapped with `tool()`); names must be unique."""
@@ -437,6 +442,7 @@ class ToolRegistry:
             [self._tools[n] for n in wanted],
             tool_timeout_s=self.tool_timeout_s,
             max_observation_chars=self.max_observation_chars,
+            examples=[e for e in self.examples if all(c.tool in wanted for c in e.calls)],
         )
 
     def bind(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
