@@ -37,34 +37,34 @@ class Mutation:
     nth: int | None = None  # which occurrence, when the piece appears more than once
 
 
-CORE = "modes/_core.py"
+CORE = "modes/context.py"
+GATE = "modes/gate.py"
 FENCE_TEST = "tests/test_fence_model_text.py"
 MUTATIONS = [
     # exactly-once
-    Mutation("exactly-once: no per-key lock (ReWOO fan-out)", CORE,
-             "lock = self._key_locks.setdefault(ledger_key, threading.Lock())", "lock = threading.Lock()",
+    Mutation("exactly-once: no per-key lock (ReWOO fan-out)", GATE,
+             "return self._locks.setdefault(ledger, threading.Lock())", "return threading.Lock()",
              ("tests/test_safety.py",)),
-    Mutation("exactly-once: callable idempotency_key ignored", CORE,
+    Mutation("exactly-once: callable idempotency_key ignored", GATE,
              "return str(spec(args))", 'return call_key("", args)', ("tests/test_safety.py",)),
-    Mutation("exactly-once: named key ignores the other arguments", CORE,
+    Mutation("exactly-once: named key ignores the other arguments", GATE,
              r'return call_key("", args) + "\x00" + str(args.get(spec))', "return str(args.get(spec))",
              ("tests/test_safety.py",)),
-    Mutation("exactly-once: replayed result not put back in the ledger", CORE,
-             r'self._ledger[name + "\x00" + _idempotency_key(tool, args)] = (key, recorded[1])', "pass",
+    Mutation("exactly-once: replayed result not put back in the ledger", GATE,
+             "self._ledger[self._ledger_key(tool, call.args)] = (call.key, recorded[1])", "pass",
              ("tests/test_safety.py",)),
-    # the run's wall clock reaches the tools
-    # (the plain and gated paths share one call since the issue-15 merge: one line for both)
-    Mutation("timeout_s not passed to tools: plain and gated paths", CORE,
-             "result = self.registry.execute(name, args, timeout_s=self.deadline.remaining())",
-             "result = self.registry.execute(name, args)", ("tests/test_react.py",)),
-    Mutation("timeout_s not passed to tools: ReWOO gated path", CORE,
-             "result = self.registry.execute(name, args, timeout_s=self.deadline.remaining())",
-             "result = self.registry.execute(name, args)", ("tests/test_rewoo.py",)),
-    Mutation("timeout_s not passed to tools: ReWOO plain path", CORE,
-             "result = await self.registry.aexecute(name, args, timeout_s=self.deadline.remaining())",
-             "result = await self.registry.aexecute(name, args)", ("tests/test_rewoo.py",)),
+    # the run's wall clock reaches the tools: one call in each driver (every mode, gated or not)
+    Mutation("timeout_s not passed to tools: sync driver (ReAct)", "modes/driver.py",
+             "result = ctx.registry.execute(call.name, call.args, timeout_s=ctx.deadline.remaining())",
+             "result = ctx.registry.execute(call.name, call.args)", ("tests/test_react.py",)),
+    Mutation("timeout_s not passed to tools: sync driver (ReWOO workers)", "modes/driver.py",
+             "result = ctx.registry.execute(call.name, call.args, timeout_s=ctx.deadline.remaining())",
+             "result = ctx.registry.execute(call.name, call.args)", ("tests/test_rewoo.py",)),
+    Mutation("timeout_s not passed to tools: async driver", "modes/adriver.py",
+             "result = await ctx.registry.aexecute(call.name, call.args, timeout_s=ctx.deadline.remaining())",
+             "result = await ctx.registry.aexecute(call.name, call.args)", ("tests/test_asyncrun.py",)),
     Mutation("ReAct: no clock check after a tool call", "modes/react.py",
-             "if guarded and ctx.deadline.expired():", "if False:", ("tests/test_react.py",)),
+             "if guarded and ctx.expired():", "if False:", ("tests/test_react.py",)),
     # fences
     Mutation("fence: & not escaped", "untrusted.py",
              '.replace("&", "&amp;")', "", ("tests/test_prompts.py",)),
@@ -135,7 +135,7 @@ MUTATIONS = [
     Mutation("scope ignored (injection suite alone)", CORE,
              "self.registry = registry if tools is None else registry.subset(tools)", "self.registry = registry",
              ("tests/test_injection.py",)),
-    Mutation("approval gate skipped (injection suite alone)", CORE,
+    Mutation("approval gate skipped (injection suite alone)", GATE,
              "if tool is not None and tool.requires_approval:", "if False:", ("tests/test_injection.py",)),
     # boundaries
     Mutation("token budget: >= becomes >", CORE,
@@ -164,20 +164,21 @@ MUTATIONS = [
              "if failed:", "if failed and len(failed) == len(deps):", ("tests/test_rewoo.py",)),
     Mutation("memory fence: recalled text reaches the ReAct prompt unfenced", "modes/react.py",
              "{fence(recalled, 'memory')}", "{recalled}", ("tests/test_react_context_budget.py",)),
-    Mutation("approval: with no approver only destructive tools are denied", CORE,
+    Mutation("approval: with no approver only destructive tools are denied", GATE,
              'return Decision(False, "this tool needs approval and the run has no approver")',
-             'return Decision(side_effects != "destructive", "this tool needs approval and the run has no approver")',
+             'return Decision(tool.side_effects != "destructive", "this tool needs approval and the run has no approver")',
              ("tests/test_safety.py",)),
     Mutation("otel: the run span's gen_ai.provider.name renamed gen_ai.system", "otel.py",
              '"gen_ai.provider.name": self.provider,', '"gen_ai.system": self.provider,', ("tests/test_otel.py",),
              nth=1),
-    Mutation("cost budget: >= becomes >", "pricing.py",
-             "bool(cost >= ctx.cost_budget)", "bool(cost > ctx.cost_budget)", ("tests/test_pricing.py",)),
-    Mutation("approval: the sync fast path skips an idempotent tool that requires approval", CORE,
+    Mutation("cost budget: >= becomes >", "modes/observers.py",
+             "bool(cost >= self.budget)", "bool(cost > self.budget)", ("tests/test_pricing.py",)),
+    # one gate for both drivers and every mode: its fast path is one line (ReAct and ReWOO's workers)
+    Mutation("approval: the gate's fast path skips an idempotent tool that requires approval", GATE,
              "(tool.idempotent and not tool.requires_approval)", "tool.idempotent", ("tests/test_safety.py",)),
-    Mutation("approval: the async (ReWOO) fast path skips an idempotent tool that requires approval", CORE,
-             "and (not tool.idempotent or tool.requires_approval)", "and not tool.idempotent",
-             ("tests/test_safety.py",)),
+    Mutation("approval: the gate's fast path skips it for ReWOO's parallel workers", GATE,
+             "(tool.idempotent and not tool.requires_approval)", "tool.idempotent", ("tests/test_rewoo.py",
+                                                                                     "tests/test_safety.py")),
     Mutation("approval: ToT runs an idempotent tool that requires approval in a branch", "modes/tot.py",
              "(not tool.idempotent or tool.requires_approval) and not self.allow_side_effects",
              "not tool.idempotent and not self.allow_side_effects", ("tests/test_tot.py",)),

@@ -65,9 +65,11 @@ def test_a_crashing_or_failing_run_never_stops_the_others() -> None:
 
 
 def test_bad_run_options_fail_each_run_with_a_clear_error_not_the_batch() -> None:
-    traces = lw.run_many(TASKS[:2], answer_policy, make_registry(), max_stepz=3)
+    traces = lw.run_many(TASKS[:2], answer_policy, make_registry(), branching=3)  # a Tree-of-Thoughts setting
     assert [t.stopped_reason for t in traces] == ["error", "error"]
-    assert traces[0].steps[0].error == "run failed: TypeError: unknown run option(s): max_stepz"
+    assert traces[0].steps[0].error == "run failed: TypeError: unknown run option(s) for mode 'react': branching"
+    with pytest.raises(TypeError, match="unexpected keyword argument 'max_stepz'"):  # a misspelling: at once
+        lw.run_many(TASKS[:2], answer_policy, make_registry(), max_stepz=3)  # type: ignore[call-arg]
 
 
 def test_concurrency_bounds_the_runs_in_flight() -> None:

@@ -190,6 +190,76 @@ def test_importing_an_old_path_keeps_the_package_names_it_shadows():
     assert callable(loopwright.resume) and loopwright.resume.__name__ == "resume"
 
 
+# The modes are pure step machines: they yield requests and Steps, and the drivers do the I/O.
+_MODE_MODULES = ("react", "rewoo", "plan_execute", "reflexion", "tot", "_critique", "machine")
+_NO_IO_IMPORTS = ("threading", "asyncio", "concurrent", "time", "multiprocessing", "socket", "subprocess")
+# what only a driver may call: the policy, a tool, the registry's execution, a thread or a clock
+_DRIVER_CALLS = ("call_policy", "acall_policy", "execute", "aexecute", "dispatch", "complete", "acomplete",
+                 "perf_counter", "monotonic", "call_in_thread", "acall_in_thread", "begin_model", "model_done")
+
+
+def _mode_io(path: Path) -> list[str]:
+    """The imports of I/O modules and the driver-only calls in a mode module's source."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.split(".")[0] in _NO_IO_IMPORTS]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in _NO_IO_IMPORTS:
+            found.append(node.module or "")
+        elif isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            if name in _DRIVER_CALLS:
+                found.append(f"{name}() at line {node.lineno}")
+            elif name == "policy" or (isinstance(func, ast.Attribute) and func.attr == "policy"):
+                found.append(f"policy() at line {node.lineno}")
+    return found
+
+
+@pytest.mark.parametrize("module", _MODE_MODULES)
+def test_mode_modules_do_no_io_and_call_no_policy_or_tool(module):
+    assert _mode_io(SRC / "modes" / f"{module}.py") == []
+
+
+def test_the_mode_check_finds_a_planted_thread_and_tool_call(tmp_path):
+    planted = tmp_path / "mode.py"
+    planted.write_text("import threading\nfrom time import perf_counter\n\n"
+                       "def step(ctx):\n    return ctx.registry.execute('x', {})\n", "utf-8")
+    assert _mode_io(planted) == ["threading", "time", "execute() at line 5"]
+
+
+_FRONT_DOORS = ("run", "iter_run", "arun", "aiter_run", "run_many", "arun_many", "resume", "fork",
+                "run_react", "iter_react", "run_rewoo", "iter_rewoo", "run_plan_execute", "iter_plan_execute",
+                "run_reflexion", "iter_reflexion", "run_tot", "iter_tot")
+
+
+@pytest.mark.parametrize("name", _FRONT_DOORS)
+def test_the_public_run_functions_take_typed_keywords_and_no_kwargs(name):
+    import inspect
+
+    signature = inspect.signature(getattr(loopwright, name))
+    kinds = {p.kind for p in signature.parameters.values()}
+    assert inspect.Parameter.VAR_KEYWORD not in kinds and inspect.Parameter.VAR_POSITIONAL not in kinds
+    unannotated = [p.name for p in signature.parameters.values() if p.annotation is inspect.Parameter.empty]
+    assert unannotated == []
+    assert signature.return_annotation not in (inspect.Signature.empty, "Any")
+    assert {"max_steps", "timeout_s", "tools", "prompts"} <= set(signature.parameters)
+
+
+def test_the_front_doors_share_the_keywords_of_run():
+    import inspect
+
+    def keywords(name: str) -> set[str]:
+        params = inspect.signature(getattr(loopwright, name)).parameters.values()
+        return {p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY}
+
+    run = keywords("run")
+    assert run == keywords("iter_run") == keywords("arun") == keywords("aiter_run")
+    assert run - {"store"} <= keywords("run_many") and keywords("run_react") < run
+    assert {"branching", "search"} <= keywords("run_tot") and "branching" not in keywords("run_react")
+    assert run - {"store", "run_id", "approver", "journal_meta"} <= keywords("resume")
+
+
 def readme_layout(readme: str) -> dict[str, set[str]]:
     """The module files the README's layout block names, by folder ("" for the package's
     top level). An entry starts two spaces in (`  modes/  ...`, `  session.py ...`); deeper

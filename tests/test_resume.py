@@ -332,13 +332,13 @@ def test_a_limit_passed_to_resume_replaces_the_recorded_one(store):
 
 def test_resume_refuses_options_that_would_make_it_another_run(store):
     lw.run("task", lw.ScriptedPolicy(REACT), make_registry(), store=store, run_id="r")
-    with pytest.raises(TypeError, match="does not take _journal"):
+    with pytest.raises(TypeError, match="unexpected keyword argument '_journal'"):
         resume("r", lw.ScriptedPolicy([]), make_registry(), store=store, _journal=None)
 
 
 def test_resume_that_cannot_start_leaves_the_run_status_alone(store):
     lw.run("t", lw.ScriptedPolicy(DELETE[:1]), gated_tools([]), approver=later, store=store, run_id="r")
-    with pytest.raises(TypeError, match="unknown run option"):
+    with pytest.raises(TypeError, match="unexpected keyword argument 'no_such_option'"):
         resume("r", lw.ScriptedPolicy([]), gated_tools([]), store=store, no_such_option=1)
     record = store.load_run("r")
     assert (record.status, record.resumes) == ("paused", 0)
@@ -426,6 +426,50 @@ def test_a_journal_written_before_tool_sets_were_recorded_resumes_with_any_tools
         trace = resume("old", lw.ScriptedPolicy([final("391")]), demo_registry(), store=old)
         assert trace.final_answer == "391" and trace.steps[0].observation == "391"
         assert old.load_run("old").status == "finished" and "tool_changes" not in trace.meta
+
+
+JOURNAL_84CC605 = Path(__file__).parent / "fixtures" / "journal_84cc605.db"
+
+
+@pytest.mark.parametrize(("mode", "rest", "calls"), [
+    ("react", [final("391")], 2),
+    ("rewoo", ["Final Answer: 391"], 2),
+    ("plan_execute", [], 1),  # it had finished: replayed whole, no model call
+    ("reflexion", [final("391")], 2),
+    ("tot", ["sure", "Final Answer: 391", "sure"], 4),
+])
+def test_a_journal_written_by_84cc605_resumes_in_every_mode(tmp_path: Path, mode: str, rest: list[str], calls: int):
+    import shutil
+
+    from loopwright.demo_tools import demo_registry
+
+    db = tmp_path / "old.db"
+    shutil.copy(JOURNAL_84CC605, db)
+    policy = lw.ScriptedPolicy(rest)
+    with SQLiteStore(db) as old:
+        record = old.load_run(mode)
+        assert record.mode == mode and record.config["tools"] == ["calculate"]  # written by the old release
+        trace = resume(mode, policy, demo_registry(), store=old)
+        assert trace.final_answer == "391" and trace.stopped_reason == "final"
+        assert trace.llm_calls == calls and policy.calls == len(rest)  # the recorded calls were not made again
+        assert old.load_run(mode).status == "finished"
+        assert any(s.observation == "391" for s in trace.steps)  # the recorded tool result, replayed
+
+
+def test_the_recorded_settings_of_an_84cc605_journal_hold_on_resume(tmp_path: Path):
+    import shutil
+
+    from loopwright.demo_tools import demo_registry
+
+    db = tmp_path / "old.db"
+    shutil.copy(JOURNAL_84CC605, db)
+    with SQLiteStore(db) as old:  # the ReAct run recorded on_repeat="stop" and max_steps=4
+        again = act("calculate", '{"expression": "17 * 23"}')
+        trace = resume("react", lw.ScriptedPolicy([again, again]), demo_registry(), store=old)
+        assert trace.stopped_reason == "repeated_call" and trace.llm_calls == 3
+        fresh = lw.run("t", lw.ScriptedPolicy([]), demo_registry(), store=old, run_id="new-react", max_steps=1,
+                     on_repeat="stop")  # a run journaled now records what resume reads back
+        assert old.load_run("new-react").config["on_repeat"] == "stop" and fresh.stopped_reason == "error"
 
 
 # -- a resumed run that is killed again reads as running, counted from its journal --------

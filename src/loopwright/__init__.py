@@ -34,6 +34,7 @@ from loopwright.guards import Limits
 from loopwright.modes import (
     AsyncRun,
     Run,
+    RunSpec,
     aiter_run,
     arun,
     iter_plan_execute,
@@ -128,6 +129,7 @@ __all__ = [
     "ReplayMissError",
     "Run",
     "RunInterrupted",
+    "RunSpec",
     "SQLiteStore",
     "Session",
     "ScriptExhaustedError",

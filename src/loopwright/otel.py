@@ -50,7 +50,10 @@ def uninstrument() -> None:
     _ACTIVE = None
 
 
-def run_spans(tracer: Any, task: str, mode: str, policy: Any, run_id: str | None) -> RunSpans | None:
+def run_spans(
+    tracer: Any, task: str, mode: str, policy: Any, run_id: str | None,
+    price: Callable[[Usage], float] | None = None,
+) -> RunSpans | None:  # fmt: skip
     """The span recorder for one run: on `tracer` (a run's `tracer=` option), else on what
     `instrument()` set; None when neither, and then the run records nothing."""
     if tracer is None:
@@ -59,7 +62,9 @@ def run_spans(tracer: Any, task: str, mode: str, policy: Any, run_id: str | None
         tracer, capture = _ACTIVE
     else:
         capture = _ACTIVE[1] if _ACTIVE is not None else False
-    return RunSpans(tracer, capture, task, mode, policy, run_id)
+    spans = RunSpans(tracer, capture, task, mode, policy, run_id)
+    spans.price = price
+    return spans
 
 
 def _provider(policy: Any) -> str:
@@ -115,6 +120,7 @@ class RunSpans:
         self.span = tracer.start_span("invoke_agent", attributes=attributes)
         self.context = trace.set_span_in_context(self.span)
         self._pending: list[tuple[Any, int]] = []  # (span, end time) until its step is recorded
+        self.price: Callable[[Usage], float] | None = None  # a call's cost, when the run has prices
 
     def _settle(self, step: Step | None) -> None:
         for span, end in self._pending:
@@ -124,12 +130,10 @@ class RunSpans:
             span.end(end_time=end if span.name != "plan" else max(end, time.time_ns()))
         self._pending = []
 
-    def model(
-        self, purpose: str, prompt: str, text: str, usage: Usage, started: float,
-        meta: dict[str, Any] | None = None, pricing: Callable[[Usage], float] | None = None,
-    ) -> None:  # fmt: skip
-        """One answered model call, begun at perf_counter() `started` (its span ends when its
-        step is recorded); `pricing` gives its cost in dollars, when the run has prices."""
+    def model(self, n: int, request: Any, completion: Any, usage: Usage, started: float) -> None:
+        """Model call `n` (a ModelRequest answered with a Completion), begun at
+        perf_counter() `started`; its span ends when its step is recorded."""
+        purpose, prompt, text, meta, pricing = request.purpose, request.prompt, completion.text, completion.meta, self.price
         if self._pending:
             self._settle(None)
         end = time.time_ns()

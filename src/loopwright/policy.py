@@ -7,8 +7,6 @@ backend sees the same prompt the trace records.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import inspect
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -16,6 +14,7 @@ from types import FunctionType
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from loopwright.errors import ScriptExhaustedError
+from loopwright.offload import run_until_complete
 from loopwright.trace import Usage
 
 Purpose = Literal["react", "plan", "solve", "replan", "summarize", "reflect", "propose", "value"]
@@ -91,35 +90,42 @@ def call_policy(policy: Policy, request: ModelRequest) -> Completion:
     Raises whatever the policy raises; a return value of the wrong type is a TypeError
     naming what is accepted.
     """
-    complete = getattr(policy, "complete", None)
-    if callable(complete):
+    return as_completion(policy_reply(policy, request))
+
+
+def policy_reply(policy: Policy, request: ModelRequest) -> str | Completion:
+    """`call_policy` without the Completion made for a plain str answer (a run's model
+    choke point makes one only when something records it)."""
+    if type(policy) is FunctionType:  # a plain function: the prompt only (no attribute lookups)
+        out = policy(request.prompt)
+    elif callable(complete := getattr(policy, "complete", None)):
         out = complete(request)
     elif callable(acomplete := getattr(policy, "acomplete", None)):
         out = acomplete(request)
     else:
         out = policy(request.prompt)  # type: ignore[operator]
+    if type(out) is str or type(out) is Completion:
+        return out
     if inspect.isawaitable(out):  # an async policy in a sync run: awaited on a private loop
-        out = _await_here(out)
+        out = run_until_complete(out)
+    if isinstance(out, Completion):
+        return out
+    if isinstance(out, str):
+        return str(out)  # a str subclass becomes a plain str, as in the trace
+    raise TypeError(f"a policy must return str or loopwright.Completion, got {type(out).__name__}")
+
+
+async def acall_policy(policy: Policy, request: ModelRequest) -> Completion:
+    """`call_policy` for an async policy (see `is_async_policy`), awaited on this loop."""
+    acomplete = getattr(policy, "acomplete", None)
+    if callable(acomplete):
+        out = acomplete(request)
+    else:
+        complete = getattr(policy, "complete", None)
+        out = complete(request) if callable(complete) else policy(request.prompt)  # type: ignore[operator]
+    if inspect.isawaitable(out):
+        out = await out
     return as_completion(out)
-
-
-def _await_here(awaitable: Any) -> Any:
-    """Await on a private event loop: in this thread, or in a helper thread when this
-    one already runs a loop (a sync run called from a notebook)."""
-
-    async def wait() -> Any:
-        return await awaitable
-
-    def run() -> Any:
-        with asyncio.Runner(loop_factory=asyncio.new_event_loop) as runner:
-            return runner.run(wait())
-
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return run()
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="loopwright-policy") as pool:
-        return pool.submit(run).result()
 
 
 def as_completion(out: Any) -> Completion:

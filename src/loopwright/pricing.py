@@ -14,14 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from loopwright.trace import Step, Usage
 
-__all__ = ["Prices", "attach", "charge", "price_function", "spent"]
+__all__ = ["Prices", "charge", "price_function"]
 
 PriceFunction = Callable[[Usage], float]
-_C = TypeVar("_C")
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,26 +85,6 @@ def price_function(policy: Any, prices: Any) -> PriceFunction:
         return float(priced.total_price)
 
     return table
-
-
-def attach(ctx: _C, policy: Any, budget: Any, prices: Any) -> _C:
-    """Set a run context's `pricing` and `cost_budget` from the run options and return it
-    (unchanged when neither is given: the run then pays nothing for this)."""
-    if budget is None and prices is None:
-        return ctx
-    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int | float) or budget <= 0):
-        raise ValueError(f"cost_budget_usd must be a positive number of dollars, got {budget!r}")
-    target: Any = ctx
-    target.pricing = price_function(policy, prices)
-    target.cost_budget = None if budget is None else float(budget)
-    target.trace.meta["cost_usd"] = 0.0
-    return ctx
-
-
-def spent(ctx: Any) -> bool:
-    """Record the run's cost so far on its trace; True when it reached the budget."""
-    cost = ctx.trace.meta["cost_usd"] = ctx.pricing(ctx.trace.usage)
-    return ctx.cost_budget is not None and bool(cost >= ctx.cost_budget)
 
 
 def charge(price: PriceFunction, step: Step) -> None:

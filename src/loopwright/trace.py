@@ -15,8 +15,6 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Final
 
-from loopwright._slots import slot_writers
-
 STOP_REASONS: Final = frozenset(
     {
         "final",
@@ -62,7 +60,7 @@ def estimate_tokens(text: str) -> int:
     return -(-size // 3)
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True)
 class Usage:
     """Tokens of one model call, or of a whole run.
 
@@ -75,19 +73,6 @@ class Usage:
     evaluated_tokens: int = 0
     completion_tokens: int = 0
     estimated: bool = False
-
-    def __init__(
-        self,
-        prompt_tokens: int = 0,
-        evaluated_tokens: int = 0,
-        completion_tokens: int = 0,
-        estimated: bool = False,
-    ) -> None:  # writes the slots directly (see loopwright._slots); the hot path makes two a step
-        sent, evaluated, completion, flag = _USAGE_SLOTS
-        sent(self, prompt_tokens)
-        evaluated(self, evaluated_tokens)
-        completion(self, completion_tokens)
-        flag(self, estimated)
 
     @property
     def total_tokens(self) -> int:
@@ -126,9 +111,6 @@ class Usage:
         )
 
 
-_USAGE_SLOTS = slot_writers(Usage)
-
-
 def json_safe(value: Any) -> Any:
     """The value as plain JSON data: anything json cannot hold is rendered with str()."""
     try:
@@ -137,7 +119,7 @@ def json_safe(value: Any) -> Any:
         return str(value)
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True)
 class Step:
     """One transition of a run. `raw` is the model text exactly as returned; `prompt` is
     exactly what the model was sent (None for steps with no model call)."""
@@ -157,39 +139,11 @@ class Step:
     meta: dict[str, Any] = field(default_factory=dict)
     prompt_chars: int | None = None  # ReAct: the prompt is trace.scratchpad[:prompt_chars]
 
-    def __init__(
-        self,
-        index: int,
-        kind: str,
-        raw: str = "",
-        thought: str = "",
-        tool: str | None = None,
-        args: dict[str, Any] | None = None,
-        observation: str | None = None,
-        error: str | None = None,
-        duration_s: float = 0.0,
-        usage: Usage | None = None,
-        prompt: str | None = None,
-        step_id: str | None = None,
-        meta: dict[str, Any] | None = None,
-        prompt_chars: int | None = None,
-    ) -> None:  # writes the slots directly (see loopwright._slots): one Step a model call
-        (s_index, s_kind, s_raw, s_thought, s_tool, s_args, s_observation, s_error,
-         s_duration, s_usage, s_prompt, s_step_id, s_meta, s_prompt_chars) = _STEP_SLOTS
-        s_index(self, index)
-        s_kind(self, kind)
-        s_raw(self, raw)
-        s_thought(self, thought)
-        s_tool(self, tool)
-        s_args(self, args)
-        s_observation(self, observation)
-        s_error(self, error)
-        s_duration(self, duration_s)
-        s_usage(self, Usage() if usage is None else usage)
-        s_prompt(self, prompt)
-        s_step_id(self, step_id)
-        s_meta(self, {} if meta is None else meta)
-        s_prompt_chars(self, prompt_chars)
+    def __post_init__(self) -> None:
+        if self.usage is None:  # a record that says none (an older trace): no tokens
+            object.__setattr__(self, "usage", Usage())
+        if self.meta is None:
+            object.__setattr__(self, "meta", {})
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {}
@@ -215,9 +169,6 @@ class Step:
 
     def with_(self, **changes: Any) -> Step:
         return replace(self, **changes)
-
-
-_STEP_SLOTS = slot_writers(Step)
 
 
 @dataclass

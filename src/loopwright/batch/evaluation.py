@@ -293,9 +293,9 @@ def evaluate(
     ends. Returns an EvalReport (`.summaries`, `.results`, `.table()`, `.to_dict()`,
     `.html()`).
     """
-    from loopwright.batch.runner import _run_sync
+    from loopwright.offload import run_until_complete
 
-    report: EvalReport = _run_sync(aevaluate(dataset, policy, registry, **options))
+    report: EvalReport = run_until_complete(aevaluate(dataset, policy, registry, **options))
     return report
 
 

@@ -21,20 +21,36 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import threading
 import traceback
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 from loopwright.errors import StoreError
+from loopwright.guards import OnParseError, OnRepeat
 from loopwright.modes import AsyncRun, arun
+from loopwright.modes.spec import (
+    Dialect,
+    Evaluator,
+    OnDeny,
+    OnToolError,
+    PriceSpec,
+    RunSpec,
+    Search,
+)
+from loopwright.offload import run_until_complete
 from loopwright.policy import Policy
+from loopwright.prompts import PromptSet
+from loopwright.safety import Approver
 from loopwright.trace import Step, Trace
 from loopwright.wire.tools import ToolRegistry
 
 if TYPE_CHECKING:
     from loopwright.durable.store import SQLiteStore
+    from loopwright.memory.tiered import Memory
+
+RUN_KEYWORDS: Final = frozenset(RunSpec.__dataclass_fields__) - {"task", "mode", "store"}
+"""The keywords of `run` a batch passes to each of its runs."""
 
 Progress = Callable[[int, Trace], None]
 """Called with the task's index and its trace as each task ends (from the event loop)."""
@@ -145,9 +161,9 @@ async def arun_task(spec: BatchSpec, index: int, task: str, shared: Policy | Non
         if state == "finished" and spec.store is not None and run_id is not None:
             trace = spec.store.trace(run_id)
         elif state == "resumable" and spec.store is not None and run_id is not None:
-            from loopwright.durable.resume import iter_resume
+            from loopwright.durable.resume import OVERRIDES, iter_resume
 
-            options = {k: v for k, v in limits.items() if k not in ("store", "run_id", "mode")}
+            options = {k: v for k, v in limits.items() if k in OVERRIDES or k == "approver"}
             trace = await AsyncRun(
                 iter_resume(run_id, spec.policy_for_run(shared), spec.registry, store=spec.store, **options)
             ).run()
@@ -162,8 +178,7 @@ async def arun_task(spec: BatchSpec, index: int, task: str, shared: Policy | Non
 
 def run_task(spec: BatchSpec, index: int, task: str, shared: Policy | None = None) -> Trace:
     """`arun_task` from sync code (a Ray worker): on a private event loop."""
-    trace: Trace = _run_sync(arun_task(spec, index, task, shared))
-    return trace
+    return run_until_complete(arun_task(spec, index, task, shared))
 
 
 class LocalExecutor:
@@ -187,26 +202,30 @@ class LocalExecutor:
 
 
 async def arun_many(
-    tasks: Iterable[str],
-    policy: PolicySource,
-    registry: ToolRegistry,
-    *,
-    mode: str = "react",
-    concurrency: int = 8,
-    store: SQLiteStore | None = None,
-    progress: Progress | None = None,
-    executor: Executor | None = None,
-    batch_id: str = "batch",
-    **limits: Any,
+    tasks: Iterable[str], policy: PolicySource, registry: ToolRegistry, *, mode: str = "react",
+    concurrency: int = 8, store: SQLiteStore | None = None, progress: Progress | None = None,
+    executor: Executor | None = None, batch_id: str = "batch",
+    max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
+    max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
+    on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
+    on_tool_error: OnToolError | None = None, max_reflections: int | None = None,
+    attempt_steps: int | None = None, evaluator: Evaluator | bool | None = None, search: Search | None = None,
+    branching: int | None = None, breadth: int | None = None, depth: int | None = None,
+    max_nodes: int | None = None, threshold: float | None = None, allow_side_effects: bool | None = None,
+    tools: Iterable[str] | None = None, approver: Approver | None = None, on_deny: OnDeny = "observe",
+    prompts: PromptSet | None = None, memory: Memory | None = None, context_tokens: int | None = None,
+    output_type: Any = None, run_id: str | None = None, journal_meta: Mapping[str, Any] | None = None,
+    tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
 ) -> list[Trace]:
     """Run every task; return their traces in input order.
 
     concurrency: runs in flight at once. store: a journal (SQLiteStore); a re-run of the
     same tasks skips the finished ones and resumes the others. progress(index, trace):
-    called as each task ends. executor: None (this event loop) or a RayExecutor. limits:
-    anything `run` takes (max_steps, timeout_s, ...). A run that fails or crashes never
-    stops the others: its trace ends "error" and says why.
+    called as each task ends. executor: None (this event loop) or a RayExecutor. The other
+    keywords: what `run` takes (max_steps, timeout_s, ...). A run that fails or crashes
+    never stops the others: its trace ends "error" and says why.
     """
+    limits = {k: v for k, v in locals().items() if k in RUN_KEYWORDS and v is not None}
     items = list(tasks)
     bad = [i for i, t in enumerate(items) if not isinstance(t, str)]
     if bad:
@@ -231,37 +250,25 @@ async def arun_many(
 
 
 def run_many(
-    tasks: Iterable[str],
-    policy: PolicySource,
-    registry: ToolRegistry,
-    **options: Any,
+    tasks: Iterable[str], policy: PolicySource, registry: ToolRegistry, *, mode: str = "react",
+    concurrency: int = 8, store: SQLiteStore | None = None, progress: Progress | None = None,
+    executor: Executor | None = None, batch_id: str = "batch",
+    max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
+    max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
+    on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
+    on_tool_error: OnToolError | None = None, max_reflections: int | None = None,
+    attempt_steps: int | None = None, evaluator: Evaluator | bool | None = None, search: Search | None = None,
+    branching: int | None = None, breadth: int | None = None, depth: int | None = None,
+    max_nodes: int | None = None, threshold: float | None = None, allow_side_effects: bool | None = None,
+    tools: Iterable[str] | None = None, approver: Approver | None = None, on_deny: OnDeny = "observe",
+    prompts: PromptSet | None = None, memory: Memory | None = None, context_tokens: int | None = None,
+    output_type: Any = None, run_id: str | None = None, journal_meta: Mapping[str, Any] | None = None,
+    tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
 ) -> list[Trace]:
-    """`arun_many` from sync code (on a private event loop; from a thread if this one
-    already runs a loop). Same arguments."""
-    traces: list[Trace] = _run_sync(arun_many(tasks, policy, registry, **options))
-    return traces
-
-
-def _run_sync(coro: Any) -> Any:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    box: list[Any] = []
-
-    def target() -> None:
-        try:
-            box.append((True, asyncio.run(coro)))
-        except BaseException as exc:
-            box.append((False, exc))
-
-    thread = threading.Thread(target=target, name="loopwright-batch")
-    thread.start()
-    thread.join()
-    ok, value = box[0]
-    if not ok:
-        raise value
-    return value
+    """`arun_many` from sync code (on a private event loop; from a helper thread if this
+    one already runs a loop). Same arguments."""
+    given = {k: v for k, v in locals().items() if k not in ("tasks", "policy", "registry")}
+    return run_until_complete(arun_many(tasks, policy, registry, **given))
 
 
 __all__ = [

@@ -10,54 +10,68 @@ other, and it records where it came from (`RunRecord.forked_from`, `forked_at_st
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from loopwright.durable.base import StoreBase
-from loopwright.durable.resume import recorded_options
+from loopwright.durable.resume import overrides, recorded_approver
 from loopwright.errors import StoreError, describe
-from loopwright.modes import Run, iter_run
+from loopwright.guards import OnParseError, OnRepeat
+from loopwright.modes import Run
+from loopwright.modes.front import start
+from loopwright.modes.spec import (
+    Dialect,
+    Evaluator,
+    OnDeny,
+    OnToolError,
+    PriceSpec,
+    RunSpec,
+    Search,
+)
 from loopwright.policy import Policy
+from loopwright.prompts import PromptSet
 from loopwright.safety import Approver, Decision
 from loopwright.trace import Trace
 from loopwright.wire.tools import ToolRegistry
 from loopwright.wire.toolset import tool_set
 
+if TYPE_CHECKING:
+    from loopwright.memory.tiered import Memory
+
 
 def iter_fork(
-    run_id: str,
-    at_step: int,
-    policy: Policy,
-    registry: ToolRegistry,
-    *,
-    store: StoreBase,
-    new_run_id: str | None = None,
-    approver: Approver | None = None,
+    run_id: str, at_step: int, policy: Policy, registry: ToolRegistry, *, store: StoreBase,
+    new_run_id: str | None = None, approver: Approver | None = None,
     decisions: Mapping[str, Decision | bool] | None = None,
-    **options: Any,
+    max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
+    max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
+    on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
+    on_tool_error: OnToolError | None = None, max_reflections: int | None = None,
+    attempt_steps: int | None = None, evaluator: Evaluator | bool | None = None, search: Search | None = None,
+    branching: int | None = None, breadth: int | None = None, depth: int | None = None,
+    max_nodes: int | None = None, threshold: float | None = None, allow_side_effects: bool | None = None,
+    tools: Iterable[str] | None = None, on_deny: OnDeny | None = None, prompts: PromptSet | None = None,
+    memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
+    tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
 ) -> Run:
     """`fork`, as a Run to iterate for each Step as it is replayed or made."""
-    fixed = sorted({"_journal", "_rerun_unfinished"} & set(options))
-    if fixed:
-        raise TypeError(f"fork names its own run; it does not take {', '.join(fixed)}")
+    given = overrides(locals())
     record = store.load_run(run_id)
     if isinstance(at_step, bool) or not isinstance(at_step, int) or not 0 <= at_step <= record.step_count:
         raise StoreError(f"at_step must be a step number from 0 to {record.step_count} "
                          f"(run {run_id!r} has {record.step_count} steps), got {describe(at_step)}")
-    rest = dict(options)
-    tools = rest.pop("tools", record.config.get("tools"))
-    limits, approver = recorded_options(store, record, rest, approver, decisions)
+    approver = recorded_approver(store, record, approver, decisions)
+    spec = RunSpec.from_config(record.task, record.mode, record.config, **given, approver=approver)
     # What the journal can hold is the fork's own config, so resuming the fork rebuilds it:
     # its limits, scope and the tools it runs with (another registry is allowed here).
-    config = {**record.config, **{k: v for k, v in rest.items() if k in record.config}}
-    config["tools"] = None if tools is None else list(tools)
+    config = {**record.config, **{k: v for k, v in given.items() if k in record.config}}
+    config["tools"] = None if spec.tools is None else list(spec.tools)
     if "tool_set" in config:
-        config["tool_set"] = tool_set(registry if tools is None else registry.subset(tools))
+        config["tool_set"] = tool_set(registry if spec.tools is None else registry.subset(spec.tools))
     new_id, journal = store.start_run(new_run_id, record.task, record.mode, config,
                                       forked_from=run_id, forked_at_step=at_step)
     try:
-        run = iter_run(record.task, policy, registry, record.mode, **limits, tools=tools,
-                       approver=approver, run_id=new_id, _journal=journal)
+        run = start(spec.replace(run_id=new_id), policy, registry, journal=journal)
     except BaseException:
         store.release_lease(new_id)
         raise
@@ -66,25 +80,29 @@ def iter_fork(
 
 
 def fork(
-    run_id: str,
-    at_step: int,
-    policy: Policy,
-    registry: ToolRegistry,
-    *,
-    store: StoreBase,
-    new_run_id: str | None = None,
-    approver: Approver | None = None,
+    run_id: str, at_step: int, policy: Policy, registry: ToolRegistry, *, store: StoreBase,
+    new_run_id: str | None = None, approver: Approver | None = None,
     decisions: Mapping[str, Decision | bool] | None = None,
-    **options: Any,
+    max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
+    max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
+    on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
+    on_tool_error: OnToolError | None = None, max_reflections: int | None = None,
+    attempt_steps: int | None = None, evaluator: Evaluator | bool | None = None, search: Search | None = None,
+    branching: int | None = None, breadth: int | None = None, depth: int | None = None,
+    max_nodes: int | None = None, threshold: float | None = None, allow_side_effects: bool | None = None,
+    tools: Iterable[str] | None = None, on_deny: OnDeny | None = None, prompts: PromptSet | None = None,
+    memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
+    tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
 ) -> Trace:
     """Start a new journaled run whose first `at_step` steps are run `run_id`'s recorded
     ones (replayed: no model call, no tool executed), then continue it live with `policy`,
     and return its trace (`trace.run_id` is the new id).
 
-    options: run options and limits for the new run (prompts, memory, max_steps, ...); a
-    limit given here replaces the source's and is recorded with the fork. new_run_id: the
-    fork's id (default: a new one). A StoreError for an unknown run, an at_step outside
-    0..steps, or a new_run_id that exists.
+    The other keywords: run options and limits for the new run (prompts, memory,
+    max_steps, ...); a limit given here replaces the source's and is recorded with the
+    fork. new_run_id: the fork's id (default: a new one). A StoreError for an unknown run,
+    an at_step outside 0..steps, or a new_run_id that exists.
     """
+    given = overrides(locals())
     return iter_fork(run_id, at_step, policy, registry, store=store, new_run_id=new_run_id,
-                     approver=approver, decisions=decisions, **options).run()
+                     approver=approver, decisions=decisions, **given).run()

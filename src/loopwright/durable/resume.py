@@ -29,20 +29,40 @@ out, Ctrl-C, a pause for approval) is where the replay picks up live.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Final
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from loopwright.durable.base import RunRecord, StoreBase
 from loopwright.errors import ToolSetChangedError
-from loopwright.modes import Run, iter_run
+from loopwright.guards import OnParseError, OnRepeat
+from loopwright.modes import Run
+from loopwright.modes.front import start
+from loopwright.modes.spec import (
+    Dialect,
+    Evaluator,
+    OnDeny,
+    OnToolError,
+    PriceSpec,
+    RunSpec,
+    Search,
+)
 from loopwright.policy import Policy
+from loopwright.prompts import PromptSet
 from loopwright.safety import Approver, Decision, decisions_approver
 from loopwright.trace import Trace
 from loopwright.wire.tools import ToolRegistry
 from loopwright.wire.toolset import ToolSetDiff, diff_tool_sets, tool_set
 
-# run options and records, not limits
-_NOT_LIMITS: Final = frozenset({"tools", "approver", "on_deny", "tool_set", "meta"})
+if TYPE_CHECKING:
+    from loopwright.memory.tiered import Memory
+
+# the keywords of resume and fork that replace what the run recorded
+OVERRIDES = frozenset({
+    "max_steps", "token_budget", "timeout_s", "max_tokens", "max_replans", "on_parse_error", "on_repeat",
+    "max_nudges", "dialect", "on_tool_error", "max_reflections", "attempt_steps", "evaluator", "search",
+    "branching", "breadth", "depth", "max_nodes", "threshold", "allow_side_effects", "tools", "on_deny",
+    "prompts", "memory", "context_tokens", "output_type", "tracer", "cost_budget_usd", "prices",
+})
 
 
 def tool_changes(record: RunRecord, registry: ToolRegistry, tools: Any = None) -> ToolSetDiff:
@@ -65,34 +85,37 @@ def check_tools(record: RunRecord, registry: ToolRegistry, tools: Any = None) ->
         raise ToolSetChangedError(record.id, diff.added, diff.removed, diff.changed)
 
 
+def overrides(given: Mapping[str, Any]) -> dict[str, Any]:
+    """The keywords a caller of resume or fork gave (its `locals()`): those not None."""
+    return {k: v for k, v in given.items() if k in OVERRIDES and v is not None}
+
+
 def iter_resume(
-    run_id: str,
-    policy: Policy,
-    registry: ToolRegistry,
-    *,
-    store: StoreBase,
-    approver: Approver | None = None,
-    decisions: Mapping[str, Decision | bool] | None = None,
-    rerun_unfinished: bool = False,
+    run_id: str, policy: Policy, registry: ToolRegistry, *, store: StoreBase, approver: Approver | None = None,
+    decisions: Mapping[str, Decision | bool] | None = None, rerun_unfinished: bool = False,
     allow_tool_changes: bool = False,
-    **options: Any,
+    max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
+    max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
+    on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
+    on_tool_error: OnToolError | None = None, max_reflections: int | None = None,
+    attempt_steps: int | None = None, evaluator: Evaluator | bool | None = None, search: Search | None = None,
+    branching: int | None = None, breadth: int | None = None, depth: int | None = None,
+    max_nodes: int | None = None, threshold: float | None = None, allow_side_effects: bool | None = None,
+    tools: Iterable[str] | None = None, on_deny: OnDeny | None = None, prompts: PromptSet | None = None,
+    memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
+    tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
 ) -> Run:
     """`resume`, as a Run to iterate for each Step as it is replayed or made."""
-    fixed = sorted({"_journal", "_rerun_unfinished"} & set(options))
-    if fixed:
-        raise TypeError(f"resume continues the recorded run; it does not take {', '.join(fixed)}")
+    given = overrides(locals())
     record, journal = store.reopen(run_id)
     try:
-        tools = options.pop("tools", record.config.get("tools"))
-        changes = tool_changes(record, registry, tools)
+        changes = tool_changes(record, registry, given.get("tools"))
         if changes and not allow_tool_changes:
             raise ToolSetChangedError(run_id, changes.added, changes.removed, changes.changed)
-        limits, approver = recorded_options(store, record, options, approver, decisions)
-        run = iter_run(
-            record.task, policy, registry, record.mode, **limits,
-            tools=tools, approver=approver, run_id=run_id,
-            _journal=journal, _rerun_unfinished=rerun_unfinished,
-        )  # fmt: skip
+        approver = recorded_approver(store, record, approver, decisions)
+        spec = RunSpec.from_config(record.task, record.mode, record.config, **given, approver=approver,
+                                   run_id=run_id)
+        run = start(spec, policy, registry, journal=journal, rerun_unfinished=rerun_unfinished)
     except BaseException:
         store.release_lease(run_id)  # it never started: the next resume may
         raise
@@ -102,41 +125,35 @@ def iter_resume(
     return run
 
 
-def recorded_options(
-    store: StoreBase,
-    record: RunRecord,
-    options: dict[str, Any],
-    approver: Approver | None,
-    decisions: Mapping[str, Decision | bool] | None,
-) -> tuple[dict[str, Any], Approver | None]:
-    """The run's limits (the recorded ones, replaced by `options`) and its approver."""
-    config = dict(record.config)
-    limits = {k: v for k, v in config.items() if k not in _NOT_LIMITS}
-    if "on_deny" in config:
-        limits["on_deny"] = config["on_deny"]
-    # The approver is code and cannot be journaled. A run that had one (the config says
-    # so, or it asked for approval before) pauses again at a call with no decision; a run
-    # that had none is denied such calls, as it was (the gate fails closed either way).
-    had_approver = config.get("approver")
+def recorded_approver(
+    store: StoreBase, record: RunRecord, approver: Approver | None, decisions: Mapping[str, Decision | bool] | None,
+) -> Approver | None:  # fmt: skip
+    """The approver of a continued run. The approver is code and cannot be journaled: a
+    run that had one (the config says so, or it asked for approval before) pauses again at
+    a call with no decision; a run that had none is denied such calls, as it was (the gate
+    fails closed either way). `decisions` given ahead answer first."""
+    had_approver = record.config.get("approver")
     if had_approver is None:
         had_approver = bool(store.approvals(record.id))
     if decisions or approver is not None or had_approver:
-        approver = decisions_approver(dict(decisions or {}), fallback=approver)
-    limits.update(options)
-    return limits, approver
+        return decisions_approver(dict(decisions or {}), fallback=approver)
+    return approver
 
 
 def resume(
-    run_id: str,
-    policy: Policy,
-    registry: ToolRegistry,
-    *,
-    store: StoreBase,
-    approver: Approver | None = None,
-    decisions: Mapping[str, Decision | bool] | None = None,
-    rerun_unfinished: bool = False,
+    run_id: str, policy: Policy, registry: ToolRegistry, *, store: StoreBase, approver: Approver | None = None,
+    decisions: Mapping[str, Decision | bool] | None = None, rerun_unfinished: bool = False,
     allow_tool_changes: bool = False,
-    **options: Any,
+    max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
+    max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
+    on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
+    on_tool_error: OnToolError | None = None, max_reflections: int | None = None,
+    attempt_steps: int | None = None, evaluator: Evaluator | bool | None = None, search: Search | None = None,
+    branching: int | None = None, breadth: int | None = None, depth: int | None = None,
+    max_nodes: int | None = None, threshold: float | None = None, allow_side_effects: bool | None = None,
+    tools: Iterable[str] | None = None, on_deny: OnDeny | None = None, prompts: PromptSet | None = None,
+    memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
+    tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
 ) -> Trace:
     """Continue run `run_id` from its journal in `store` and return its trace.
 
@@ -146,13 +163,14 @@ def resume(
     and `store.decide`, which records one in the journal). rerun_unfinished: run again a
     non-idempotent call whose outcome is unknown, once a person has checked it did not
     take effect. allow_tool_changes: resume even though `registry` differs from the
-    tools the run recorded (by default that is a ToolSetChangedError). options: run
-    options the journal cannot hold (prompts, memory, context_tokens); a limit given here
-    replaces the recorded one.
+    tools the run recorded (by default that is a ToolSetChangedError). The other
+    keywords: run options the journal cannot hold (prompts, memory, context_tokens); a
+    limit given here replaces the recorded one.
 
     Raises StoreError for an unknown run id, ToolSetChangedError for other tools.
     """
+    given = overrides(locals())
     return iter_resume(
         run_id, policy, registry, store=store, approver=approver, decisions=decisions,
-        rerun_unfinished=rerun_unfinished, allow_tool_changes=allow_tool_changes, **options,
+        rerun_unfinished=rerun_unfinished, allow_tool_changes=allow_tool_changes, **given,
     ).run()  # fmt: skip

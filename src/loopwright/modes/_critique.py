@@ -3,11 +3,10 @@ call whose reply is recorded as a `reflection` step and placed in later prompts.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Generator
 from typing import Any, Final
 
-from loopwright.modes._core import PolicyFailed, RunContext
+from loopwright.modes.context import RunContext
+from loopwright.modes.machine import CallModel, Machine, PolicyFailed
 from loopwright.policy import ModelRequest
 from loopwright.trace import Step
 
@@ -33,29 +32,23 @@ def clean_critique(text: str) -> str:
     return flat or "(no critique written)"
 
 
-def reflect(
-    ctx: RunContext, prompt: str, max_tokens: int | None, meta: dict[str, Any]
-) -> Generator[Step, None, str | None]:
+def reflect(ctx: RunContext, prompt: str, max_tokens: int | None, meta: dict[str, Any]) -> Machine[str | None]:
     """Ask for a critique (use with `yield from`): one model call, one `reflection` step.
 
     Returns the cleaned critique, or None when the run was stopped here (the policy
     failed, or the token budget or the wall clock ran out after the call).
     """
     k = ctx.next_index
-    t0 = time.perf_counter()
     try:
-        call = ctx.call_model(ModelRequest(prompt, ctx.prompts.stop_reflection, "reflect", (), (),
-                                           max_tokens or CRITIQUE_TOKENS))
+        call = yield CallModel(ModelRequest(prompt, ctx.prompts.stop_reflection, "reflect", (), (),
+                                            max_tokens or CRITIQUE_TOKENS))
     except PolicyFailed as failed:
-        yield ctx.record(Step(k, "error", error=failed.message, prompt=prompt,
-                              duration_s=time.perf_counter() - t0))
+        yield Step(k, "error", error=failed.message, prompt=prompt, duration_s=failed.seconds)
         ctx.stop(failed.reason)
         return None
     critique = clean_critique(call.text)
-    yield ctx.record(
-        Step(k, "reflection", raw=call.text, thought=critique, prompt=prompt, usage=call.usage,
-             duration_s=time.perf_counter() - t0, meta=meta)
-    )
+    yield Step(k, "reflection", raw=call.text, thought=critique, prompt=prompt, usage=call.usage,
+               duration_s=call.seconds, meta=meta)
     stop = ctx.guard_after_call()
     if stop:
         ctx.stop(stop)

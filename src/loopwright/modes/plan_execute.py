@@ -11,50 +11,24 @@ no final_answer. A last step whose result is empty counts as a failure too.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
-from loopwright.guards import Limits
-from loopwright.modes._core import Run, RunContext, StepGen, open_context
+from loopwright.modes.context import RunContext
+from loopwright.modes.machine import CallTool, Machine, StepGen
 from loopwright.modes.rewoo import plan_call, plan_examples
-from loopwright.policy import Policy
+from loopwright.modes.spec import RunSpec
 from loopwright.prompts import describe_tools, fill, render_evidence
 from loopwright.trace import Step
 from loopwright.untrusted import fence, neutralise
 from loopwright.wire.parsing import PlanStep, substitute
-from loopwright.wire.tools import ToolRegistry
 
 
-def iter_plan_execute(
-    task: str,
-    policy: Policy,
-    registry: ToolRegistry,
-    *,
-    max_steps: int = 10,
-    token_budget: int | None = None,
-    timeout_s: float | None = None,
-    max_replans: int = 2,
-    on_parse_error: str | None = None,
-    on_repeat: str | None = None,
-    max_nudges: int | None = None,
-    dialect: str | None = None,
-    **options: Any,
-) -> Run:
-    """Start a plan-execute-replan run; iterate the result to get each Step.
-
-    on_parse_error, on_repeat, max_nudges and dialect are ReAct limits, accepted and ignored here.
-    """
-    limits = Limits(max_steps=max_steps, token_budget=token_budget, timeout_s=timeout_s,
-                    max_replans=max_replans)
-    config = {"max_steps": max_steps, "token_budget": token_budget, "timeout_s": timeout_s,
-              "max_replans": max_replans, "max_tokens": options.get("max_tokens")}
-    ctx = open_context(task, "plan_execute", policy, registry, limits, config, options)
-    return Run(ctx, _plan_execute(ctx, options.get("max_tokens")))
+def check(spec: RunSpec) -> None:
+    """Plan-execute's one setting, max_replans, is a limit (checked by Limits)."""
 
 
-def run_plan_execute(task: str, policy: Policy, registry: ToolRegistry, **limits: Any) -> Any:
-    """Run plan-execute-replan to the end and return its Trace."""
-    return iter_plan_execute(task, policy, registry, **limits).run()
+def machine(ctx: RunContext, spec: RunSpec) -> StepGen:
+    return _plan_execute(ctx, spec.max_tokens)
 
 
 def _plan_execute(ctx: RunContext, max_tokens: int | None) -> StepGen:
@@ -102,36 +76,33 @@ def _plan_execute(ctx: RunContext, max_tokens: int | None) -> StepGen:
         )
 
 
-def _execute(ctx: RunContext, plan: list[PlanStep], history: list[tuple[str, str, str]], attempt: int) -> Any:
+def _execute(
+    ctx: RunContext, plan: list[PlanStep], history: list[tuple[str, str, str]], attempt: int
+) -> Machine[tuple[str, str, Any, bool] | None]:
     """Run the plan in order. Returns (failed_step, error, last_value, done) or None if
     the wall clock ran out."""
     evidence: dict[str, Any] = {}
     answer = ""
     for step in plan:
-        if ctx.deadline.expired():
+        if ctx.expired():
             ctx.stop("timeout")
             return None
         label = step.id if attempt == 0 else f"{step.id} (plan {attempt + 1})"
-        start = time.perf_counter()
         try:
             args = substitute(step.args, evidence)
         except ValueError as exc:
-            yield ctx.record(
-                Step(ctx.next_index, "action", tool=step.tool, args=step.args, error=str(exc),
-                     observation=str(exc), step_id=step.id, meta={"substitution_error": True})
-            )
+            yield Step(ctx.next_index, "action", tool=step.tool, args=step.args, error=str(exc),
+                       observation=str(exc), step_id=step.id, meta={"substitution_error": True})
             return step.id, neutralise(str(exc)), None, False
         if step.tool in ctx.registry:
             args = ctx.registry.bind(step.tool, args)
-        executed = ctx.execute(step.tool, args, f"{attempt + 1}:{step.id}")
+        executed = yield CallTool(step.tool, args, f"{attempt + 1}:{step.id}")
         result = executed.result
-        yield ctx.record(
-            Step(ctx.next_index, executed.kind, tool=step.tool, args=args,
-                 observation=result.observation,
-                 error=None if result.error is None else result.error.message,
-                 duration_s=time.perf_counter() - start, step_id=step.id,
-                 meta={"tool_s": result.duration_s, "attempt": attempt + 1, **(executed.meta or {})})
-        )
+        yield Step(ctx.next_index, executed.kind, tool=step.tool, args=args,
+                   observation=result.observation,
+                   error=None if result.error is None else result.error.message,
+                   duration_s=result.duration_s, step_id=step.id,
+                   meta={"tool_s": result.duration_s, "attempt": attempt + 1, **(executed.meta or {})})
         history.append((label, step.tool, result.observation))
         if result.error is not None:  # its text is the tool's (or the approver's): fenced like evidence
             failure = result.observation if executed.kind == "denied" else result.error.as_observation()

@@ -8,14 +8,15 @@ yields exactly one Step, so `llm_calls == len(steps)`.
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 from loopwright.errors import ParseError
-from loopwright.guards import Limits, RepeatDetector
-from loopwright.modes._core import PolicyFailed, Run, RunContext, StepGen, first_line, open_context
+from loopwright.guards import RepeatDetector
 from loopwright.modes._critique import check_on_tool_error, reflect
-from loopwright.policy import ModelRequest, Policy
+from loopwright.modes.context import RunContext, first_line
+from loopwright.modes.machine import CallModel, CallTool, PolicyFailed, StepGen
+from loopwright.modes.spec import RunSpec
+from loopwright.policy import ModelRequest
 from loopwright.prompts import describe_tools, example_call, fill, worked_examples
 from loopwright.trace import Step, estimate_tokens
 from loopwright.untrusted import fence, neutralise
@@ -198,53 +199,21 @@ def _render_action(dialect: str, action: Action) -> str:
     return f"Action: {neutralise(action.name)}\nAction Input: {neutralise(_to_json(action.args))}"
 
 
-def iter_react(
-    task: str,
-    policy: Policy,
-    registry: ToolRegistry,
-    *,
-    max_steps: int = 10,
-    token_budget: int | None = None,
-    timeout_s: float | None = None,
-    on_parse_error: str = "observe",
-    on_repeat: str = "nudge",
-    dialect: str = "json",
-    max_replans: int | None = None,
-    max_nudges: int = 2,
-    on_tool_error: str = "observe",
-    **options: Any,
-) -> Run:
-    """Start a ReAct run; iterate the result to get each Step as it happens.
-
-    on_tool_error="reflect": after a tool's ERROR observation, one more model call writes
-    a critique (a `reflection` step, counted against max_steps) that the next step sees.
-    max_replans is accepted (and ignored) so one set of limits works in every mode.
-    Other options: see `loopwright.modes._core.open_context`.
-    """
+def check(spec: RunSpec) -> None:
+    """ReAct's own settings, checked before anything is journaled."""
+    dialect = spec.setting("dialect")
     if dialect not in DIALECTS:
         raise ValueError(f"dialect must be one of {DIALECTS}, got {dialect!r}")
-    check_on_tool_error(on_tool_error)
-    limits = Limits(
-        max_steps=max_steps,
-        token_budget=token_budget,
-        timeout_s=timeout_s,
-        on_parse_error=on_parse_error,  # type: ignore[arg-type]
-        on_repeat=on_repeat,  # type: ignore[arg-type]
-        max_nudges=max_nudges,
-    )
-    config = {"max_steps": max_steps, "token_budget": token_budget, "timeout_s": timeout_s,
-              "on_parse_error": on_parse_error, "on_repeat": on_repeat, "dialect": dialect, "max_nudges": max_nudges,
-              "max_tokens": options.get("max_tokens")}
-    if on_tool_error != "observe":
-        config["on_tool_error"] = on_tool_error
-    ctx = open_context(task, "react", policy, registry, limits, config, options)
-    pad = _Scratchpad(ctx, dialect, options.get("memory"), options.get("context_tokens"))
-    return Run(ctx, _react(ctx, pad, options.get("max_tokens"), on_tool_error=on_tool_error))
+    check_on_tool_error(spec.setting("on_tool_error"))
 
 
-def run_react(task: str, policy: Policy, registry: ToolRegistry, **limits: Any) -> Any:
-    """Run ReAct to the end and return its Trace."""
-    return iter_react(task, policy, registry, **limits).run()
+def machine(ctx: RunContext, spec: RunSpec) -> StepGen:
+    """The ReAct machine for a run (its scratchpad made now: bad memory options fail here).
+
+    on_tool_error="reflect": after a tool's ERROR observation, one more model call writes
+    a critique (a `reflection` step, counted against max_steps) that the next step sees."""
+    pad = _Scratchpad(ctx, spec.setting("dialect"), spec.memory, spec.context_tokens)
+    return _react(ctx, pad, spec.max_tokens, on_tool_error=spec.setting("on_tool_error"))
 
 
 def _react(
@@ -264,18 +233,18 @@ def _react(
     first_call = ctx.trace.llm_calls
     copy_prompts = keep_prompts or pad.budget is not None
     dialect = pad.dialect
-    plain = ctx.plain_policy and dialect != "native"
+    plain = ctx.prompt_only and dialect != "native"
     repeats = RepeatDetector()
     known: dict[str, dict[str, Any]] = {}  # the latest executed call of each tool
     parse_errors = 0
     tools = () if plain else tuple(ctx.schemas)  # a plain policy only gets the prompt
-    guarded = limits.token_budget is not None or limits.timeout_s is not None or ctx.pricing is not None
+    guarded = limits.token_budget is not None or limits.timeout_s is not None or ctx.cost is not None
     on_repeat, threshold = limits.on_repeat, limits.repeat_threshold
     native = dialect == "native"
     trace = ctx.trace
     try:
         while trace.llm_calls - first_call < cap:  # one call a step (and a reflection)
-            if guarded and ctx.deadline.expired():  # the clock ran out during the last tool call
+            if guarded and ctx.expired():  # the clock ran out during the last tool call
                 ctx.stop("timeout")
                 return
             k = len(trace.steps) + 1
@@ -287,27 +256,22 @@ def _react(
             # a context budget the prompt is rewritten at folds, so the step keeps a copy.
             prompt = None if copy_prompts else len(pad.text)
             copy = pad.text if copy_prompts else None
-            t0 = time.perf_counter()
             try:
-                if plain:
-                    call = ctx.call_text(pad.text)
-                else:
-                    call = ctx.call_model(
-                        ModelRequest(
-                            pad.text, pad.stop, "react", tools, tuple(pad.messages), max_tokens, dialect,
-                            tuple(known.items()), None if ctx.output is None else ctx.output.schema,
-                        )
+                call = yield CallModel(
+                    ModelRequest(
+                        pad.text, pad.stop, "react", tools, tuple(pad.messages), max_tokens, dialect,
+                        tuple(known.items()), None if ctx.output is None else ctx.output.schema,
                     )
-            except PolicyFailed as failed:
-                yield ctx.record(
-                    Step(k, "error", error=failed.message, prompt_chars=prompt, prompt=copy,
-                         duration_s=time.perf_counter() - t0)
                 )
+            except PolicyFailed as failed:
+                yield Step(k, "error", error=failed.message, prompt_chars=prompt, prompt=copy,
+                           duration_s=failed.seconds)
                 ctx.stop(failed.reason)
                 return
             raw = call.text
+            seconds = call.seconds
             try:
-                if dialect == "native" and call.completion is not None:
+                if native and call.completion is not None:
                     parsed: Action | FinalAnswer = _parse_native(call.completion)
                 else:
                     parsed = parse_react_step(raw, dialect="brackets" if dialect == "brackets" else "json")
@@ -316,10 +280,8 @@ def _react(
                 message = str(exc)
                 template = ctx.prompts.parse_error_brackets if dialect == "brackets" else ctx.prompts.parse_error_json
                 observation = template.format(error=message)
-                yield ctx.record(
-                    Step(k, "parse_error", raw=raw, error=message, observation=observation,
-                         duration_s=time.perf_counter() - t0, usage=call.usage, prompt_chars=prompt, prompt=copy)
-                )
+                yield Step(k, "parse_error", raw=raw, error=message, observation=observation,
+                           duration_s=seconds, usage=call.usage, prompt_chars=prompt, prompt=copy)
                 stop = ctx.guard_after_call()
                 if stop:
                     ctx.stop(stop)
@@ -339,11 +301,9 @@ def _react(
                     parse_errors += 1
                     message = f"the final answer does not fit the output type: {exc}"
                     observation = f"{message}. {ctx.output.instruction()}"
-                    yield ctx.record(
-                        Step(k, "parse_error", raw=raw, thought=parsed.thought, error=message,
-                             observation=observation, duration_s=time.perf_counter() - t0,
-                             usage=call.usage, prompt_chars=prompt, prompt=copy)
-                    )
+                    yield Step(k, "parse_error", raw=raw, thought=parsed.thought, error=message,
+                               observation=observation, duration_s=seconds,
+                               usage=call.usage, prompt_chars=prompt, prompt=copy)
                     stop = ctx.guard_after_call()
                     if stop or parse_errors >= limits.max_parse_errors:
                         ctx.stop(stop or "error")
@@ -355,11 +315,9 @@ def _react(
                     continue
 
             if isinstance(parsed, FinalAnswer):
-                yield ctx.record(
-                    Step(k, "final", raw=raw, thought=parsed.thought, observation=None,
-                         duration_s=time.perf_counter() - t0, usage=call.usage, prompt_chars=prompt, prompt=copy,
-                         meta={"retries": r} if (r := call.retries) else {})
-                )
+                yield Step(k, "final", raw=raw, thought=parsed.thought, observation=None,
+                           duration_s=seconds, usage=call.usage, prompt_chars=prompt, prompt=copy,
+                           meta={"retries": r} if (r := call.retries) else {})
                 pad.transcript += f"Thought: {parsed.thought}\nFinal Answer: {parsed.answer}\n"
                 ctx.stop("final", parsed.answer)
                 return
@@ -369,11 +327,9 @@ def _react(
             args = ctx.registry.bind(name, parsed.args)  # unchanged for an unknown tool
             stop = ctx.guard_after_call() if guarded else None
             if stop:
-                yield ctx.record(
-                    Step(k, "action", raw=raw, thought=parsed.thought, tool=name, args=args,
-                         error=f"not executed: {stop.replace('_', ' ')} reached",
-                         duration_s=time.perf_counter() - t0, usage=call.usage, prompt_chars=prompt, prompt=copy)
-                )
+                yield Step(k, "action", raw=raw, thought=parsed.thought, tool=name, args=args,
+                           error=f"not executed: {stop.replace('_', ' ')} reached",
+                           duration_s=seconds, usage=call.usage, prompt_chars=prompt, prompt=copy)
                 ctx.stop(stop)
                 return
 
@@ -382,44 +338,38 @@ def _react(
                 nudged = count - threshold  # nudges already given for this call
                 if on_repeat == "stop" or nudged >= limits.max_nudges:
                     after = f", after {nudged} nudges" if on_repeat == "nudge" else ""
-                    yield ctx.record(
-                        Step(k, "nudge", raw=raw, thought=parsed.thought, tool=name, args=args,
-                             error=f"repeated call: {name} proposed {count} times in a row{after}",
-                             duration_s=time.perf_counter() - t0, usage=call.usage, prompt_chars=prompt, prompt=copy)
-                    )
+                    yield Step(k, "nudge", raw=raw, thought=parsed.thought, tool=name, args=args,
+                               error=f"repeated call: {name} proposed {count} times in a row{after}",
+                               duration_s=seconds, usage=call.usage, prompt_chars=prompt, prompt=copy)
                     ctx.stop("repeated_call")
                     return
                 observation = ctx.prompts.repeat_nudge.format(
                     tool=neutralise(name), count=count - 1, previous=fence(repeats.last_observation or "", name)
                 )
-                yield ctx.record(
-                    Step(k, "nudge", raw=raw, thought=parsed.thought, tool=name, args=args,
-                         observation=observation, duration_s=time.perf_counter() - t0,
-                         usage=call.usage, prompt_chars=prompt, prompt=copy, meta={"repeats": count})
-                )
+                yield Step(k, "nudge", raw=raw, thought=parsed.thought, tool=name, args=args,
+                           observation=observation, duration_s=seconds,
+                           usage=call.usage, prompt_chars=prompt, prompt=copy, meta={"repeats": count})
                 pad.append(k, parsed.thought, _render_action(dialect, parsed), observation)
                 _native_call(pad, parsed, name, args, observation)
                 continue
 
-            executed = ctx.execute(name, args, str(k))
+            executed = yield CallTool(name, args, str(k))
             result = executed.result
             observation = result.observation
             repeats.executed(observation)
             if not plain and type(args) is dict:  # what a model's grammar may exclude (a plain policy has none)
                 known.pop(name, None)
                 known[name] = args
-            meta = {"tool_s": result.duration_s, "model_s": call.seconds}
-            if call.completion is not None and (retries := call.retries):
+            meta = {"tool_s": result.duration_s, "model_s": seconds}
+            if retries := call.retries:
                 meta["retries"] = retries  # the backend retried transient HTTP errors
             if executed.meta:
                 meta.update(executed.meta)
-            yield ctx.record(
-                Step(k, executed.kind, raw=raw, thought=parsed.thought, tool=name, args=args,
-                     observation=observation,
-                     error=None if result.error is None else result.error.message,
-                     duration_s=time.perf_counter() - t0, usage=call.usage, prompt_chars=prompt, prompt=copy,
-                     meta=meta)
-            )
+            yield Step(k, executed.kind, raw=raw, thought=parsed.thought, tool=name, args=args,
+                       observation=observation,
+                       error=None if result.error is None else result.error.message,
+                       duration_s=seconds + result.duration_s, usage=call.usage, prompt_chars=prompt, prompt=copy,
+                       meta=meta)
             fenced = fence(observation, f"{name}#{k}")
             if (on_tool_error == "reflect" and result.error is not None and executed.kind == "action"
                     and ctx.trace.llm_calls - first_call < cap):

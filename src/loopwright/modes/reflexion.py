@@ -14,22 +14,17 @@ critiques were written and the last attempt failed too, the run stops with
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Final
 
-from loopwright.guards import Limits
-from loopwright.modes._core import Run, RunContext, StepGen, first_line, open_context
 from loopwright.modes._critique import check_on_tool_error, reflect
+from loopwright.modes.context import RunContext, first_line
+from loopwright.modes.machine import StepGen
 from loopwright.modes.react import DIALECTS, _react, _Scratchpad
-from loopwright.policy import Policy
+from loopwright.modes.spec import Evaluator, RunSpec
 from loopwright.prompts import REFLEXION_OUTCOMES
-from loopwright.trace import Step, Trace
+from loopwright.trace import Step
 from loopwright.untrusted import neutralise
-from loopwright.wire.tools import ToolRegistry
-
-Evaluator = Callable[[str, Trace], "tuple[bool, str] | bool"]
-"""Judges an attempt's answer: `evaluator(task, trace)` with `trace.final_answer` set;
-returns (ok, feedback) or a bool. Feedback reaches the critique prompt."""
 
 _OPEN_LABEL: Final = re.compile(r"\s*Thought(?: \d+)?:\s*$")
 """The scratchpad's open `Thought:` label, cut before the critique instruction: the
@@ -40,84 +35,53 @@ RETRIED: Final = frozenset({"final", "max_steps", "error", "repeated_call"})
 an `error` only from unusable replies, not from the policy raising)."""
 
 
-def iter_reflexion(
-    task: str,
-    policy: Policy,
-    registry: ToolRegistry,
-    *,
-    max_steps: int = 20,
-    token_budget: int | None = None,
-    timeout_s: float | None = None,
-    max_reflections: int = 2,
-    attempt_steps: int | None = None,
-    evaluator: Evaluator | bool | None = None,
-    on_parse_error: str = "observe",
-    on_repeat: str = "nudge",
-    on_tool_error: str = "observe",
-    dialect: str = "json",
-    max_replans: int | None = None,
-    **options: Any,
-) -> Run:
-    """Start a Reflexion run; iterate the result to get each Step as it happens.
-
-    max_steps: model calls of the whole run (attempt steps and critiques).
-    attempt_steps: model calls one attempt may make; default
-    `(max_steps - max_reflections) // (max_reflections + 1)` (at least 1), so every
-    attempt and critique fits; an attempt never gets more than max_steps has left.
-    evaluator: see `Evaluator`; without one an attempt that answers is accepted.
-    max_replans is accepted (and ignored) so one set of limits works in every mode.
-    """
+def check(spec: RunSpec) -> None:
+    """Reflexion's settings, checked before anything is journaled."""
+    dialect, max_reflections, attempt_steps = spec.setting("dialect"), spec.setting("max_reflections"), spec.attempt_steps
     if dialect not in DIALECTS:
         raise ValueError(f"dialect must be one of {DIALECTS}, got {dialect!r}")
-    check_on_tool_error(on_tool_error)
+    check_on_tool_error(spec.setting("on_tool_error"))
     if isinstance(max_reflections, bool) or not isinstance(max_reflections, int) or max_reflections < 0:
         raise ValueError(f"max_reflections must be an integer >= 0, got {max_reflections!r}")
     if attempt_steps is not None and (
         isinstance(attempt_steps, bool) or not isinstance(attempt_steps, int) or attempt_steps < 1
     ):
         raise ValueError(f"attempt_steps must be a positive integer or None, got {attempt_steps!r}")
+    evaluator = spec.evaluator
     if evaluator is True:  # what a journal records: resume() was not given the evaluator again
         raise TypeError("this run was made with an evaluator; pass evaluator=... again to resume it")
     if evaluator is not None and evaluator is not False and not callable(evaluator):
         raise TypeError(f"evaluator must be a callable (task, trace) -> (ok, feedback), got {evaluator!r}")
-    judge = evaluator if callable(evaluator) else None
-    limits = Limits(
-        max_steps=max_steps,
-        token_budget=token_budget,
-        timeout_s=timeout_s,
-        on_parse_error=on_parse_error,  # type: ignore[arg-type]
-        on_repeat=on_repeat,  # type: ignore[arg-type]
-    )
-    config = {"max_steps": max_steps, "token_budget": token_budget, "timeout_s": timeout_s,
-              "max_reflections": max_reflections, "attempt_steps": attempt_steps,
-              "evaluator": judge is not None, "on_parse_error": on_parse_error, "on_repeat": on_repeat,
-              "on_tool_error": on_tool_error, "dialect": dialect, "max_tokens": options.get("max_tokens")}
-    ctx = open_context(task, "reflexion", policy, registry, limits, config, options)
-    per_attempt = attempt_steps or max(1, (max_steps - max_reflections) // (max_reflections + 1))
-    settings = _Settings(dialect, max_reflections, per_attempt, judge, on_tool_error, options)
-    _Scratchpad(ctx, dialect, options.get("memory"), options.get("context_tokens"))  # bad options fail now
-    return Run(ctx, _reflexion(ctx, settings))
 
 
-def run_reflexion(task: str, policy: Policy, registry: ToolRegistry, **limits: Any) -> Any:
-    """Run Reflexion to the end and return its Trace."""
-    return iter_reflexion(task, policy, registry, **limits).run()
+def machine(ctx: RunContext, spec: RunSpec) -> StepGen:
+    """The Reflexion machine for a run.
+
+    max_steps: model calls of the whole run (attempt steps and critiques).
+    attempt_steps: model calls one attempt may make; default
+    `(max_steps - max_reflections) // (max_reflections + 1)` (at least 1), so every
+    attempt and critique fits; an attempt never gets more than max_steps has left.
+    evaluator: see `Evaluator`; without one an attempt that answers is accepted.
+    """
+    max_steps, max_reflections = ctx.limits.max_steps, spec.setting("max_reflections")
+    per_attempt = spec.attempt_steps or max(1, (max_steps - max_reflections) // (max_reflections + 1))
+    judge = spec.evaluator if callable(spec.evaluator) else None
+    settings = _Settings(spec.setting("dialect"), max_reflections, per_attempt, judge, spec.setting("on_tool_error"),
+                         spec.max_tokens, spec.memory, spec.context_tokens)
+    _Scratchpad(ctx, settings.dialect, spec.memory, spec.context_tokens)  # bad options fail now
+    return _reflexion(ctx, settings)
 
 
+@dataclass(frozen=True, slots=True)
 class _Settings:
-    __slots__ = ("context_tokens", "dialect", "evaluator", "max_reflections", "max_tokens", "memory",
-                 "on_tool_error", "per_attempt")
-
-    def __init__(self, dialect: str, max_reflections: int, per_attempt: int, evaluator: Evaluator | None,
-                 on_tool_error: str, options: dict[str, Any]) -> None:
-        self.dialect = dialect
-        self.max_reflections = max_reflections
-        self.per_attempt = per_attempt
-        self.evaluator = evaluator
-        self.on_tool_error = on_tool_error
-        self.max_tokens: int | None = options.get("max_tokens")
-        self.memory = options.get("memory")
-        self.context_tokens: int | None = options.get("context_tokens")
+    dialect: str
+    max_reflections: int
+    per_attempt: int
+    evaluator: Evaluator | None
+    on_tool_error: str
+    max_tokens: int | None
+    memory: Any
+    context_tokens: int | None
 
 
 def _reflexion(ctx: RunContext, s: _Settings) -> StepGen:
@@ -151,7 +115,7 @@ def _reflexion(ctx: RunContext, s: _Settings) -> StepGen:
         if reason == "final":
             verdict = _judge(ctx, s.evaluator)
             if isinstance(verdict, str):  # the evaluator failed: a defect in user code, said plainly
-                yield ctx.record(Step(ctx.next_index, "error", error=verdict))
+                yield Step(ctx.next_index, "error", error=verdict)
                 ctx.stop("error")
                 return
             ok, feedback = verdict

@@ -24,14 +24,13 @@ state once for its proposal and its children's values. The tree is in the steps'
 from __future__ import annotations
 
 import re
-import time
-from collections.abc import Generator
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from loopwright.errors import ParseError
-from loopwright.guards import Limits
-from loopwright.modes._core import PolicyFailed, Run, RunContext, StepGen, open_context
-from loopwright.policy import ModelRequest, Policy, Purpose
+from loopwright.modes.context import RunContext
+from loopwright.modes.machine import CallModel, CallTool, Machine, PolicyFailed, StepGen
+from loopwright.modes.spec import RunSpec
+from loopwright.policy import ModelRequest, Purpose
 from loopwright.prompts import describe_tools
 from loopwright.trace import Step
 from loopwright.untrusted import fence, neutralise
@@ -128,20 +127,19 @@ class _Search:
         return self.budget is not None
 
     def _call(self, prompt: str, purpose: Purpose, stop: tuple[str, ...], max_tokens: int,
-              meta: dict[str, Any]) -> Generator[Step, None, tuple[str, Any] | None]:
+              meta: dict[str, Any]) -> Machine[tuple[str, Any] | None]:
         """One model call; None when the run stopped on it (the error step recorded)."""
         ctx = self.ctx
-        t0 = time.perf_counter()
         try:
-            call = ctx.call_model(ModelRequest(prompt, stop, purpose, (), (), max_tokens))
+            call = yield CallModel(ModelRequest(prompt, stop, purpose, (), (), max_tokens))
         except PolicyFailed as failed:
-            yield ctx.record(Step(ctx.next_index, "error", error=failed.message, prompt=prompt,
-                                  duration_s=time.perf_counter() - t0, meta=meta))
+            yield Step(ctx.next_index, "error", error=failed.message, prompt=prompt,
+                       duration_s=failed.seconds, meta=meta)
             ctx.stop(failed.reason)
             return None
-        return call.text, (call.usage, time.perf_counter() - t0)
+        return call.text, (call.usage, call.seconds)
 
-    def expand(self, node: _Node) -> Generator[Step, None, list[_Node] | None]:
+    def expand(self, node: _Node) -> Machine[list[_Node] | None]:
         """Propose children of `node`, run their tool calls and score them. Returns the
         children made (fewer when a budget ran out), or None when the run stopped."""
         ctx = self.ctx
@@ -158,8 +156,8 @@ class _Search:
         candidates = parse_candidates(raw, self.branching)
         self.expanded += 1
         meta["candidates"] = candidates
-        yield ctx.record(Step(ctx.next_index, "propose", raw=raw, prompt=prompt, usage=usage,
-                              duration_s=seconds, meta=meta))
+        yield Step(ctx.next_index, "propose", raw=raw, prompt=prompt, usage=usage,
+                   duration_s=seconds, meta=meta)
         stop = ctx.guard_after_call()
         if stop:
             ctx.stop(stop)
@@ -174,7 +172,7 @@ class _Search:
             children.append(child)
         return children
 
-    def _child(self, parent: _Node, text: str) -> Generator[Step, None, _Node | None]:
+    def _child(self, parent: _Node, text: str) -> Machine[_Node | None]:
         ctx = self.ctx
         prompts = ctx.prompts
         self.nodes += 1
@@ -194,18 +192,17 @@ class _Search:
             if tool is not None and (not tool.idempotent or tool.requires_approval) and not self.allow_side_effects:
                 refusal = prompts.tot_refused.format(tool=name)
                 child.score = 0.0  # a dead branch: not scored, never expanded
-                yield ctx.record(Step(ctx.next_index, "denied", thought=text, tool=name, args=args,
-                                      observation=refusal, error=refusal, meta={**where, "score": 0.0}))
+                yield Step(ctx.next_index, "denied", thought=text, tool=name, args=args,
+                           observation=refusal, error=refusal, meta={**where, "score": 0.0})
                 return child
-            t0 = time.perf_counter()
-            executed = ctx.execute(name, args, f"tot:{node_id}")
+            executed = yield CallTool(name, args, f"tot:{node_id}")
             result = executed.result
             child.observation = result.observation
-            yield ctx.record(Step(ctx.next_index, executed.kind, thought=text, tool=name, args=args,
-                                  observation=result.observation,
-                                  error=None if result.error is None else result.error.message,
-                                  duration_s=time.perf_counter() - t0,
-                                  meta={**where, "tool_s": result.duration_s, **(executed.meta or {})}))
+            yield Step(ctx.next_index, executed.kind, thought=text, tool=name, args=args,
+                       observation=result.observation,
+                       error=None if result.error is None else result.error.message,
+                       duration_s=result.duration_s,
+                       meta={**where, "tool_s": result.duration_s, **(executed.meta or {})})
             child.state += prompts.tot_observation.format(
                 n=n, observation=fence(result.observation, f"{name}#{node_id}"))
         prompt = child.state + prompts.tot_value
@@ -223,8 +220,8 @@ class _Search:
         meta.update(score=score, label=label)
         if child.answer is not None:
             meta["answer"] = child.answer
-        yield ctx.record(Step(ctx.next_index, "value", raw=raw, thought=text, prompt=prompt, usage=usage,
-                              duration_s=seconds, meta=meta))
+        yield Step(ctx.next_index, "value", raw=raw, thought=text, prompt=prompt, usage=usage,
+                   duration_s=seconds, meta=meta)
         stop = ctx.guard_after_call()
         if stop:
             ctx.stop(stop)
@@ -240,61 +237,35 @@ class _Search:
         return node.answer is not None and node.score is not None and node.score >= self.threshold
 
 
-def iter_tot(
-    task: str,
-    policy: Policy,
-    registry: ToolRegistry,
-    *,
-    max_steps: int = 60,
-    token_budget: int | None = None,
-    timeout_s: float | None = None,
-    search: Literal["bfs", "dfs"] = "bfs",
-    branching: int = 3,
-    breadth: int = 2,
-    depth: int = 3,
-    max_nodes: int = 24,
-    threshold: float = 0.5,
-    allow_side_effects: bool = False,
-    max_replans: int | None = None,
-    on_parse_error: str | None = None,
-    on_repeat: str | None = None,
-    dialect: str | None = None,
-    **options: Any,
-) -> Run:
-    """Start a Tree-of-Thoughts search; iterate the result to get each Step.
-
-    max_steps: model calls of the whole search (proposals and values). branching:
-    candidates per expanded node. breadth: nodes BFS keeps per level. depth: the
-    longest path. max_nodes: nodes the search may make. threshold: the least score a
-    node needs to be expanded, or an answer to be accepted (sure 1.0, likely 0.5,
-    impossible 0.0, n/10 for a number). allow_side_effects: let branches call tools
-    that are not idempotent or need approval (see the module docstring).
-    max_replans, on_parse_error, on_repeat and dialect are accepted and ignored.
-    """
+def check(spec: RunSpec) -> None:
+    """The search's settings, checked before anything is journaled."""
+    search = spec.setting("search")
     if search not in SEARCHES:
         raise ValueError(f"search must be 'bfs' or 'dfs', got {search!r}")
-    for name, value in (("branching", branching), ("breadth", breadth), ("depth", depth), ("max_nodes", max_nodes)):
+    for name in ("branching", "breadth", "depth", "max_nodes"):
+        value = spec.setting(name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    threshold = spec.setting("threshold")
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0:
         raise ValueError(f"threshold must be a number from 0 to 1, got {threshold!r}")
-    if not isinstance(allow_side_effects, bool):
-        raise TypeError(f"allow_side_effects must be a bool, got {allow_side_effects!r}")
-    limits = Limits(max_steps=max_steps, token_budget=token_budget, timeout_s=timeout_s)
-    config = {"max_steps": max_steps, "token_budget": token_budget, "timeout_s": timeout_s, "search": search,
-              "branching": branching, "breadth": breadth, "depth": depth, "max_nodes": max_nodes,
-              "threshold": threshold, "allow_side_effects": allow_side_effects,
-              "max_tokens": options.get("max_tokens")}
-    ctx = open_context(task, "tot", policy, registry, limits, config, options)
-    state = ctx.prompts.tot_state.format(tools=describe_tools(ctx.schemas), task=task)
-    tree = _Search(ctx, search, branching, breadth, depth, max_nodes, float(threshold), allow_side_effects,
-                   options.get("max_tokens"))
-    return Run(ctx, _tot(tree, _Node("n0", None, "", state)))
+    allow = spec.setting("allow_side_effects")
+    if not isinstance(allow, bool):
+        raise TypeError(f"allow_side_effects must be a bool, got {allow!r}")
 
 
-def run_tot(task: str, policy: Policy, registry: ToolRegistry, **limits: Any) -> Any:
-    """Run a Tree-of-Thoughts search to the end and return its Trace."""
-    return iter_tot(task, policy, registry, **limits).run()
+def machine(ctx: RunContext, spec: RunSpec) -> StepGen:
+    """The search for a run. max_steps: model calls of the whole search (proposals and
+    values). branching: candidates per expanded node. breadth: nodes BFS keeps per level.
+    depth: the longest path. max_nodes: nodes the search may make. threshold: the least
+    score a node needs to be expanded, or an answer to be accepted (sure 1.0, likely 0.5,
+    impossible 0.0, n/10 for a number). allow_side_effects: let branches call tools that
+    are not idempotent or need approval (see the module docstring)."""
+    state = ctx.prompts.tot_state.format(tools=describe_tools(ctx.schemas), task=ctx.task)
+    tree = _Search(ctx, spec.setting("search"), spec.setting("branching"), spec.setting("breadth"),
+                   spec.setting("depth"), spec.setting("max_nodes"), float(spec.setting("threshold")),
+                   spec.setting("allow_side_effects"), spec.max_tokens)
+    return _tot(tree, _Node("n0", None, "", state))
 
 
 def _tot(tree: _Search, root: _Node) -> StepGen:
@@ -319,12 +290,12 @@ def _tot(tree: _Search, root: _Node) -> StepGen:
         if node.observation is not None:
             lines.append(f"Observation {node.depth}: {node.observation}")
     ctx.trace.transcript = "\n".join(lines)
-    yield ctx.record(Step(ctx.next_index, "final", thought=found.step,
-                          meta={"node": found.id, "path": [n.id for n in path], "score": found.score}))
+    yield Step(ctx.next_index, "final", thought=found.step,
+               meta={"node": found.id, "path": [n.id for n in path], "score": found.score})
     ctx.stop("final", found.answer)
 
 
-def _bfs(tree: _Search, root: _Node) -> Generator[Step, None, _Node | None]:
+def _bfs(tree: _Search, root: _Node) -> Machine[_Node | None]:
     frontier = [root]
     for _level in range(tree.depth):
         children: list[_Node] = []
@@ -344,7 +315,7 @@ def _bfs(tree: _Search, root: _Node) -> Generator[Step, None, _Node | None]:
     return None
 
 
-def _dfs(tree: _Search, root: _Node) -> Generator[Step, None, _Node | None]:
+def _dfs(tree: _Search, root: _Node) -> Machine[_Node | None]:
     made = yield from tree.expand(root)
     if made is None:
         return None

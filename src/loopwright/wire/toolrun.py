@@ -1,48 +1,22 @@
 """Running one tool call within a deadline, without blocking an event loop.
 
-A sync tool with no deadline runs inline. Otherwise the call runs in a daemon thread that
-is abandoned at the deadline (Python cannot kill a thread), and a coroutine runs on a
-private event loop, or is awaited with `asyncio.wait_for` by a concurrent scheduler.
-Every function here returns an Outcome, (True, value) or (False, exception), and never
-raises what the tool raised; BaseExceptions (KeyboardInterrupt, SystemExit) propagate.
+A sync tool with no deadline runs inline. Otherwise the call runs off this thread
+(`loopwright.offload`, abandoned at the deadline), and a coroutine a tool returns runs on
+a private event loop, or is awaited with a deadline by a concurrent caller. Every
+function here returns an Outcome, (True, value) or (False, exception), and never raises
+what the tool raised; BaseExceptions (KeyboardInterrupt, SystemExit) propagate.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextvars
 import inspect
-import threading
 from collections.abc import Callable
 from typing import Any
 
-Outcome = tuple[bool, Any]  # (True, value) or (False, exception)
+from loopwright.offload import Outcome, Timeout, call_in_thread, guard
 
-
-class Timeout(Exception):
-    """Marks a deadline we enforced (a tool's own TimeoutError stays its own)."""
-
-    def __init__(self, seconds: float) -> None:
-        super().__init__(seconds)
-        self.seconds = seconds
-
-
-async def guard(awaitable: Any, timeout: float | None) -> Outcome:
-    """Await a tool coroutine and capture its outcome, with an optional deadline."""
-
-    async def capture() -> Outcome:
-        try:
-            return True, await awaitable
-        except Exception as exc:
-            return False, exc
-
-    if timeout is None:
-        return await capture()
-    try:
-        return await asyncio.wait_for(capture(), max(timeout, 0.0))
-    except TimeoutError:  # capture() swallows the tool's own, so this one is ours
-        return False, Timeout(timeout)
+__all__ = ["Outcome", "Timeout", "call_within", "guard", "run_coroutine", "run_job"]
 
 
 def run_coroutine(awaitable: Any, timeout: float | None) -> Outcome:
@@ -52,6 +26,7 @@ def run_coroutine(awaitable: Any, timeout: float | None) -> Outcome:
 
 
 def call_within(invoke: Callable[[], Any], timeout: float | None) -> Outcome:
+    """Call a tool; a coroutine it returns is run to its end within `timeout`."""
     try:
         value = invoke()
     except Exception as exc:
@@ -61,7 +36,7 @@ def call_within(invoke: Callable[[], Any], timeout: float | None) -> Outcome:
     return True, value
 
 
-def loop_running() -> bool:
+def _loop_running() -> bool:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -70,57 +45,9 @@ def loop_running() -> bool:
 
 
 def run_job(job: Callable[[], Outcome], timeout: float | None, label: str) -> Outcome:
-    """Run a job inline when that is safe and unbounded; otherwise in a daemon thread that
-    is abandoned at the deadline. BaseExceptions from the job re-raise here."""
-    if timeout is None and not loop_running():
+    """Run a job inline when that is safe and unbounded; otherwise off this thread,
+    abandoned at the deadline. BaseExceptions from the job re-raise here."""
+    if timeout is None and not _loop_running():
         return job()
-    box: list[tuple[bool | None, Any]] = []
-    done = threading.Event()
-
-    def target() -> None:
-        try:
-            box.append(job())
-        except BaseException as exc:
-            box.append((None, exc))
-        finally:
-            done.set()
-
-    # the caller's context goes with the job (loopwright.current_call() inside the tool)
-    threading.Thread(target=contextvars.copy_context().run, args=(target,), name=f"loopwright-tool:{label}",
-                     daemon=True).start()
-    if not done.wait(None if timeout is None else max(timeout, 0.0)):
-        return False, Timeout(timeout if timeout is not None else 0.0)
-    ok, value = box[0]
-    if ok is None:
-        raise value
-    return ok, value
-
-
-async def in_thread(job: Callable[[], Outcome], timeout: float | None, label: str) -> Outcome:
-    future: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
-
-    def target() -> None:
-        if not future.set_running_or_notify_cancel():
-            return
-        try:
-            future.set_result(job())
-        except BaseException as exc:
-            future.set_exception(exc)
-
-    threading.Thread(target=contextvars.copy_context().run, args=(target,), name=f"loopwright-tool:{label}",
-                     daemon=True).start()
-    waiting = asyncio.wrap_future(future)
-    if timeout is None:
-        return await waiting
-    try:
-        return await asyncio.wait_for(waiting, max(timeout, 0.0))
-    except TimeoutError:  # the job captures the tool's own exceptions, so this one is ours
-        return False, Timeout(timeout)
-
-
-def call_capturing(invoke: Callable[[], Any]) -> Outcome:
-    """A sync tool's call in a worker thread; a coroutine it returns is awaited by the caller."""
-    try:
-        return True, invoke()
-    except Exception as exc:
-        return False, exc
+    ok, value = call_in_thread(job, timeout, f"tool:{label}")
+    return value if ok else (False, value)  # the job's own Outcome, or our Timeout

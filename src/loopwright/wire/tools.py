@@ -25,6 +25,7 @@ from types import CoroutineType
 from typing import Any, Final, Literal, TypeVar, overload
 
 from loopwright.errors import ToolDefinitionError, describe
+from loopwright.offload import acall_in_thread
 from loopwright.wire.docstrings import docstring_examples
 from loopwright.wire.examples import ToolExample, check_examples, eg_value, parse_docstring_examples
 from loopwright.wire.results import (
@@ -36,16 +37,7 @@ from loopwright.wire.results import (
     _unrenderable,
     render_observation,
 )
-from loopwright.wire.toolrun import (
-    Outcome,
-    Timeout,
-    call_capturing,
-    call_within,
-    guard,
-    in_thread,
-    run_coroutine,
-    run_job,
-)
+from loopwright.wire.toolrun import Outcome, Timeout, call_within, guard, run_coroutine, run_job
 from loopwright.wire.toolschema import (
     ArgumentSpec,
     ToolArgumentError,
@@ -491,21 +483,16 @@ class ToolRegistry:
             return _invalid(found.name, exc)
 
     def _call(self, name: str, args: Mapping[str, Any], timeout_s: float | None) -> Any:
-        """The tool's value, or a ToolError. `_prepare` and `_timeout` are inlined here:
-        this is every step's cost, and a sync tool with no timeout runs with no thread."""
-        found = self._tools.get(name) if isinstance(name, str) else None
-        if found is None:
-            return self._unknown(name)
-        try:
-            call_args = found._check(args) if type(args) is dict else found.validate(args)
-        except Exception as exc:
-            return _invalid(found.name, exc)
-        timeout = found.timeout_s if found.timeout_s is not None else self.tool_timeout_s
-        if timeout_s is not None:
-            timeout = timeout_s if timeout is None else min(timeout_s, timeout)
+        """The tool's value, or a ToolError. A sync tool with no timeout runs inline, with
+        no thread."""
+        prepared = self._prepare(name, args)
+        if isinstance(prepared, ToolError):
+            return prepared
+        found, call_args = prepared
+        timeout = self._timeout(found, timeout_s)
         if timeout is None and not found.is_async:
             try:
-                value = found._invoke(call_args) if found._positional else found.func(**call_args)
+                value = found._invoke(call_args)
             except Exception as exc:
                 return _failure(found.name, exc)
             if not isinstance(value, CoroutineType):
@@ -580,7 +567,7 @@ class ToolRegistry:
                 await guard(value, timeout) if inspect.isawaitable(value) else (True, value)
             )
         else:
-            ok, value = await in_thread(partial(call_capturing, partial(found._invoke, call_args)), timeout, found.name)
+            ok, value = await acall_in_thread(partial(found._invoke, call_args), timeout, f"tool:{found.name}")
             if ok and isinstance(value, CoroutineType):
                 left = None if timeout is None else timeout - (time.perf_counter() - start)
                 ok, value = await guard(value, left)

@@ -1,0 +1,190 @@
+"""The async driver: runs a mode's step machine on the caller's event loop.
+
+`await arun(...)` and `async for step in aiter_run(...)` drive the same machines as
+`run`, with no worker thread: an async policy (`acomplete`, an `async def`) and an async
+tool are awaited here; a sync policy or tool runs off the loop (`loopwright.offload`),
+so nothing blocks the loop. ReWOO's started calls are tasks on this loop.
+
+Cancelling the awaiting task cancels the call in flight (a sync call in its thread is
+abandoned, as a tool timeout abandons it) and the run ends the way every run ends:
+partial trace, the calls cut off in `trace.meta["in_flight"]`, journal closed as
+"interrupted" (resumable). The CancelledError then propagates, as asyncio expects; the
+partial trace is on the AsyncRun and in the journal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from functools import partial
+from typing import Any
+
+from loopwright.calls import CURRENT_CALL
+from loopwright.modes.context import RunContext
+from loopwright.modes.driver import Run
+from loopwright.modes.gate import Admitted
+from loopwright.modes.machine import (
+    CallModel,
+    CallTool,
+    Executed,
+    Finished,
+    ModelCall,
+    PolicyFailed,
+    StartTool,
+    StopRun,
+)
+from loopwright.offload import acall_in_thread, guard
+from loopwright.policy import ModelRequest, acall_policy, is_async_policy, policy_reply
+from loopwright.trace import Step, Trace
+from loopwright.wire.tools import ToolResult
+
+
+async def acall_model(ctx: RunContext, request: ModelRequest) -> ModelCall:
+    """`driver.call_model`, awaited."""
+    recorded = ctx.begin_model()
+    if recorded is not None:
+        return recorded
+    start = time.perf_counter()
+    remaining = ctx.deadline.remaining()
+    try:
+        if is_async_policy(ctx.policy):
+            ok, reply = await guard(acall_policy(ctx.policy, request), remaining)
+        else:
+            ok, reply = await acall_in_thread(partial(policy_reply, ctx.policy, request), remaining, "policy")
+        if not ok:
+            raise reply
+    except Exception as exc:  # the choke point: any policy failure ends the run cleanly
+        raise ctx.model_failed(request, exc, start) from exc
+    return ctx.model_done(request, reply, start)
+
+
+class AsyncRun:
+    """A run driven from an event loop. `await run.run()` drives it to the end and
+    returns the trace; `async for step in run` yields each Step as it happens; `.trace`
+    is the live (partial) trace, also after the awaiting task was cancelled."""
+
+    def __init__(self, run: Run) -> None:
+        self._run = run
+        self._ctx = run._ctx
+        self._tasks: set[asyncio.Task[Finished]] = set()
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    @property
+    def trace(self) -> Trace:
+        return self._run.trace
+
+    async def _advance(self) -> Step | None:
+        """Serve the machine's requests until it yields its next Step (recorded here);
+        None when the machine returned."""
+        machine, ctx = self._run._machine, self._ctx
+        value: Any = None
+        thrown: BaseException | None = None
+        while True:
+            try:  # (a StopIteration must not leave a coroutine)
+                item = machine.send(value) if thrown is None else machine.throw(thrown)
+            except StopIteration:
+                return None
+            thrown = None
+            try:
+                if isinstance(item, Step):
+                    return ctx.record(item)
+                if isinstance(item, CallModel):
+                    value = await acall_model(ctx, item.request)
+                elif isinstance(item, CallTool):
+                    value = await self._execute(item)
+                elif isinstance(item, StartTool):
+                    self._tasks.add(asyncio.ensure_future(self._finished(item.call)))
+                    value = None
+                else:  # NextDone
+                    done, _ = await asyncio.wait(self._tasks, return_when=asyncio.FIRST_COMPLETED)
+                    task = done.pop()
+                    self._tasks.discard(task)
+                    value = task.result()  # a StopRun from the gate is raised here, and thrown in
+            except (PolicyFailed, StopRun) as exc:  # thrown into the machine
+                thrown = exc
+
+    async def _execute(self, call: CallTool) -> Executed:
+        gate, ctx = self._ctx.gate, self._ctx
+        tool = ctx.registry.get(call.name)
+        if tool is not None and tool.requires_approval:  # an approver is user code that may block
+            ok, admitted = await acall_in_thread(partial(gate.admit, call), None, "approval")
+            if not ok:
+                raise admitted
+        else:
+            admitted = gate.admit(call)
+        if type(admitted) is not Admitted:
+            return admitted  # type: ignore[no-any-return]
+        if admitted.ledger is None:
+            return gate.finish(admitted, await self._run_tool(admitted))
+        async with self._locks.setdefault(admitted.ledger, asyncio.Lock()):  # the second reuses
+            return gate.reuse(admitted) or gate.finish(admitted, await self._run_tool(admitted))
+
+    async def _run_tool(self, admitted: Admitted) -> ToolResult:
+        ctx = self._ctx
+        attempt = ctx.gate.begin(admitted)
+        call = admitted.call
+        token = CURRENT_CALL.set((ctx, call.key, attempt, call.name))  # for lw.current_call()
+        ctx.in_flight[call.key] = (call.name, call.args, time.perf_counter())
+        try:
+            result = await ctx.registry.aexecute(call.name, call.args, timeout_s=ctx.deadline.remaining())
+        finally:
+            CURRENT_CALL.reset(token)
+        ctx.in_flight.pop(call.key, None)  # kept when the run was cancelled: the trace says so
+        return result
+
+    async def _finished(self, call: CallTool) -> Finished:
+        return Finished(call.key, await self._execute(call))
+
+    async def _step(self) -> Step | None:
+        """The next Step, or None when the run has ended."""
+        run = self._run
+        if run._finished:
+            return None
+        try:
+            step = await self._advance()
+        except asyncio.CancelledError:
+            self._interrupt()
+            raise
+        except BaseException as exc:
+            run._end(exc)
+            return None
+        if step is None:
+            run._finish()
+        return step
+
+    def _interrupt(self) -> None:
+        """End the run as "interrupted": what was cut off goes in the trace, the started
+        calls are cancelled, the journal is closed (the run can be resumed)."""
+        run, ctx = self._run, self._ctx
+        for task in self._tasks:
+            task.cancel()
+        if ctx.in_flight:
+            run.trace.meta["in_flight"] = run.in_flight
+            ctx.in_flight.clear()
+        if run.trace.stopped_reason is None:
+            ctx.stop("interrupted")
+        run._finish()
+
+    async def run(self) -> Trace:
+        """Drive the run to its end and return the trace."""
+        while await self._step() is not None:
+            pass
+        return self.trace
+
+    def __aiter__(self) -> AsyncRun:
+        return self
+
+    async def __anext__(self) -> Step:
+        step = await self._step()
+        if step is None:
+            raise StopAsyncIteration
+        return step
+
+    async def aclose(self) -> Trace:
+        """Stop iterating: a run not yet ended ends as "interrupted"."""
+        if not self._run._finished:
+            self._interrupt()
+        return self.trace
+
+
+__all__ = ["AsyncRun", "acall_model"]

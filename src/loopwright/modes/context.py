@@ -1,0 +1,208 @@
+"""What every mode shares: the run context (the task, limits, deadline and the trace), the
+bookkeeping of a model call on either side of the driver's call, and how a run's context
+is opened from its options (the journal started, the observers listed)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any, Literal
+
+from loopwright import otel
+from loopwright.calls import ephemeral_run_id
+from loopwright.guards import Deadline, Limits
+from loopwright.modes.gate import ToolGate
+from loopwright.modes.machine import Journal, ModelCall, PolicyFailed
+from loopwright.modes.observers import CostMeter, JournalObserver, Observer, cost_meter
+from loopwright.modes.spec import RunSpec
+from loopwright.offload import Timeout
+from loopwright.outputs import output_spec
+from loopwright.policy import Completion, ModelRequest, Policy
+from loopwright.prompts import DEFAULT_PROMPTS, PromptSet
+from loopwright.safety import Approver
+from loopwright.trace import Step, Trace, Usage
+from loopwright.wire.tools import ToolRegistry
+from loopwright.wire.toolset import tool_set
+
+
+class RunContext:
+    """The state of one run that is not the mode's own: limits, deadline, counters, the
+    trace, the calls in flight, the tool gate and the observers."""
+
+    def __init__(
+        self,
+        task: str,
+        mode: str,
+        policy: Policy,
+        registry: ToolRegistry,
+        limits: Limits,
+        prompts: PromptSet = DEFAULT_PROMPTS,
+        *,
+        tools: Iterable[str] | None = None,
+        approver: Approver | None = None,
+        on_deny: Literal["observe", "stop"] = "observe",
+        journal: Journal | None = None,
+        run_id: str | None = None,
+        rerun_unfinished: bool = False,
+        output_type: Any = None,
+    ) -> None:
+        if not isinstance(task, str):
+            raise TypeError(f"task must be a str, got {type(task).__name__}")
+        if not isinstance(registry, ToolRegistry):
+            raise TypeError(f"registry must be a loopwright.ToolRegistry, got {type(registry).__name__}")
+        if not (callable(policy) or callable(getattr(policy, "complete", None))
+                or callable(getattr(policy, "acomplete", None))):
+            raise TypeError(
+                f"policy must be a callable str -> str or have complete(request), got {type(policy).__name__}"
+            )
+        self.task = task
+        self.policy = policy
+        self.registry = registry if tools is None else registry.subset(tools)
+        self.limits = limits
+        self.prompts = prompts
+        self.trace = Trace(task=task, mode=mode, run_id=run_id)
+        self.deadline = Deadline(limits.timeout_s)
+        self.started = time.perf_counter()
+        self._schemas: list[dict[str, Any]] | None = None
+        # a plain callable policy gets only the prompt: no tool schemas or known calls to build
+        self.prompt_only = (
+            journal is None
+            and not callable(getattr(policy, "complete", None))
+            and not callable(getattr(policy, "acomplete", None))
+        )
+        self.journal = journal
+        self.output = output_spec(output_type)  # a typed final answer, or None
+        self.gate = ToolGate(self, journal, approver, on_deny, rerun_unfinished)
+        self.observers: list[Observer] = [] if journal is None else [JournalObserver(journal)]
+        self.cost: CostMeter | None = None  # set by open_context with prices or a cost budget
+        # calls in flight by key ("model", or a tool call's key): (tool or None, args, start);
+        # removed when the call returns, so after Ctrl-C what is left was cut off
+        self.in_flight: dict[str, tuple[str | None, dict[str, Any] | None, float]] = {}
+        self._ephemeral_id: str | None = None
+
+    def call_run_id(self) -> tuple[str, bool]:
+        """The run id `lw.current_call()` reports, and whether it is durable."""
+        if self.trace.run_id is not None:
+            return self.trace.run_id, self.journal is not None
+        if self._ephemeral_id is None:
+            self._ephemeral_id = ephemeral_run_id()
+        return self._ephemeral_id, False
+
+    @property
+    def schemas(self) -> list[dict[str, Any]]:
+        """The tools' schemas for this run (built on first use: a plain policy on a text
+        dialect never needs them)."""
+        if self._schemas is None:
+            self._schemas = self.registry.schemas()
+        return self._schemas
+
+    # -- the trace -------------------------------------------------------------------
+
+    @property
+    def next_index(self) -> int:
+        return len(self.trace.steps) + 1
+
+    def record(self, step: Step) -> Step:
+        self.trace.steps.append(step)
+        for observer in self.observers:
+            observer.step(step)
+        return step
+
+    def stop(self, reason: str, answer: str | None = None) -> None:
+        self.trace.stopped_reason = reason
+        self.trace.final_answer = answer
+
+    def expired(self) -> bool:
+        return self.deadline.expired()
+
+    def guard_after_call(self) -> str | None:
+        """The stop reason if the token or cost budget or the wall clock is spent, else None."""
+        budget = self.limits.token_budget
+        if budget is not None and self.trace.usage.total_tokens >= budget:
+            return "token_budget"
+        if self.cost is not None and self.cost.spent():
+            return "cost_budget"
+        if self.deadline.expired():
+            return "timeout"
+        return None
+
+    # -- a model call, either side of the driver's call to the policy ----------------
+
+    def begin_model(self) -> ModelCall | None:
+        """Count the call; a resumed run's recorded answer (the call was paid for
+        already), else None and the call is in flight."""
+        trace = self.trace
+        trace.llm_calls += 1
+        if self.journal is not None:
+            recorded = self.journal.recorded_completion(trace.llm_calls)
+            if recorded is not None:
+                completion, usage = recorded
+                trace.usage = trace.usage + usage
+                return ModelCall(completion.text, completion, usage, 0.0)
+        self.in_flight["model"] = (None, None, time.perf_counter())
+        return None
+
+    def model_done(self, request: ModelRequest, reply: str | Completion, start: float) -> ModelCall:
+        """The answer, journaled before it is used and added to the run's usage."""
+        self.in_flight.pop("model", None)
+        completion: Completion | None
+        if isinstance(reply, Completion):
+            completion, text = reply, reply.text
+            usage = reply.usage or Usage.estimate(request.prompt, text)
+        else:
+            completion, text, usage = None, reply, Usage.estimate(request.prompt, reply)
+        if self.observers:
+            recorded = completion or Completion(text)
+            for observer in self.observers:
+                observer.model(self.trace.llm_calls, request, recorded, usage, start)
+        self.trace.usage = self.trace.usage + usage
+        return ModelCall(text, completion, usage, time.perf_counter() - start)
+
+    def model_failed(self, request: ModelRequest, exc: BaseException, start: float) -> PolicyFailed:
+        """The choke point for a policy's failure: what the mode is thrown."""
+        self.in_flight.pop("model", None)
+        seconds = time.perf_counter() - start
+        if isinstance(exc, Timeout):
+            message, reason = f"model call outlived the run's timeout_s={self.limits.timeout_s}", "timeout"
+        else:
+            message, reason = f"policy raised {type(exc).__name__}: {exc}", "error"
+        for observer in self.observers:
+            observer.model_failed(request.purpose, message, seconds)
+        return PolicyFailed(message, reason, seconds)
+
+
+def open_context(
+    spec: RunSpec, policy: Policy, registry: ToolRegistry, journal: Journal | None = None,
+    rerun_unfinished: bool = False,
+) -> RunContext:  # fmt: skip
+    """The context of a run started from `spec`. With a store, the run is journaled first:
+    its config (`spec.config()`, plus the tool set: each tool's name and schema
+    fingerprint) is saved so `resume` can rebuild it. `journal` is given when resume or
+    fork continue a run; rerun_unfinished is resume's."""
+    limits = spec.limits()  # bad limits fail before anything is journaled
+    run_id = spec.run_id
+    if spec.store is not None and journal is None:
+        config = spec.config()
+        config["tool_set"] = tool_set(registry if spec.tools is None else registry.subset(spec.tools))
+        run_id, journal = spec.store.start_run(run_id, spec.task, spec.mode, config)
+    ctx = RunContext(
+        spec.task, spec.mode, policy, registry, limits, spec.prompts or DEFAULT_PROMPTS,
+        tools=spec.tools, approver=spec.approver, on_deny=spec.on_deny, journal=journal, run_id=run_id,
+        rerun_unfinished=rerun_unfinished, output_type=spec.output_type,
+    )  # fmt: skip
+    ctx.cost = cost_meter(policy, spec.cost_budget_usd, spec.prices, ctx.trace)
+    spans = otel.run_spans(spec.tracer, spec.task, spec.mode, policy, run_id,
+                           None if ctx.cost is None else ctx.cost.price)
+    # the cost meter first: a step's cost is on it when the journal and the spans see it
+    ctx.observers[:0] = [] if ctx.cost is None else [ctx.cost]
+    if spans is not None:
+        ctx.observers.append(spans)
+    return ctx
+
+
+def first_line(text: str, limit: int = 500) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+__all__ = ["RunContext", "first_line", "open_context"]

@@ -1,0 +1,213 @@
+"""The sync driver: runs a mode's step machine on the caller's thread.
+
+It serves each request the machine yields: the model is called here (on a daemon thread
+held to the run's wall clock when it has one), a tool call goes through the gate to the
+registry, and ReWOO's started calls run on a thread pool of this run. Each Step the
+machine yields is recorded and handed to whoever iterates the Run. Ctrl-C marks the
+trace "interrupted" and raises RunInterrupted, a KeyboardInterrupt that carries it.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+import traceback
+from collections.abc import Iterator
+from functools import partial
+from typing import Any
+
+from loopwright.calls import CURRENT_CALL
+from loopwright.errors import RunInterrupted
+from loopwright.modes.context import RunContext
+from loopwright.modes.gate import Admitted
+from loopwright.modes.machine import (
+    CallModel,
+    CallTool,
+    Executed,
+    Finished,
+    ModelCall,
+    PolicyFailed,
+    StartTool,
+    StepGen,
+    StopRun,
+)
+from loopwright.offload import call_in_thread
+from loopwright.policy import ModelRequest, policy_reply
+from loopwright.trace import Step, Trace
+from loopwright.wire.tools import ToolResult
+
+
+def call_model(ctx: RunContext, request: ModelRequest) -> ModelCall:
+    """One model call. Raises PolicyFailed when the policy raises or outlives the run."""
+    recorded = ctx.begin_model()
+    if recorded is not None:
+        return recorded
+    start = time.perf_counter()
+    remaining = ctx.deadline.remaining()
+    try:
+        if remaining is None:
+            reply = policy_reply(ctx.policy, request)
+        else:
+            ok, reply = call_in_thread(partial(policy_reply, ctx.policy, request), remaining, "policy")
+            if not ok:
+                raise reply
+    except Exception as exc:  # the choke point: any policy failure ends the run cleanly
+        raise ctx.model_failed(request, exc, start) from exc
+    return ctx.model_done(request, reply, start)
+
+
+def execute(ctx: RunContext, call: CallTool) -> Executed:
+    """One tool call through the gate (never raises for tool behaviour; StopRun when the
+    gate ends the run)."""
+    gate = ctx.gate
+    admitted = gate.admit(call)
+    if type(admitted) is not Admitted:
+        return admitted  # type: ignore[return-value]
+    if admitted.ledger is None:
+        return gate.finish(admitted, _run_tool(ctx, admitted))
+    with gate.lock(admitted.ledger):  # two identical side effects at once: the second reuses
+        return gate.reuse(admitted) or gate.finish(admitted, _run_tool(ctx, admitted))
+
+
+def _run_tool(ctx: RunContext, admitted: Admitted) -> ToolResult:
+    attempt = ctx.gate.begin(admitted)
+    call = admitted.call
+    token = CURRENT_CALL.set((ctx, call.key, attempt, call.name))  # for lw.current_call()
+    in_flight = ctx.in_flight
+    in_flight[call.key] = (call.name, call.args, time.perf_counter())
+    try:
+        result = ctx.registry.execute(call.name, call.args, timeout_s=ctx.deadline.remaining())
+    finally:
+        CURRENT_CALL.reset(token)
+    in_flight.pop(call.key, None)  # kept when Ctrl-C cut the call: the trace says what was running
+    return result
+
+
+class Run(Iterator[Step]):
+    """A run in progress: iterate it to get each Step as it happens; `.trace` is the
+    live (partial) trace. Ctrl-C marks the trace "interrupted" and raises RunInterrupted,
+    a KeyboardInterrupt that carries it."""
+
+    def __init__(self, ctx: RunContext, machine: StepGen) -> None:
+        self._ctx = ctx
+        self._machine = machine
+        self._finished = False
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._started: set[concurrent.futures.Future[Finished]] = set()
+
+    @property
+    def trace(self) -> Trace:
+        return self._ctx.trace
+
+    def __iter__(self) -> Run:
+        return self
+
+    def __next__(self) -> Step:
+        if self._finished:
+            raise StopIteration
+        try:
+            return self._advance()
+        except StopIteration:
+            self._finish()
+            raise
+        except BaseException as exc:
+            self._end(exc)
+            raise StopIteration from exc
+
+    def _advance(self) -> Step:
+        """Serve the machine's requests until it yields its next Step (recorded here)."""
+        machine, ctx = self._machine, self._ctx
+        value: Any = None
+        thrown: BaseException | None = None
+        while True:
+            item = machine.send(value) if thrown is None else machine.throw(thrown)
+            thrown = None
+            try:
+                if isinstance(item, Step):
+                    return ctx.record(item)
+                if isinstance(item, CallModel):
+                    value = call_model(ctx, item.request)
+                elif isinstance(item, CallTool):
+                    value = execute(ctx, item)
+                elif isinstance(item, StartTool):
+                    self._start(item.call)
+                    value = None
+                else:  # NextDone
+                    value = self._next_done()  # a StopRun from the gate is raised here, and thrown in
+            except (PolicyFailed, StopRun) as exc:  # thrown into the machine
+                thrown = exc
+
+    # -- ReWOO's parallel workers: a thread pool of this run ---------------------------
+
+    def _start(self, call: CallTool) -> None:
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(32, thread_name_prefix="loopwright-worker")
+        self._started.add(self._pool.submit(_finished, self._ctx, call))
+
+    def _next_done(self) -> Finished:
+        done = next(iter(concurrent.futures.wait(self._started, return_when="FIRST_COMPLETED")[0]))
+        self._started.discard(done)
+        return done.result()  # a StopRun from the gate is raised here, and thrown in
+
+    # -- the end ---------------------------------------------------------------------
+
+    def _end(self, exc: BaseException) -> None:
+        """End the run on what the mode raised: StopRun and defects (any Exception) are
+        recorded on the trace; Ctrl-C becomes RunInterrupted; anything else propagates."""
+        ctx = self._ctx
+        if isinstance(exc, StopRun):
+            ctx.stop(exc.reason)
+        elif isinstance(exc, KeyboardInterrupt):
+            if self.trace.stopped_reason is None:
+                ctx.stop("interrupted")
+            if ctx.in_flight:  # what Ctrl-C cut off goes in the partial trace
+                self.trace.meta["in_flight"] = self.in_flight
+                ctx.in_flight.clear()
+            self._finish()
+            raise RunInterrupted(self.trace) from exc
+        elif isinstance(exc, Exception):  # a defect in a mode: keep the partial trace, say why
+            ctx.record(
+                Step(ctx.next_index, "error", error=f"internal error: {type(exc).__name__}: {exc}",
+                     meta={"traceback": traceback.format_exc()})
+            )
+            ctx.stop("error")
+        else:
+            raise exc
+        self._finish()
+
+    @property
+    def in_flight(self) -> list[dict[str, Any]]:
+        """The calls running now (a snapshot): {"call": "model" | "tool", "tool", "args", "key", "elapsed_s"}."""
+        now = time.perf_counter()
+        return [{"call": "model" if tool is None else "tool", "tool": tool, "args": args, "key": key,
+                 "elapsed_s": round(now - start, 3)} for key, (tool, args, start) in list(self._ctx.in_flight.items())]
+
+    def _finish(self) -> None:
+        if not self._finished:
+            self._finished = True
+            ctx = self._ctx
+            self.trace.duration_s = time.perf_counter() - ctx.started
+            self._machine.close()
+            if self._pool is not None:  # calls still running are abandoned, as at a timeout
+                self._pool.shutdown(wait=False, cancel_futures=True)
+            for observer in ctx.observers:
+                observer.end(self.trace)
+
+    def run(self) -> Trace:
+        """Drive the run to its end and return the trace."""
+        if not self._finished:
+            try:
+                while True:
+                    self._advance()
+            except StopIteration:
+                self._finish()
+            except BaseException as exc:
+                self._end(exc)
+        return self.trace
+
+
+def _finished(ctx: RunContext, call: CallTool) -> Finished:
+    return Finished(call.key, execute(ctx, call))
+
+
+__all__ = ["Run", "call_model", "execute"]

@@ -1,0 +1,321 @@
+"""The front door: `run`, `iter_run`, `arun`, `aiter_run` and the per-mode `run_*` / `iter_*`.
+
+Each takes typed keywords (the limits, same names in every mode; Reflexion's and
+Tree-of-Thoughts' own settings; the run options), makes the RunSpec a run starts from,
+and starts it through `start`, the one private entry (resume and fork use it too, with
+the journal they continue). Limits: max_steps, token_budget, timeout_s, max_tokens,
+max_replans, on_parse_error, on_repeat, max_nudges, dialect, on_tool_error. Options: tools
+(the names this run may use), approver, on_deny, prompts, memory, context_tokens,
+output_type, store (a durable journal), run_id, journal_meta (JSON saved with a journaled
+run's config under "meta"), tracer, cost_budget_usd, prices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+from loopwright.guards import OnParseError, OnRepeat
+from loopwright.modes import plan_execute, react, reflexion, rewoo, tot
+from loopwright.modes.adriver import AsyncRun
+from loopwright.modes.context import RunContext, open_context
+from loopwright.modes.driver import Run
+from loopwright.modes.machine import Journal, StepGen
+from loopwright.modes.spec import (
+    Dialect,
+    Evaluator,
+    OnDeny,
+    OnToolError,
+    PriceSpec,
+    RunSpec,
+    RunStore,
+    Search,
+)
+from loopwright.policy import Policy
+from loopwright.prompts import PromptSet
+from loopwright.safety import Approver
+from loopwright.trace import Trace
+from loopwright.wire.tools import ToolRegistry
+
+if TYPE_CHECKING:
+    from loopwright.memory.tiered import Memory
+
+MODES: Final[dict[str, tuple[Callable[[RunSpec], None], Callable[[RunContext, RunSpec], StepGen]]]] = {
+    "react": (react.check, react.machine),
+    "rewoo": (rewoo.check, rewoo.machine),
+    "plan_execute": (plan_execute.check, plan_execute.machine),
+    "reflexion": (reflexion.check, reflexion.machine),
+    "tot": (tot.check, tot.machine),
+}
+"""Each mode's settings check and its machine."""
+
+
+def start(spec: RunSpec, policy: Policy, registry: ToolRegistry, *, journal: Journal | None = None,
+          rerun_unfinished: bool = False) -> Run:
+    """Start the run `spec` describes: its settings checked, its context opened (and
+    journaled with a store), its machine made. `journal`: the one resume or fork continue."""
+    check, machine = MODES[spec.mode]
+    check(spec)
+    ctx = open_context(spec, policy, registry, journal, rerun_unfinished)
+    return Run(ctx, machine(ctx, spec))
+
+
+def _spec(task: str, mode: str, given: dict[str, Any]) -> RunSpec:
+    """The spec from a front door's keywords (its `locals()`, read first thing); a keyword
+    left at None is the spec's default already."""
+    return RunSpec(task, mode, **{k: v for k, v in given.items() if v is not None and k in _FIELDS})
+
+
+_FIELDS: Final = frozenset(RunSpec.__dataclass_fields__) - {"task", "mode"}
+
+
+def iter_run(
+    task: str, policy: Policy, registry: ToolRegistry, mode: str = "react", *,
+    max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
+    max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
+    on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
+    on_tool_error: OnToolError | None = None, max_reflections: int | None = None,
+    attempt_steps: int | None = None, evaluator: Evaluator | bool | None = None, search: Search | None = None,
+    branching: int | None = None, breadth: int | None = None, depth: int | None = None,
+    max_nodes: int | None = None, threshold: float | None = None, allow_side_effects: bool | None = None,
+    tools: Iterable[str] | None = None, approver: Approver | None = None, on_deny: OnDeny = "observe",
+    prompts: PromptSet | None = None, memory: Memory | None = None, context_tokens: int | None = None,
+    output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
+    journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
+    prices: PriceSpec | None = None,
+) -> Run:
+    """Start a run in the given mode; iterate it for its Steps, read `.trace` any time."""
+    return start(_spec(task, mode, locals()), policy, registry)
+
+def run(
+    task: str, policy: Policy, registry: ToolRegistry, mode: str = "react", *,
+    max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
+    max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
+    on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
+    on_tool_error: OnToolError | None = None, max_reflections: int | None = None,
+    attempt_steps: int | None = None, evaluator: Evaluator | bool | None = None, search: Search | None = None,
+    branching: int | None = None, breadth: int | None = None, depth: int | None = None,
+    max_nodes: int | None = None, threshold: float | None = None, allow_side_effects: bool | None = None,
+    tools: Iterable[str] | None = None, approver: Approver | None = None, on_deny: OnDeny = "observe",
+    prompts: PromptSet | None = None, memory: Memory | None = None, context_tokens: int | None = None,
+    output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
+    journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
+    prices: PriceSpec | None = None,
+) -> Trace:
+    """Run a task to the end in one of the modes (MODES) and return its Trace. A run always
+    terminates and returns a (possibly partial) trace."""
+    return start(_spec(task, mode, locals()), policy, registry).run()
+
+def aiter_run(
+    task: str, policy: Policy, registry: ToolRegistry, mode: str = "react", *,
+    max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
+    max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
+    on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
+    on_tool_error: OnToolError | None = None, max_reflections: int | None = None,
+    attempt_steps: int | None = None, evaluator: Evaluator | bool | None = None, search: Search | None = None,
+    branching: int | None = None, breadth: int | None = None, depth: int | None = None,
+    max_nodes: int | None = None, threshold: float | None = None, allow_side_effects: bool | None = None,
+    tools: Iterable[str] | None = None, approver: Approver | None = None, on_deny: OnDeny = "observe",
+    prompts: PromptSet | None = None, memory: Memory | None = None, context_tokens: int | None = None,
+    output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
+    journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
+    prices: PriceSpec | None = None,
+) -> AsyncRun:
+    """Start a run to drive from an event loop: `async for step in aiter_run(...)`, or
+    `await aiter_run(...).run()`. Same arguments as `run`."""
+    return AsyncRun(start(_spec(task, mode, locals()), policy, registry))
+
+async def arun(
+    task: str, policy: Policy, registry: ToolRegistry, mode: str = "react", *,
+    max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
+    max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
+    on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
+    on_tool_error: OnToolError | None = None, max_reflections: int | None = None,
+    attempt_steps: int | None = None, evaluator: Evaluator | bool | None = None, search: Search | None = None,
+    branching: int | None = None, breadth: int | None = None, depth: int | None = None,
+    max_nodes: int | None = None, threshold: float | None = None, allow_side_effects: bool | None = None,
+    tools: Iterable[str] | None = None, approver: Approver | None = None, on_deny: OnDeny = "observe",
+    prompts: PromptSet | None = None, memory: Memory | None = None, context_tokens: int | None = None,
+    output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
+    journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
+    prices: PriceSpec | None = None,
+) -> Trace:
+    """`run`, awaited on this event loop: async policies and tools are awaited here, sync
+    ones run in threads, so the loop is never blocked. Same arguments and trace as `run`;
+    cancelling the awaiting task ends the run "interrupted" (see modes/adriver.py)."""
+    return await AsyncRun(start(_spec(task, mode, locals()), policy, registry)).run()
+
+def iter_react(
+    task: str, policy: Policy, registry: ToolRegistry, *,
+    max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
+    max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
+    on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
+    on_tool_error: OnToolError | None = None, tools: Iterable[str] | None = None,
+    approver: Approver | None = None, on_deny: OnDeny = "observe", prompts: PromptSet | None = None,
+    memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
+    store: RunStore | None = None, run_id: str | None = None, journal_meta: Mapping[str, Any] | None = None,
+    tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
+) -> Run:
+    """Start a ReAct run; iterate the result to get each Step as it happens."""
+    return start(_spec(task, "react", locals()), policy, registry)
+
+
+def run_react(
+    task: str, policy: Policy, registry: ToolRegistry, *,
+    max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
+    max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
+    on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
+    on_tool_error: OnToolError | None = None, tools: Iterable[str] | None = None,
+    approver: Approver | None = None, on_deny: OnDeny = "observe", prompts: PromptSet | None = None,
+    memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
+    store: RunStore | None = None, run_id: str | None = None, journal_meta: Mapping[str, Any] | None = None,
+    tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
+) -> Trace:
+    """Run ReAct to the end and return its Trace."""
+    return start(_spec(task, "react", locals()), policy, registry).run()
+
+def iter_rewoo(
+    task: str, policy: Policy, registry: ToolRegistry, *,
+    max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
+    max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
+    on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
+    on_tool_error: OnToolError | None = None, tools: Iterable[str] | None = None,
+    approver: Approver | None = None, on_deny: OnDeny = "observe", prompts: PromptSet | None = None,
+    memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
+    store: RunStore | None = None, run_id: str | None = None, journal_meta: Mapping[str, Any] | None = None,
+    tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
+) -> Run:
+    """Start a ReWOO run; iterate the result to get each Step as it happens."""
+    return start(_spec(task, "rewoo", locals()), policy, registry)
+
+
+def run_rewoo(
+    task: str, policy: Policy, registry: ToolRegistry, *,
+    max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
+    max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
+    on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
+    on_tool_error: OnToolError | None = None, tools: Iterable[str] | None = None,
+    approver: Approver | None = None, on_deny: OnDeny = "observe", prompts: PromptSet | None = None,
+    memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
+    store: RunStore | None = None, run_id: str | None = None, journal_meta: Mapping[str, Any] | None = None,
+    tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
+) -> Trace:
+    """Run ReWOO to the end and return its Trace."""
+    return start(_spec(task, "rewoo", locals()), policy, registry).run()
+
+def iter_plan_execute(
+    task: str, policy: Policy, registry: ToolRegistry, *,
+    max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
+    max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
+    on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
+    on_tool_error: OnToolError | None = None, tools: Iterable[str] | None = None,
+    approver: Approver | None = None, on_deny: OnDeny = "observe", prompts: PromptSet | None = None,
+    memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
+    store: RunStore | None = None, run_id: str | None = None, journal_meta: Mapping[str, Any] | None = None,
+    tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
+) -> Run:
+    """Start a plan-execute-replan run; iterate the result to get each Step as it happens."""
+    return start(_spec(task, "plan_execute", locals()), policy, registry)
+
+
+def run_plan_execute(
+    task: str, policy: Policy, registry: ToolRegistry, *,
+    max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
+    max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
+    on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
+    on_tool_error: OnToolError | None = None, tools: Iterable[str] | None = None,
+    approver: Approver | None = None, on_deny: OnDeny = "observe", prompts: PromptSet | None = None,
+    memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
+    store: RunStore | None = None, run_id: str | None = None, journal_meta: Mapping[str, Any] | None = None,
+    tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
+) -> Trace:
+    """Run plan-execute-replan to the end and return its Trace."""
+    return start(_spec(task, "plan_execute", locals()), policy, registry).run()
+
+def iter_reflexion(
+    task: str, policy: Policy, registry: ToolRegistry, *,
+    max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
+    max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
+    on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
+    on_tool_error: OnToolError | None = None, max_reflections: int | None = None,
+    attempt_steps: int | None = None, evaluator: Evaluator | bool | None = None,
+    tools: Iterable[str] | None = None, approver: Approver | None = None, on_deny: OnDeny = "observe",
+    prompts: PromptSet | None = None, memory: Memory | None = None, context_tokens: int | None = None,
+    output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
+    journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
+    prices: PriceSpec | None = None,
+) -> Run:
+    """Start a Reflexion run; iterate the result to get each Step as it happens."""
+    return start(_spec(task, "reflexion", locals()), policy, registry)
+
+
+def run_reflexion(
+    task: str, policy: Policy, registry: ToolRegistry, *,
+    max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
+    max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
+    on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
+    on_tool_error: OnToolError | None = None, max_reflections: int | None = None,
+    attempt_steps: int | None = None, evaluator: Evaluator | bool | None = None,
+    tools: Iterable[str] | None = None, approver: Approver | None = None, on_deny: OnDeny = "observe",
+    prompts: PromptSet | None = None, memory: Memory | None = None, context_tokens: int | None = None,
+    output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
+    journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
+    prices: PriceSpec | None = None,
+) -> Trace:
+    """Run Reflexion to the end and return its Trace."""
+    return start(_spec(task, "reflexion", locals()), policy, registry).run()
+
+def iter_tot(
+    task: str, policy: Policy, registry: ToolRegistry, *,
+    max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
+    max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
+    on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
+    on_tool_error: OnToolError | None = None, search: Search | None = None, branching: int | None = None,
+    breadth: int | None = None, depth: int | None = None, max_nodes: int | None = None,
+    threshold: float | None = None, allow_side_effects: bool | None = None,
+    tools: Iterable[str] | None = None, approver: Approver | None = None, on_deny: OnDeny = "observe",
+    prompts: PromptSet | None = None, memory: Memory | None = None, context_tokens: int | None = None,
+    output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
+    journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
+    prices: PriceSpec | None = None,
+) -> Run:
+    """Start a Tree-of-Thoughts search run; iterate the result to get each Step as it happens."""
+    return start(_spec(task, "tot", locals()), policy, registry)
+
+
+def run_tot(
+    task: str, policy: Policy, registry: ToolRegistry, *,
+    max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
+    max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
+    on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
+    on_tool_error: OnToolError | None = None, search: Search | None = None, branching: int | None = None,
+    breadth: int | None = None, depth: int | None = None, max_nodes: int | None = None,
+    threshold: float | None = None, allow_side_effects: bool | None = None,
+    tools: Iterable[str] | None = None, approver: Approver | None = None, on_deny: OnDeny = "observe",
+    prompts: PromptSet | None = None, memory: Memory | None = None, context_tokens: int | None = None,
+    output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
+    journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
+    prices: PriceSpec | None = None,
+) -> Trace:
+    """Run a Tree-of-Thoughts search to the end and return its Trace."""
+    return start(_spec(task, "tot", locals()), policy, registry).run()
+
+
+__all__ = [
+    "MODES",
+    "aiter_run",
+    "arun",
+    "iter_plan_execute",
+    "iter_react",
+    "iter_reflexion",
+    "iter_rewoo",
+    "iter_run",
+    "iter_tot",
+    "run",
+    "run_plan_execute",
+    "run_react",
+    "run_reflexion",
+    "run_rewoo",
+    "run_tot",
+    "start",
+]

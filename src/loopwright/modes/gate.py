@@ -1,0 +1,200 @@
+"""The tool gate: what stands between a proposed tool call and the tool, for both drivers.
+
+In order: a resumed run's recorded result is replayed (the tool is not run again); a
+tool that needs approval asks the run's approver (recorded decisions first; no approver,
+or anything but an approval, is a denial: the gate fails closed); a side effect that
+already ran in this run with the same idempotency key is not run again (exactly-once);
+a side effect started before a crash with no recorded outcome is refused (in doubt); the
+call is journaled before and after it runs. The driver runs the tool itself between
+`begin` and `finish`, on a thread or the event loop, and holds `lock(ledger key)` around
+a side effect so two identical concurrent ones run once.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from loopwright.guards import call_key
+from loopwright.modes.machine import CallTool, Executed, Journal, StopRun
+from loopwright.modes.observers import Observer
+from loopwright.safety import (
+    ApprovalPending,
+    ApprovalRequest,
+    Approver,
+    Decision,
+    approval_key,
+    ask,
+    denial_observation,
+)
+from loopwright.trace import Step, Trace
+from loopwright.wire.tools import Tool, ToolError, ToolRegistry, ToolResult
+
+
+class Host(Protocol):
+    """What the gate needs of its run (a RunContext)."""
+
+    registry: ToolRegistry
+    trace: Trace
+
+    @property
+    def observers(self) -> Sequence[Observer]: ...
+    @property
+    def next_index(self) -> int: ...
+    def record(self, step: Step) -> Step: ...
+
+
+@dataclass(slots=True)
+class Admitted:
+    """A call the gate lets through: run it between `begin` and `finish`. `ledger` is
+    its exactly-once key when it is a side effect (hold `lock(ledger)` around it).
+    (Not frozen: one is made per tool call and never leaves the driver.)"""
+
+    call: CallTool
+    tool: Tool | None
+    recorded: tuple[str, ToolResult | None] | None = None
+    ledger: str | None = None
+
+
+class ToolGate:
+    """Scope is the registry the run was given (already subset to `tools=`); the rest of
+    the gate is here. One per run; safe to use from the sync driver's worker threads."""
+
+    def __init__(self, ctx: Host, journal: Journal | None, approver: Approver | None,
+                 on_deny: Literal["observe", "stop"], rerun_unfinished: bool) -> None:
+        if on_deny not in ("observe", "stop"):
+            raise ValueError(f"on_deny must be 'observe' or 'stop', got {on_deny!r}")
+        self.ctx = ctx
+        self.journal = journal
+        self.approver = approver
+        self.on_deny = on_deny
+        self.rerun_unfinished = rerun_unfinished
+        self._ledger: dict[str, tuple[str, ToolResult]] = {}
+        self._locks: dict[str, threading.Lock] = {}
+        self._lock = threading.Lock()
+
+    def admit(self, call: CallTool) -> Executed | Admitted:
+        """Replay, approval: an Executed when the call is answered without running it, an
+        Admitted when it may run. Raises StopRun when the run must end here (denied with
+        on_deny="stop", approval pending)."""
+        ctx = self.ctx
+        tool = ctx.registry.get(call.name)
+        journal = self.journal
+        if journal is None and (tool is None or (tool.idempotent and not tool.requires_approval)):
+            return Admitted(call, tool)  # nothing to gate, record or deduplicate
+        recorded = journal.recorded_tool(call.key) if journal is not None else None
+        if recorded is not None and recorded[0] == "done" and recorded[1] is not None:
+            with self._lock:
+                ctx.trace.tool_calls += 1
+            if tool is not None and not tool.idempotent and recorded[1].error is None:
+                self._ledger[self._ledger_key(tool, call.args)] = (call.key, recorded[1])
+            return Executed(recorded[1], meta={"replayed": True})
+        if tool is not None and tool.requires_approval:
+            decision = self._approval(call, tool)
+            if decision.approved is not True:  # fail closed on anything but an approval
+                observation = denial_observation(call.name, decision.reason)
+                denied = ToolResult(call.name, call.args, None, observation,
+                                    ToolError(call.name, decision.reason, "denied"), 0.0)
+                for observer in ctx.observers:
+                    observer.tool(call.key, denied, "denied")
+                if self.on_deny == "stop":
+                    ctx.record(Step(ctx.next_index, "denied", tool=call.name, args=call.args,
+                                    observation=observation, error=decision.reason))
+                    raise StopRun("denied", observation)
+                return Executed(denied, "denied")
+        ledger = None if tool is None or tool.idempotent else self._ledger_key(tool, call.args)
+        return Admitted(call, tool, recorded, ledger)
+
+    def lock(self, ledger: str) -> threading.Lock:
+        """The lock two identical side effects share (the second waits, then reuses)."""
+        with self._lock:
+            return self._locks.setdefault(ledger, threading.Lock())
+
+    def reuse(self, admitted: Admitted) -> Executed | None:
+        """The earlier result of the same side effect in this run, if it succeeded."""
+        done = self._ledger.get(admitted.ledger) if admitted.ledger is not None else None
+        if done is None:
+            return None
+        return Executed(done[1], meta={"exactly_once": f"not run again: same call and idempotency key as {done[0]}"})
+
+    def begin(self, admitted: Admitted) -> int:
+        """Journal the call's start; its attempt number. Raises StopRun for a side effect
+        left in doubt by a crash (started, no outcome recorded)."""
+        journal = self.journal
+        if journal is None:
+            return 1
+        call, tool, recorded = admitted.call, admitted.tool, admitted.recorded
+        if (
+            recorded is not None
+            and recorded[0] == "started"
+            and tool is not None
+            and not tool.idempotent
+            and not tool.dedupes_on_call_key  # its system ignores the same key twice: safe to rerun
+            and not self.rerun_unfinished
+        ):
+            message = (
+                f"{call.name} was started before the run stopped but its result was not recorded; "
+                f"it is not idempotent, so it was not run again. Check whether it took effect, "
+                f"then settle it (store.settle or `loopwright runs settle`), resume with "
+                f"rerun_unfinished=True, or finish the run by hand."
+            )
+            self.ctx.record(Step(self.ctx.next_index, "error", tool=call.name, args=call.args, error=message))
+            raise StopRun("error", message)
+        attempt = journal.attempt(call.key)
+        journal.record_tool_start(call.key, call.name, call.args)
+        return attempt
+
+    def finish(self, admitted: Admitted, result: ToolResult) -> Executed:
+        """Journal the result, remember a side effect's success, tell the observers."""
+        key = admitted.call.key
+        if self.journal is not None:
+            self.journal.record_tool_result(key, result)
+        if admitted.ledger is not None and result.error is None:
+            self._ledger[admitted.ledger] = (key, result)
+        ctx = self.ctx
+        with self._lock:
+            ctx.trace.tool_calls += 1
+        for observer in ctx.observers:
+            observer.tool(key, result, "action")
+        return Executed(result)
+
+    def _ledger_key(self, tool: Tool, args: dict[str, Any]) -> str:
+        return tool.name + "\x00" + idempotency_key(tool, args)
+
+    def _approval(self, call: CallTool, tool: Tool) -> Decision:
+        request = ApprovalRequest(call.name, call.args, approval_key(call.name, call.args), call.key,
+                                  tool.side_effects, tool.description, self.ctx.trace.run_id)
+        journal = self.journal
+        if journal is not None:
+            known = journal.recorded_decision(request.key)
+            if known is not None:
+                return known
+        if self.approver is None:  # fail closed: a gated tool never runs unapproved
+            return Decision(False, "this tool needs approval and the run has no approver")
+        try:
+            decision = ask(self.approver, request)
+        except ApprovalPending:
+            self.ctx.trace.meta["pending_approval"] = request.to_dict()
+            if journal is not None:
+                journal.record_pending(request)
+            raise StopRun("paused", f"waiting for approval of {call.name}") from None
+        if journal is not None:
+            journal.record_decision(request, decision)
+        return decision
+
+
+def idempotency_key(tool: Any, args: dict[str, Any]) -> str:
+    """Same arguments and same idempotency key make the same side effect. A tool may
+    name the argument that carries its key (`idempotency_key="request_id"`) or give a
+    function of the arguments; by default the key is the arguments themselves."""
+    spec = getattr(tool, "idempotency_key", None)
+    if callable(spec):
+        return str(spec(args))
+    if isinstance(spec, str):
+        return call_key("", args) + "\x00" + str(args.get(spec))
+    return call_key("", args)
+
+
+__all__ = ["Admitted", "ToolGate", "idempotency_key"]

@@ -1,0 +1,157 @@
+"""What a mode and its driver say to each other.
+
+A mode is a step machine: a generator that performs no I/O. It yields the Steps it
+records and requests for what only the driver may do (call the model, call a tool;
+ReWOO also starts calls and asks for the next one finished), and receives each answer
+through `send`: a ModelCall for CallModel, an Executed for CallTool, a Finished for
+NextDone, None for a Step or a StartTool. Failures are thrown in: PolicyFailed where the
+model call failed (a mode catches it and records why), StopRun where the run must end
+(nothing catches it). Requests and results are small frozen records; the drivers
+dispatch on their type (modes/driver.py, modes/adriver.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from loopwright.policy import Completion, ModelRequest
+from loopwright.safety import ApprovalRequest, Decision
+from loopwright.trace import Step, Trace, Usage
+from loopwright.wire.tools import ToolResult
+
+R = TypeVar("R")
+
+# -- requests -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CallModel:
+    """Call the model once; answered with a ModelCall (PolicyFailed is thrown in)."""
+
+    request: ModelRequest
+
+
+@dataclass(frozen=True, slots=True)
+class CallTool:
+    """Execute one tool call through the gate; answered with an Executed. `key` names
+    the call within the run (ReAct step "3", ReWOO "E2") so a resumed run finds it."""
+
+    name: str
+    args: dict[str, Any]
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class StartTool:
+    """Start a tool call and go on at once (ReWOO's parallel workers); its result comes
+    back from a later NextDone."""
+
+    call: CallTool
+
+
+@dataclass(frozen=True, slots=True)
+class NextDone:
+    """Wait for the next started call to finish; answered with a Finished."""
+
+
+Request = CallModel | CallTool | StartTool | NextDone
+Machine = Generator[Step | Request, Any, R]
+"""A mode's generator: yields Steps and Requests, returns R."""
+StepGen = Machine[None]
+
+# -- results --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCall:
+    """One answered model call: its text, the Completion (None when a plain policy
+    returned a str), what it cost, and how long it took (stamped by the driver: a mode
+    reads no clock)."""
+
+    text: str
+    completion: Completion | None
+    usage: Usage
+    seconds: float
+
+    @property
+    def retries(self) -> Any:
+        """Transient errors the backend retried for this call (its `meta["retries"]`)."""
+        completion = self.completion
+        return completion.meta.get("retries") if completion is not None and completion.meta else None
+
+
+@dataclass(frozen=True, slots=True)
+class Executed:
+    """What the gate did with one proposed call: the result, "action" or "denied", and
+    notes for the step's meta (replayed, exactly-once)."""
+
+    result: ToolResult
+    kind: str = "action"
+    meta: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """A started call that finished: its key and what the gate did."""
+
+    key: str
+    executed: Executed
+
+
+# -- signals --------------------------------------------------------------------------
+
+
+class StopRun(Exception):
+    """Internal: the run must end now (denied, paused, unknown side-effect outcome,
+    cancelled). The step explaining why is already recorded."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class PolicyFailed(Exception):
+    """Internal: the policy raised or timed out; `message` is what the trace records,
+    `seconds` how long the call ran."""
+
+    def __init__(self, message: str, reason: str = "error", seconds: float = 0.0) -> None:
+        super().__init__(message)
+        self.message = message
+        self.reason = reason
+        self.seconds = seconds
+
+
+class Journal(Protocol):
+    """Where a durable run writes every model call, tool call and step before using it,
+    and where a resumed run finds them again (see loopwright.durable.journal)."""
+
+    def recorded_completion(self, n: int) -> tuple[Completion, Usage] | None: ...
+    def record_completion(self, n: int, request: ModelRequest, completion: Completion, usage: Usage) -> None: ...
+    def recorded_tool(self, key: str) -> tuple[str, ToolResult | None] | None: ...
+    def record_tool_start(self, key: str, name: str, args: dict[str, Any]) -> None: ...
+    def attempt(self, key: str) -> int: ...
+    def record_tool_result(self, key: str, result: ToolResult) -> None: ...
+    def recorded_decision(self, key: str) -> Decision | None: ...
+    def record_decision(self, request: ApprovalRequest, decision: Decision) -> None: ...
+    def record_pending(self, request: ApprovalRequest) -> None: ...
+    def record_step(self, step: Step) -> None: ...
+    def record_end(self, trace: Trace) -> None: ...
+
+
+__all__ = [
+    "CallModel",
+    "CallTool",
+    "Executed",
+    "Finished",
+    "Journal",
+    "Machine",
+    "ModelCall",
+    "NextDone",
+    "PolicyFailed",
+    "Request",
+    "StartTool",
+    "StepGen",
+    "StopRun",
+]

@@ -1,0 +1,98 @@
+"""Who hears about a run as it happens: the journal, OpenTelemetry spans, the cost meter.
+
+Each is an Observer, called in a list at the run's choke points (a model call answered
+or failed, a tool call done, a step recorded, the run ended); a run with none pays for an
+empty loop. The journal's writes that a replay depends on (a tool call started, an
+approval asked) stay in the tool gate; here it hears what is recorded after the fact.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from loopwright import pricing
+from loopwright.modes.machine import Journal
+from loopwright.policy import Completion, ModelRequest
+from loopwright.trace import Step, Trace, Usage
+from loopwright.wire.tools import ToolResult
+
+
+class Observer(Protocol):
+    """Told of each thing a run does, in order; must not raise."""
+
+    def model(self, n: int, request: ModelRequest, completion: Completion, usage: Usage, start: float) -> None: ...
+    def model_failed(self, purpose: str, message: str, seconds: float) -> None: ...
+    def tool(self, key: str, result: ToolResult, kind: str) -> None: ...
+    def step(self, step: Step) -> None: ...
+    def end(self, trace: Trace) -> None: ...
+
+
+class JournalObserver:
+    """A durable run's record: each model call (written before the loop uses it), each
+    step, and the run's end."""
+
+    __slots__ = ("journal",)
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+
+    def model(self, n: int, request: ModelRequest, completion: Completion, usage: Usage, start: float) -> None:
+        self.journal.record_completion(n, request, completion, usage)
+
+    def model_failed(self, purpose: str, message: str, seconds: float) -> None:
+        pass
+
+    def tool(self, key: str, result: ToolResult, kind: str) -> None:
+        pass
+
+    def step(self, step: Step) -> None:
+        self.journal.record_step(step)
+
+    def end(self, trace: Trace) -> None:
+        self.journal.record_end(trace)
+
+
+class CostMeter:
+    """What the run's model calls cost (`prices`, `cost_budget_usd`): each step's cost on
+    the step, the run's so far in `trace.meta["cost_usd"]`."""
+
+    __slots__ = ("budget", "price", "trace")
+
+    def __init__(self, price: pricing.PriceFunction, budget: float | None, trace: Trace) -> None:
+        self.price = price
+        self.budget = budget
+        self.trace = trace
+        trace.meta["cost_usd"] = 0.0
+
+    def spent(self) -> bool:
+        """Record the run's cost so far on its trace; True when it reached the budget."""
+        cost = self.trace.meta["cost_usd"] = self.price(self.trace.usage)
+        return self.budget is not None and bool(cost >= self.budget)
+
+    def model(self, n: int, request: ModelRequest, completion: Completion, usage: Usage, start: float) -> None:
+        pass
+
+    def model_failed(self, purpose: str, message: str, seconds: float) -> None:
+        pass
+
+    def tool(self, key: str, result: ToolResult, kind: str) -> None:
+        pass
+
+    def step(self, step: Step) -> None:
+        pricing.charge(self.price, step)
+
+    def end(self, trace: Trace) -> None:
+        self.spent()
+
+
+def cost_meter(policy: Any, budget: Any, prices: Any, trace: Trace) -> CostMeter | None:
+    """The run's CostMeter, or None when neither a budget nor prices were given (the run
+    then pays nothing for this). Raises ValueError for a bad budget or no known price."""
+    if budget is None and prices is None:
+        return None
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int | float) or budget <= 0):
+        raise ValueError(f"cost_budget_usd must be a positive number of dollars, got {budget!r}")
+    return CostMeter(pricing.price_function(policy, prices), None if budget is None else float(budget), trace)
+
+
+__all__ = ["CostMeter", "JournalObserver", "Observer", "cost_meter"]
