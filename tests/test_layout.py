@@ -177,6 +177,24 @@ def test_python_dash_m_runs_the_command_at_old_and_new_paths():
         assert "usage:" in out.stdout
 
 
+def test_import_and_a_sync_run_leave_asyncio_unloaded():
+    """asyncio (with ssl) and importlib.abc were a quarter of `import loopwright`: none
+    loads on import, and a sync run never needs asyncio."""
+    code = (
+        "import sys, loopwright as lw\n"
+        "print(sorted(m for m in ('asyncio', 'ssl', 'importlib.abc') if m in sys.modules))\n"
+        "def add(x: int, y: int) -> int:\n"
+        "    return x + y\n"
+        "replies = iter(['Action: add\\nAction Input: {\"x\": 1, \"y\": 2}', 'Final Answer: 3'])\n"
+        "trace = lw.run('sum', lambda prompt: next(replies), lw.ToolRegistry([lw.tool(add)]))\n"
+        "assert trace.final_answer == '3' and trace.tool_calls == 1, trace.stopped_reason\n"
+        "print(sorted(m for m in ('asyncio', 'ssl') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["[]", "[]"]
+
+
 def test_no_module_over_600_lines():
     long = {name: n for name, path in _modules().items()
             if (n := len(path.read_text("utf-8").splitlines())) > 600}

@@ -7,12 +7,16 @@ patches the other. New code imports the new paths; these stay for users and scri
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
 from types import CodeType, ModuleType
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from importlib.abc import Loader
+else:  # the import system takes any object with these methods; importlib.abc costs ~10 ms
+    Loader = object
 
 MOVED: Final = {
     "loopwright.tools": "loopwright.wire.tools",
@@ -32,7 +36,7 @@ MOVED: Final = {
 """Old module path -> where it lives now."""
 
 
-class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+class _MovedFinder(Loader):
     """Finds an old path and loads it as the module at its new one."""
 
     def find_spec(self, fullname: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:

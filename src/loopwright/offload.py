@@ -12,12 +12,15 @@ from sync code (on a helper thread when this one already runs an event loop).
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import contextvars
+import sys
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
+
+# asyncio (with ssl, about a fifth of `import loopwright`) is imported inside the functions
+# that use it: a sync run never loads it, and in an async one it is loaded already.
 
 __all__ = ["Outcome", "Timeout", "acall_in_thread", "call_in_thread", "capture", "guard", "run_until_complete"]
 
@@ -86,6 +89,8 @@ async def acall_in_thread(call: Callable[[], Any], timeout: float | None, label:
     the awaiting task abandons the call (a call not yet started never runs). A call with
     no deadline runs on a shared pool's thread; one with a deadline on its own daemon
     thread, which can be abandoned without holding up the pool."""
+    import asyncio
+
     if timeout is None:
         return await asyncio.wrap_future(_pooled(call))
     waiting = asyncio.wrap_future(_start(call, label))
@@ -97,6 +102,7 @@ async def acall_in_thread(call: Callable[[], Any], timeout: float | None, label:
 
 async def guard(awaitable: Awaitable[Any], timeout: float | None) -> Outcome:
     """Await a coroutine and capture its outcome, with an optional deadline."""
+    import asyncio
 
     async def captured() -> Outcome:
         try:
@@ -117,6 +123,8 @@ async def _wait(awaitable: Awaitable[T]) -> T:
 
 
 def _run(awaitable: Awaitable[T]) -> T:
+    import asyncio
+
     # A private loop; a given loop_factory keeps asyncio's current-loop setting untouched.
     coro: Coroutine[Any, Any, T] = awaitable if asyncio.iscoroutine(awaitable) else _wait(awaitable)
     with asyncio.Runner(loop_factory=asyncio.new_event_loop) as runner:
@@ -126,11 +134,15 @@ def _run(awaitable: Awaitable[T]) -> T:
 def run_until_complete(coro: Awaitable[T]) -> T:
     """Run a coroutine to its end from sync code: here on a private event loop, or on a
     helper thread's when this thread already runs one (sync code called from a notebook)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
+    if not loop_running():
         return _run(coro)
     ok, value = call_in_thread(lambda: _run(coro), None, "loop")
     if not ok:
         raise value
     return value  # type: ignore[no-any-return]
+
+
+def loop_running() -> bool:
+    """Whether this thread runs an event loop (none can before asyncio is imported)."""
+    asyncio = sys.modules.get("asyncio")
+    return asyncio is not None and asyncio._get_running_loop() is not None

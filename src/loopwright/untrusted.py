@@ -37,8 +37,11 @@ def neutralise(text: str) -> str:
     parse boundary decodes the entities in arguments a model copies from its echo. The
     parse boundary's own format help (`Action: <tool>` ...), quoted in the parse errors
     a model is shown, is left as written: it is the loop's text, one line, no fence tag."""
+    lowered = text.lower()
+    if "&" not in text and "<" not in text and ">" not in text and "bservation" not in lowered:
+        return text  # the common case, with no copy made (a hot path: several times a step)
     escaped = escape_untrusted(text)
-    if "bservation" in escaped.lower():  # the common case skips the regex (a hot path: every step)
+    if "bservation" in lowered:  # escaping neither makes nor breaks the word
         escaped = _OBSERVATION_LINE.sub(_entity_first, escaped)
     if "&lt;" in escaped:
         for help_text in _FORMAT_HELP:

@@ -19,7 +19,6 @@ Executors: local (the default) runs everything on this process's event loop;
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -188,6 +187,8 @@ class LocalExecutor:
         self, tasks: Sequence[str], spec: BatchSpec, concurrency: int, done: Progress
     ) -> None:
         shared = spec.policy.make() if isinstance(spec.policy, PolicyFactory) and spec.policy.per == "worker" else None
+        import asyncio  # loaded here, not on import (see loopwright.offload)
+
         gate = asyncio.Semaphore(concurrency)
 
         async def one(index: int, task: str) -> None:

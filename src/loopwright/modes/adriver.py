@@ -14,10 +14,9 @@ partial trace is on the AsyncRun and in the journal.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loopwright.calls import CURRENT_CALL
 from loopwright.modes.context import RunContext
@@ -37,6 +36,9 @@ from loopwright.offload import acall_in_thread, guard
 from loopwright.policy import ModelRequest, acall_policy, is_async_policy, policy_reply
 from loopwright.trace import Step, Trace
 from loopwright.wire.tools import ToolResult
+
+if TYPE_CHECKING:  # imported where used: a sync run never loads asyncio (see loopwright.offload)
+    import asyncio
 
 
 async def acall_model(ctx: RunContext, request: ModelRequest) -> ModelCall:
@@ -93,9 +95,13 @@ class AsyncRun:
                 elif isinstance(item, CallTool):
                     value = await self._execute(item)
                 elif isinstance(item, StartTool):
+                    import asyncio
+
                     self._tasks.add(asyncio.ensure_future(self._finished(item.call)))
                     value = None
                 else:  # NextDone
+                    import asyncio
+
                     done, _ = await asyncio.wait(self._tasks, return_when=asyncio.FIRST_COMPLETED)
                     task = done.pop()
                     self._tasks.discard(task)
@@ -116,6 +122,8 @@ class AsyncRun:
             return admitted  # type: ignore[no-any-return]
         if admitted.ledger is None:
             return gate.finish(admitted, await self._run_tool(admitted))
+        import asyncio
+
         async with self._locks.setdefault(admitted.ledger, asyncio.Lock()):  # the second reuses
             return gate.reuse(admitted) or gate.finish(admitted, await self._run_tool(admitted))
 
@@ -137,6 +145,8 @@ class AsyncRun:
 
     async def _step(self) -> Step | None:
         """The next Step, or None when the run has ended."""
+        import asyncio
+
         run = self._run
         if run._finished:
             return None

@@ -9,18 +9,19 @@ what the tool raised; BaseExceptions (KeyboardInterrupt, SystemExit) propagate.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from collections.abc import Callable
 from typing import Any
 
-from loopwright.offload import Outcome, Timeout, call_in_thread, guard
+from loopwright.offload import Outcome, Timeout, call_in_thread, guard, loop_running
 
 __all__ = ["Outcome", "Timeout", "call_within", "guard", "run_coroutine", "run_job"]
 
 
 def run_coroutine(awaitable: Any, timeout: float | None) -> Outcome:
     # A private loop; a given loop_factory keeps asyncio's current-loop setting untouched.
+    import asyncio  # loaded here, not on import (see loopwright.offload)
+
     with asyncio.Runner(loop_factory=asyncio.new_event_loop) as runner:
         return runner.run(guard(awaitable, timeout))
 
@@ -36,18 +37,10 @@ def call_within(invoke: Callable[[], Any], timeout: float | None) -> Outcome:
     return True, value
 
 
-def _loop_running() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
-
-
 def run_job(job: Callable[[], Outcome], timeout: float | None, label: str) -> Outcome:
     """Run a job inline when that is safe and unbounded; otherwise off this thread,
     abandoned at the deadline. BaseExceptions from the job re-raise here."""
-    if timeout is None and not _loop_running():
+    if timeout is None and not loop_running():
         return job()
     ok, value = call_in_thread(job, timeout, f"tool:{label}")
     return value if ok else (False, value)  # the job's own Outcome, or our Timeout
