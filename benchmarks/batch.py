@@ -62,8 +62,12 @@ async def _handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, la
     try:
         while True:
             head = await reader.readuntil(b"\r\n\r\n")
-            length = int(re.search(rb"(?i)content-length:\s*(\d+)", head).group(1))  # type: ignore[union-attr]
-            body = json.loads(await reader.readexactly(length))
+            length = re.search(rb"(?i)content-length:\s*(\d+)", head)
+            if length is None:  # a GET: OpenAICompatible's one probe of the server's kind (/v1/models)
+                writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+                await writer.drain()
+                continue
+            body = json.loads(await reader.readexactly(int(length.group(1))))
             await asyncio.sleep(latency)
             usage = {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}
             if b"/chat/completions" in head.split(b"\r\n", 1)[0]:
