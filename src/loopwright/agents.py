@@ -54,8 +54,8 @@ from loopwright.modes.spec import (
 from loopwright.policy import Policy
 from loopwright.prompts import DEFAULT_PROMPTS, PromptSet
 from loopwright.safety import Approver
+from loopwright.tools.registry import SideEffects, Tool, ToolError, ToolRegistry
 from loopwright.trace import Trace
-from loopwright.wire.tools import SideEffects, Tool, ToolError, ToolRegistry
 
 if TYPE_CHECKING:
     from loopwright.memory.tiered import Memory
@@ -186,8 +186,8 @@ class Agent:
             left = max(1, budget - parent.trace.usage.total_tokens)
             out["token_budget"] = left if spec.token_budget is None else min(spec.token_budget, left)
         remaining = parent.deadline.remaining()
-        if remaining is not None:
-            remaining = max(remaining, 1e-3)
+        if remaining is not None:  # a little less: the child ends and reports before the parent's call times out
+            remaining = max(remaining - min(0.1, remaining / 10), 1e-3)
             out["timeout_s"] = remaining if spec.timeout_s is None else min(spec.timeout_s, remaining)
         cost = parent.cost
         money = None if cost is None else cost.left()
@@ -208,7 +208,8 @@ class Agent:
         parent = run._ctx.parent
         if parent is not None and trace.run_id is not None:
             ctx, key = parent
-            ctx.adopt(key, trace.run_id, trace)
+            if key in ctx.in_flight:  # not when the parent gave up on the call (its timeout)
+                ctx.adopt(key, trace.run_id, trace)
         return trace
 
 
