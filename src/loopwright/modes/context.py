@@ -5,11 +5,12 @@ is opened from its options (the journal started, the observers listed)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
 from loopwright import otel
 from loopwright.calls import ephemeral_run_id
+from loopwright.events import Emitter, EventSink
 from loopwright.guards import Deadline, Limits
 from loopwright.modes.gate import ToolGate
 from loopwright.modes.machine import Journal, ModelCall, PolicyFailed, StopRun
@@ -75,6 +76,7 @@ class RunContext:
         self.gate = ToolGate(self, journal, approver, on_deny, rerun_unfinished)
         self.observers: list[Observer] = [] if journal is None else [JournalObserver(journal)]
         self.cost: CostMeter | None = None  # set by open_context with prices or a cost budget
+        self.events: Emitter | None = None  # set by open_context when someone watches the run
         # calls in flight by key ("model", or a tool call's key): (tool or None, args, start);
         # removed when the call returns, so after Ctrl-C what is left was cut off
         self.in_flight: dict[str, tuple[str | None, dict[str, Any] | None, float]] = {}
@@ -194,12 +196,13 @@ class RunContext:
 
 def open_context(
     spec: RunSpec, policy: Policy, registry: ToolRegistry, journal: Journal | None = None,
-    rerun_unfinished: bool = False,
+    rerun_unfinished: bool = False, sinks: Sequence[EventSink] = (), agent: str | None = None,
 ) -> RunContext:  # fmt: skip
     """The context of a run started from `spec`. With a store, the run is journaled first:
     its config (`spec.config()`, plus the tool set: each tool's name and schema
     fingerprint) is saved so `resume` can rebuild it. `journal` is given when resume or
-    fork continue a run; rerun_unfinished is resume's."""
+    fork continue a run; rerun_unfinished is resume's. With `sinks`, the run pushes its
+    events there (tagged with `agent`, a child run's agent name), starting with RunStarted."""
     limits = spec.limits()  # bad limits fail before anything is journaled
     run_id = spec.run_id
     if spec.store is not None and journal is None:
@@ -218,6 +221,10 @@ def open_context(
     ctx.observers[:0] = [] if ctx.cost is None else [ctx.cost]
     if spans is not None:
         ctx.observers.append(spans)
+    if sinks:  # the last observer: a Step's event goes out once the journal holds it
+        ctx.events = Emitter(ctx.call_run_id()[0], sinks, agent)
+        ctx.observers.append(ctx.events)
+        ctx.events.started(spec.task, spec.mode)
     return ctx
 
 

@@ -12,9 +12,10 @@ run's config under "meta"), tracer, cost_budget_usd, prices.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+from loopwright.events import EventSink
 from loopwright.guards import OnParseError, OnRepeat
 from loopwright.modes import plan_execute, react, reflexion, rewoo, tot
 from loopwright.modes.adriver import AsyncRun
@@ -51,12 +52,13 @@ MODES: Final[dict[str, tuple[Callable[[RunSpec], None], Callable[[RunContext, Ru
 
 
 def start(spec: RunSpec, policy: Policy, registry: ToolRegistry, *, journal: Journal | None = None,
-          rerun_unfinished: bool = False) -> Run:
+          rerun_unfinished: bool = False, sinks: Sequence[EventSink] = (), agent: str | None = None) -> Run:
     """Start the run `spec` describes: its settings checked, its context opened (and
-    journaled with a store), its machine made. `journal`: the one resume or fork continue."""
+    journaled with a store), its machine made. `journal`: the one resume or fork continue;
+    `sinks`: where its events go (`agent` tags them: a child run's agent name)."""
     check, machine = MODES[spec.mode]
     check(spec)
-    ctx = open_context(spec, policy, registry, journal, rerun_unfinished)
+    ctx = open_context(spec, policy, registry, journal, rerun_unfinished, sinks, agent)
     return Run(ctx, machine(ctx, spec))
 
 
