@@ -362,3 +362,21 @@ def test_child_invoke_agent_span_is_under_the_parents_execute_tool_span():
     assert tool.attributes["gen_ai.tool.call.id"] == "1"
     inner = next(s for s in spans if s.name == "execute_tool add")
     assert inner.parent.span_id == child.context.span_id
+
+
+def test_child_events_go_to_the_parents_sinks_tagged_with_the_agents_name():
+    from loopwright.modes.front import start
+
+    events: list = []
+    spec = lw.RunSpec("2 + 3?", "react")
+    start(spec, lw.ScriptedPolicy(DELEGATE), lw.ToolRegistry([calculator(CALC).as_tool()]), sinks=[events.append]).run()
+    child = [e for e in events if e.agent == "calculator"]
+    assert [e.kind for e in child if e.kind != "model_delta"][:1] == ["run_started"]
+    assert child[-1].kind == "run_finished" and child[-1].trace.final_answer == "5"
+    assert {e.run_id for e in child} == {child[-1].trace.run_id}
+    assert [e.step.tool for e in child if e.kind == "step"] == ["add", None]
+    parent = [e for e in events if e.agent is None]
+    assert parent[0].kind == "run_started" and parent[-1].kind == "run_finished"
+    # the child's events come while the parent's step 1 runs: after its start, before its step
+    first_child = events.index(child[0])
+    assert events.index(next(e for e in parent if e.kind == "step")) > events.index(child[-1]) > first_child

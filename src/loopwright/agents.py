@@ -172,6 +172,10 @@ class Agent:
         ctx = run._ctx
         ctx.agent = self.name
         ctx.parent = (parent, key)
+        if parent.events is not None:  # the child's events go to the parent's sinks, tagged with its name
+            ctx.events = parent.events.child(child_id, self.name)
+            ctx.observers.append(ctx.events)
+            ctx.events.started(ctx.task, ctx.trace.mode)
         ctx.trace.meta["agent"] = self.name
         ctx.trace.meta["parent_run_id"] = parent_id
         otel_name(run, self.name)
