@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from loopwright.policy import Completion, ModelRequest
     from loopwright.safety import ApprovalRequest
     from loopwright.trace import Step, Trace, Usage
-    from loopwright.wire.results import ToolResult
+    from loopwright.tools.results import ToolResult
 
 EventKind = Literal[
     "run_started", "model_delta", "tool_started", "tool_finished", "step", "run_finished", "approval_requested"

@@ -41,8 +41,8 @@ from loopwright.policy import (
     policy_reply,
     stream_reply,
 )
+from loopwright.tools.registry import ToolResult
 from loopwright.trace import Step, Trace
-from loopwright.wire.tools import ToolResult
 
 if TYPE_CHECKING:  # imported where used: a sync run never loads asyncio (see loopwright.offload)
     import asyncio
