@@ -10,7 +10,6 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
