@@ -696,8 +696,9 @@ def test_real_server_streams_what_it_completes(llama_server: str, mode: str) -> 
     deltas = [i for i in items if isinstance(i, str)]
     assert len(deltas) > 3 and "".join(deltas) == whole.text
     end = items[-1]
-    assert isinstance(end, lw.Completion) and end.usage is not None
-    assert end.usage.completion_tokens == whole.usage.completion_tokens  # type: ignore[union-attr]
+    assert isinstance(end, lw.Completion) and end.usage is not None and end.meta["finish_reason"] == "stop"
+    # this server sends no usage chunk (stream_options is not honoured): the loop's estimate
+    assert end.usage.estimated or end.usage == whole.usage
 
 
 @pytest.mark.slow
