@@ -380,3 +380,32 @@ def test_child_events_go_to_the_parents_sinks_tagged_with_the_agents_name():
     # the child's events come while the parent's step 1 runs: after its start, before its step
     first_child = events.index(child[0])
     assert events.index(next(e for e in parent if e.kind == "step")) > events.index(child[-1]) > first_child
+
+
+def test_agent_iter_events_tags_the_agent_and_its_childs_events():
+    coordinator = lw.Agent("coordinator", lw.ScriptedPolicy(DELEGATE), lw.ToolRegistry([calculator(CALC).as_tool()]))
+    events = list(coordinator.iter_events("2 + 3?"))
+    assert {e.agent for e in events} == {"coordinator", "calculator"}
+    assert events[0].kind == "run_started" and events[0].agent == "coordinator"
+    assert events[-1].kind == "run_finished" and events[-1].agent == "coordinator"
+    final = events[-1].trace
+    child_id = final.steps[0].meta["child_run_id"]
+    child = final.children[child_id]
+    # the child's deltas, joined per step, are its steps' raw text
+    for step in child.steps:
+        text = "".join(e.text for e in events if e.kind == "model_delta" and e.run_id == child_id and e.step == step.index)
+        assert text == step.raw
+    started = [e for e in events if e.kind == "tool_started"]
+    assert [(e.agent, e.tool) for e in started] == [("coordinator", "calculator"), ("calculator", "add")]
+
+
+def test_agent_aiter_events_on_an_event_loop():
+    coordinator = lw.Agent("coordinator", lw.ScriptedPolicy(DELEGATE), lw.ToolRegistry([calculator(CALC).as_tool()]))
+
+    async def main() -> list:
+        return [e async for e in coordinator.aiter_events("2 + 3?")]
+
+    events = asyncio.run(main())
+    assert [e.kind for e in events if e.agent == "calculator"][0] == "run_started"
+    assert events[-1].kind == "run_finished" and events[-1].trace.final_answer == "2 + 3 is 5"
+    assert [e.step.tool for e in events if e.kind == "step" and e.agent == "calculator"] == ["add", None]

@@ -8,10 +8,15 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from agents import Agent, ModelResponse, Runner, Usage, set_tracing_disabled
 from agents.models.interface import Model
 from delegation import TASK, USAGE, Brains, Outcome, run_main
-from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
+from openai.types.responses import (
+    ResponseFunctionToolCall,
+    ResponseOutputMessage,
+    ResponseOutputText,
+)
+
+from agents import Agent, ModelResponse, Runner, Usage, set_tracing_disabled
 
 current: dict[str, Brains] = {}
 

@@ -28,7 +28,8 @@ names it in `meta["child_run_id"]`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Coroutine, Iterable, Mapping
+from collections.abc import Coroutine, Iterable, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
 from loopwright import otel
@@ -36,6 +37,7 @@ from loopwright.calls import CURRENT_CALL
 from loopwright.durable.base import StoreBase
 from loopwright.durable.resume import iter_resume
 from loopwright.errors import StoreError
+from loopwright.events import EventSink
 from loopwright.guards import OnParseError, OnRepeat
 from loopwright.modes.adriver import AsyncRun
 from loopwright.modes.context import RunContext
@@ -51,6 +53,7 @@ from loopwright.modes.spec import (
     RunStore,
     Search,
 )
+from loopwright.modes.watch import AsyncEvents, Events
 from loopwright.policy import Policy
 from loopwright.prompts import DEFAULT_PROMPTS, PromptSet
 from loopwright.safety import Approver
@@ -65,7 +68,8 @@ _OPTIONS: Final = frozenset(f.name for f in dataclasses.fields(RunSpec)) - {"tas
 
 class Agent:
     """A named policy, registry, mode, instructions and run options: `run`, `arun`,
-    `iter_events`, `aiter_events`, and `as_tool` to make it a tool of another agent.
+    `iter_events`, `aiter_events`, `start` (a Run to iterate for Steps), and `as_tool` to
+    make it a tool of another agent.
     Read-only once made."""
 
     __slots__ = ("instructions", "mode", "name", "policy", "registry", "spec")
@@ -114,13 +118,15 @@ class Agent:
 
     # -- running --------------------------------------------------------------------
 
-    def start(self, task: str, *, run_id: str | None = None) -> Run:
+    def start(self, task: str, *, run_id: str | None = None, sinks: Sequence[EventSink] = ()) -> Run:
         """Start a run of the agent on `task` (a child of the run whose tool call is in
-        progress here, if any); iterate it for its Steps or call `.run()`."""
+        progress here, if any: then `run_id` and `sinks` are its parent's); iterate it for
+        its Steps or call `.run()`. `sinks`: where its events go, tagged with its name."""
         bound = CURRENT_CALL.get()
         parent = bound[0] if bound is not None and isinstance(bound[0], RunContext) else None
         if parent is None:
-            run = start(self.spec.replace(task=task, run_id=run_id), self.policy, self.registry)
+            spec = self.spec.replace(task=task, run_id=run_id)
+            run = start(spec, self.policy, self.registry, sinks=sinks, agent=self.name)
             run._ctx.agent = self.name
             otel_name(run, self.name)
             return run
@@ -136,6 +142,18 @@ class Agent:
         """`run`, awaited on this event loop (see `lw.arun`)."""
         run = self.start(task, run_id=run_id)
         return self._adopted(run, await AsyncRun(run).run())
+
+    def iter_events(self, task: str, *, run_id: str | None = None) -> Events:
+        """Run the agent on `task` and watch it: its events as they happen, tagged with its
+        name, and its child agents' events tagged with theirs (see `lw.iter_events`)."""
+        return Events(partial(self._watched, task, run_id))
+
+    def aiter_events(self, task: str, *, run_id: str | None = None) -> AsyncEvents:
+        """`iter_events` on an event loop (see `lw.aiter_events`)."""
+        return AsyncEvents(partial(self._watched, task, run_id))
+
+    def _watched(self, task: str, run_id: str | None, sinks: Sequence[EventSink]) -> Run:
+        return self.start(task, run_id=run_id, sinks=sinks)
 
     def as_tool(self, description: str | None = None, name: str | None = None) -> Tool:
         """The agent as a tool: it takes a `task` (and optional `context`) and returns the
