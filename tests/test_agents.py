@@ -409,3 +409,23 @@ def test_agent_aiter_events_on_an_event_loop():
     assert [e.kind for e in events if e.agent == "calculator"][0] == "run_started"
     assert events[-1].kind == "run_finished" and events[-1].trace.final_answer == "2 + 3 is 5"
     assert [e.step.tool for e in events if e.kind == "step" and e.agent == "calculator"] == ["add", None]
+
+
+@pytest.mark.slow
+def test_readme_two_agent_example_runs_on_the_embedded_model(tmp_path):
+    """The README's example, as written there, on the embedded model: it ends (within the
+    coordinator's 120 s, which the calculator's runs share) and nests the calculator's runs."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    section = readme.split("## Agents, and agents as tools", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    script = tmp_path / "two_agents.py"
+    script.write_text(code)
+    start = time.perf_counter()
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=400, check=False)
+    assert out.returncode == 0, out.stderr
+    assert time.perf_counter() - start < 300
+    lines = out.stdout.splitlines()
+    assert lines[0] == "Task: What is 17 * 23?  [react]"
+    assert any(line.startswith("Stopped: ") for line in lines)
+    children = [line.split() for line in lines if ":" in line.split(" ", 1)[0] and " calculator " in line]
+    assert children, out.stdout  # the coordinator called the calculator at least once: a nested run
