@@ -429,3 +429,34 @@ def test_readme_two_agent_example_runs_on_the_embedded_model(tmp_path):
     assert any(line.startswith("Stopped: ") for line in lines)
     children = [line.split() for line in lines if ":" in line.split(" ", 1)[0] and " calculator " in line]
     assert children, out.stdout  # the coordinator called the calculator at least once: a nested run
+
+
+def test_a_child_paused_for_approval_pauses_its_parent_and_resume_continues_both(tmp_path):
+    from loopwright.safety import ApprovalPending
+
+    effects: list[str] = []
+
+    @lw.tool(side_effects="destructive")
+    def wipe(path: str) -> str:
+        """Delete a path."""
+        effects.append(path)
+        return f"wiped {path}"
+
+    def later(request: ApprovalRequest) -> Decision:
+        raise ApprovalPending
+
+    child_script = [act("wipe", '{"path": "/tmp/x"}'), final("done")]
+    parent_script = [act("cleaner", '{"task": "wipe /tmp/x"}'), final("cleaned")]
+    with lw.SQLiteStore(tmp_path / "j.db") as store:
+        cleaner = lw.Agent("cleaner", lw.ScriptedPolicy(child_script), lw.ToolRegistry([wipe]))
+        first = lw.run("t", lw.ScriptedPolicy(parent_script), lw.ToolRegistry([cleaner.as_tool()]), store=store,
+                       run_id="p", approver=later)
+        assert first.stopped_reason == "paused" and effects == []
+        assert first.meta["pending_approval"]["tool"] == "wipe"
+        [pending] = store.pending_approvals("p:1")
+        store.decide("p:1", pending.key, True)
+        cleaner = lw.Agent("cleaner", lw.ScriptedPolicy(child_script[1:]), lw.ToolRegistry([wipe]))
+        again = lw.resume("p", lw.ScriptedPolicy(parent_script[1:]), lw.ToolRegistry([cleaner.as_tool()]),
+                          store=store, approver=later)
+    assert again.stopped_reason == "final" and again.final_answer == "cleaned"
+    assert effects == ["/tmp/x"] and again.children["p:1"].final_answer == "done"

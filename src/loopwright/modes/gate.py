@@ -156,8 +156,15 @@ class ToolGate:
         return attempt
 
     def finish(self, admitted: Admitted, result: ToolResult) -> Executed:
-        """Journal the result, remember a side effect's success, tell the observers."""
+        """Journal the result, remember a side effect's success, tell the observers.
+        Raises StopRun when the call ran a child agent that paused for an approval: the
+        run pauses with it, the call not journaled as done (resume re-enters the child)."""
         key = admitted.call.key
+        if self.children and key in self.children:
+            child = self.ctx.trace.children.get(self.children[key])
+            if child is not None and child.stopped_reason == "paused":
+                self.ctx.trace.meta["pending_approval"] = child.meta.get("pending_approval")
+                raise StopRun("paused", f"waiting for an approval in child agent run {self.children.pop(key)}")
         if self.journal is not None:
             self.journal.record_tool_result(key, result)
         if admitted.ledger is not None and result.error is None:
