@@ -122,7 +122,7 @@ def loopwright_rows(n: int, budget_s: float) -> list[dict[str, Any]]:
                 "name": f"loopwright: coordinator calls the calculator agent (Agent.as_tool){label}",
                 "steps": steps, "us_per_step": seconds / steps * 1e6,
                 # one delegation: a coordinator step whose tool is a whole child run (2 model calls)
-                "us_per_call": (seconds - plain_s / (n + 1)) / n * 1e6,
+                "us_per_call": seconds / n * 1e6,
                 "usage_includes_children": out["tokens"] == steps * sum(USAGE),
                 "nesting_kept": out["nested"] == 2 * n,
                 "budget_shared": "yes: token, cost and wall-clock budgets; the child gets what is left",
@@ -150,7 +150,7 @@ def peer_rows(n: int, budget_s: float) -> list[dict[str, Any]]:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| run | model calls | µs per step | µs per delegation | usage includes the child's | "
+    lines = ["| run | model calls | µs per step | µs per coordinator step (the child's run included) | usage includes the child's | "
              "child's run kept in the result | budget shared | resumable |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "skipped" in r:
@@ -171,6 +171,9 @@ def main() -> None:
     args = parser.parse_args()
     rows = loopwright_rows(args.n, args.budget_s) + peer_rows(args.n, args.budget_s)
     print(table(rows))
+    plain, agent = rows[0]["us_per_call"], rows[1]["us_per_call"]
+    print(f"\nA child-agent call costs {agent / plain:.1f}x a plain tool call (it makes 3 model calls where the "
+          f"plain call makes 1): {agent:.0f} µs against {plain:.0f} µs per coordinator step, scripted models.")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
 
