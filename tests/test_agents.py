@@ -460,3 +460,17 @@ def test_a_child_paused_for_approval_pauses_its_parent_and_resume_continues_both
                           store=store, approver=later)
     assert again.stopped_reason == "final" and again.final_answer == "cleaned"
     assert effects == ["/tmp/x"] and again.children["p:1"].final_answer == "done"
+
+
+def test_a_tool_body_that_runs_an_agent_twice_makes_two_child_runs():
+    agent = calculator(CALC + CALC)
+
+    @lw.tool
+    def twice(task: str) -> str:
+        """Ask the calculator twice."""
+        return agent.run(task).final_answer + agent.run(task).final_answer
+
+    trace = lw.run("t", lw.ScriptedPolicy([act("twice", '{"task": "2 + 3"}'), final("55")]), lw.ToolRegistry([twice]))
+    base = trace.steps[0].meta["child_run_id"].rsplit(".", 1)[0]
+    assert sorted(trace.children) == [base, base + ".2"]
+    assert trace.steps[0].observation == "55"

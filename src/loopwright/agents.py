@@ -167,7 +167,9 @@ class Agent:
         """Start (or resume, when the parent's store has it) the child run of tool call
         `key` of `parent`, held to what is left of the parent's budgets."""
         parent_id, _ = parent.call_run_id()
-        child_id = child_run_id(parent, key)
+        base = child_run_id(parent, key)
+        earlier = sum(1 for c in parent.trace.children if c == base or c.startswith(base + "."))
+        child_id = child_run_id(parent, key, earlier + 1)
         own = self.spec.store
         store = _store(parent) or (own if isinstance(own, StoreBase) else None)
         limits = self._limits_left(parent)
@@ -303,10 +305,12 @@ def instructed(prompts: PromptSet, instructions: str | None) -> PromptSet:
     return dataclasses.replace(prompts, **changes)
 
 
-def child_run_id(parent: RunContext, key: str) -> str:
+def child_run_id(parent: RunContext, key: str, nth: int = 1) -> str:
     """The run id of the child started by tool call `key`: the call's idempotency key,
-    `<parent run id>:<key>` (the same on every resume of the parent)."""
-    return f"{parent.call_run_id()[0]}:{key}"
+    `<parent run id>:<key>` (the same on every resume of the parent); a tool body that runs
+    agents more than once numbers the later ones `<...>:<key>.2`, `.3`, in order."""
+    base = f"{parent.call_run_id()[0]}:{key}"
+    return base if nth == 1 else f"{base}.{nth}"
 
 
 def _store(ctx: RunContext) -> StoreBase | None:
