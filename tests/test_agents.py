@@ -474,3 +474,28 @@ def test_a_tool_body_that_runs_an_agent_twice_makes_two_child_runs():
     base = trace.steps[0].meta["child_run_id"].rsplit(".", 1)[0]
     assert sorted(trace.children) == [base, base + ".2"]
     assert trace.steps[0].observation == "55"
+
+
+def test_rewoo_parent_runs_agent_calls_in_parallel_and_keeps_each_child():
+    plan = json.dumps({"plan": [{"id": f"E{i}", "tool": "calculator", "args": {"task": f"{i} + 1"}} for i in (1, 2, 3)]})
+
+    class Calc:
+        """A calculator model for any "a + b" task (called from three threads at once)."""
+
+        def __call__(self, prompt: str) -> str:
+            asked = prompt.rsplit("Question:", 1)[-1]
+            if "Observation" in asked:
+                return final(asked.rsplit("</untrusted>", 1)[0].rsplit(">", 1)[-1])
+            a, b = asked.split("\n", 1)[0].split(" + ")
+            return act("add", json.dumps({"x": int(a), "y": int(b)}))
+
+    agent = lw.Agent("calculator", Calc(), lw.ToolRegistry([add]))
+    trace = lw.run("three sums", lw.ScriptedPolicy([plan, "Final Answer: 2 3 4"]), lw.ToolRegistry([agent.as_tool()]),
+                   mode="rewoo")
+    assert trace.stopped_reason == "final" and trace.llm_calls == 2
+    actions = [s for s in trace.steps if s.kind == "action"]
+    assert sorted(s.observation for s in actions) == ["2", "3", "4"]
+    assert sorted(s.meta["child_run_id"].rsplit(":", 1)[1] for s in actions) == ["E1", "E2", "E3"]
+    assert len(trace.children) == 3
+    assert trace.usage == sum((s.usage for s in trace.steps), lw.Usage()) + sum(
+        (c.usage for c in trace.children.values()), lw.Usage())
