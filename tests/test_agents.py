@@ -453,6 +453,7 @@ def test_a_child_paused_for_approval_pauses_its_parent_and_resume_continues_both
                        run_id="p", approver=later)
         assert first.stopped_reason == "paused" and effects == []
         assert first.meta["pending_approval"]["tool"] == "wipe"
+        assert first.meta["pending_approval"]["meta"] == {"agent": "cleaner"}
         [pending] = store.pending_approvals("p:1")
         store.decide("p:1", pending.key, True)
         cleaner = lw.Agent("cleaner", lw.ScriptedPolicy(child_script[1:]), lw.ToolRegistry([wipe]))
