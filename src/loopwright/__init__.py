@@ -51,6 +51,7 @@ from loopwright.modes import (
     aiter_events,
     aiter_run,
     arun,
+    arun_spec,
     iter_events,
     iter_plan_execute,
     iter_react,
@@ -63,6 +64,7 @@ from loopwright.modes import (
     run_react,
     run_reflexion,
     run_rewoo,
+    run_spec,
     run_tot,
 )
 from loopwright.parsing import (
@@ -177,6 +179,7 @@ __all__ = [
     "aiter_events",
     "aiter_run",
     "arun",
+    "arun_spec",
     "arun_many",
     "bootstrap_examples",
     "evaluate",
@@ -198,6 +201,7 @@ __all__ = [
     "run_react",
     "run_reflexion",
     "run_rewoo",
+    "run_spec",
     "run_tot",
     "substitute",
     "tool",

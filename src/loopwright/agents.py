@@ -245,7 +245,8 @@ class AgentTool(Tool):
     agent: Agent
 
     def __init__(self, agent: Agent, description: str | None, name: str | None) -> None:
-        side_effects: SideEffects = "read" if all(t.idempotent for t in agent.registry) else "write"
+        safe = all(t.idempotent and not t.requires_approval for t in agent.registry)
+        side_effects: SideEffects = "read" if safe else "write"  # what its run may do
 
         def call(task: str, context: str = "") -> Any:
             text = task if not context else f"{task}\n\nContext: {context}"

@@ -133,10 +133,10 @@ class RunContext:
 
     # -- a model call, either side of the driver's call to the policy ----------------
 
-    def begin_model(self) -> ModelCall | None:
+    def begin_model(self, start: float) -> ModelCall | None:
         """Count the call; a resumed run's recorded answer (the call was paid for
-        already), else None and the call is in flight. Raises StopRun when child agents
-        spent what was left of a budget (their calls count against this run's)."""
+        already), else None and the call is in flight since `start`. Raises StopRun when
+        child agents spent what was left of a budget (their calls count against this run's)."""
         trace = self.trace
         if trace.children and (spent := self.guard_after_call()) is not None:
             raise StopRun(spent, f"{spent}: the run's child agents spent what was left")
@@ -147,7 +147,7 @@ class RunContext:
                 completion, usage = recorded
                 trace.usage = trace.usage + usage
                 return ModelCall(completion.text, completion, usage, 0.0)
-        self.in_flight["model"] = (None, None, time.perf_counter())
+        self.in_flight["model"] = (None, None, start)
         return None
 
     def adopt(self, key: str, child_run_id: str, child: Trace) -> None:

@@ -78,15 +78,16 @@ class ToolGate:
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
 
-    def admit(self, call: CallTool) -> Executed | Admitted:
+    def admit(self, call: CallTool) -> Executed | Admitted | None:
         """Replay, approval: an Executed when the call is answered without running it, an
-        Admitted when it may run. Raises StopRun when the run must end here (denied with
+        Admitted when it may run, None when there is nothing to gate, record or deduplicate
+        (run it, then `done`). Raises StopRun when the run must end here (denied with
         on_deny="stop", approval pending)."""
         ctx = self.ctx
         tool = ctx.registry.get(call.name)
         journal = self.journal
         if journal is None and (tool is None or (tool.idempotent and not tool.requires_approval)):
-            return Admitted(call, tool)  # nothing to gate, record or deduplicate
+            return None
         recorded = journal.recorded_tool(call.key) if journal is not None else None
         if recorded is not None and recorded[0] == "done" and recorded[1] is not None:
             with self._lock:
@@ -161,22 +162,32 @@ class ToolGate:
         run pauses with it, the call not journaled as done (resume re-enters the child)."""
         key = admitted.call.key
         if self.children and key in self.children:
-            child = self.ctx.trace.children.get(self.children[key])
-            if child is not None and child.stopped_reason == "paused":
-                self.ctx.trace.meta["pending_approval"] = child.meta.get("pending_approval")
-                raise StopRun("paused", f"waiting for an approval in child agent run {self.children.pop(key)}")
+            self._child_paused(key)
         if self.journal is not None:
             self.journal.record_tool_result(key, result)
         if admitted.ledger is not None and result.error is None:
             self._ledger[admitted.ledger] = (key, result)
+        return self.done(key, result)
+
+    def done(self, key: str, result: ToolResult) -> Executed:
+        """Count the call and tell the observers (all `finish` does for an ungated call)."""
         ctx = self.ctx
         with self._lock:
             ctx.trace.tool_calls += 1
         for observer in ctx.observers:
             observer.tool(key, result, "action")
         if self.children and key in self.children:  # the call ran a child agent
+            self._child_paused(key)
             return Executed(result, meta={"child_run_id": self.children.pop(key)})
         return Executed(result)
+
+    def _child_paused(self, key: str) -> None:
+        """Raise StopRun("paused") when call `key` ran a child agent that paused for an
+        approval: the run pauses with it (and a resume re-enters the child)."""
+        child = self.ctx.trace.children.get(self.children[key])
+        if child is not None and child.stopped_reason == "paused":
+            self.ctx.trace.meta["pending_approval"] = child.meta.get("pending_approval")
+            raise StopRun("paused", f"waiting for an approval in child agent run {self.children.pop(key)}")
 
     def _ledger_key(self, tool: Tool, args: dict[str, Any]) -> str:
         return tool.name + "\x00" + idempotency_key(tool, args)
