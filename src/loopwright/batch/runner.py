@@ -37,6 +37,7 @@ from loopwright.modes.spec import (
     RunSpec,
     Search,
 )
+from loopwright.modes.toolsearch import ToolSearchOption
 from loopwright.offload import run_until_complete
 from loopwright.policy import Policy
 from loopwright.prompts import PromptSet
@@ -217,6 +218,7 @@ async def arun_many(
     prompts: PromptSet | None = None, memory: Memory | None = None, context_tokens: int | None = None,
     output_type: Any = None, run_id: str | None = None, journal_meta: Mapping[str, Any] | None = None,
     tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
+    tool_search: ToolSearchOption | None = None,
 ) -> list[Trace]:
     """Run every task; return their traces in input order.
 
@@ -265,6 +267,7 @@ def run_many(
     prompts: PromptSet | None = None, memory: Memory | None = None, context_tokens: int | None = None,
     output_type: Any = None, run_id: str | None = None, journal_meta: Mapping[str, Any] | None = None,
     tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
+    tool_search: ToolSearchOption | None = None,
 ) -> list[Trace]:
     """`arun_many` from sync code (on a private event loop; from a helper thread if this
     one already runs a loop). Same arguments."""

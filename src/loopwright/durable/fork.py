@@ -28,6 +28,7 @@ from loopwright.modes.spec import (
     RunSpec,
     Search,
 )
+from loopwright.modes.toolsearch import ToolSearchOption
 from loopwright.policy import Policy
 from loopwright.prompts import PromptSet
 from loopwright.safety import Approver, Decision
@@ -53,6 +54,7 @@ def iter_fork(
     tools: Iterable[str] | None = None, on_deny: OnDeny | None = None, prompts: PromptSet | None = None,
     memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
     tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
+    tool_search: ToolSearchOption | None = None,
 ) -> Run:
     """`fork`, as a Run to iterate for each Step as it is replayed or made."""
     given = overrides(locals())
@@ -93,6 +95,7 @@ def fork(
     tools: Iterable[str] | None = None, on_deny: OnDeny | None = None, prompts: PromptSet | None = None,
     memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
     tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
+    tool_search: ToolSearchOption | None = None,
 ) -> Trace:
     """Start a new journaled run whose first `at_step` steps are run `run_id`'s recorded
     ones (replayed: no model call, no tool executed), then continue it live with `policy`,

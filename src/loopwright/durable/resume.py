@@ -46,6 +46,7 @@ from loopwright.modes.spec import (
     RunSpec,
     Search,
 )
+from loopwright.modes.toolsearch import ToolSearchOption
 from loopwright.policy import Policy
 from loopwright.prompts import PromptSet
 from loopwright.safety import Approver, Decision, decisions_approver
@@ -61,7 +62,7 @@ OVERRIDES = frozenset({
     "max_steps", "token_budget", "timeout_s", "max_tokens", "max_replans", "on_parse_error", "on_repeat",
     "max_nudges", "dialect", "on_tool_error", "max_reflections", "attempt_steps", "evaluator", "search",
     "branching", "breadth", "depth", "max_nodes", "threshold", "allow_side_effects", "tools", "on_deny",
-    "prompts", "memory", "context_tokens", "output_type", "tracer", "cost_budget_usd", "prices",
+    "prompts", "memory", "context_tokens", "output_type", "tracer", "cost_budget_usd", "prices", "tool_search",
 })
 
 
@@ -104,6 +105,7 @@ def iter_resume(
     tools: Iterable[str] | None = None, on_deny: OnDeny | None = None, prompts: PromptSet | None = None,
     memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
     tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
+    tool_search: ToolSearchOption | None = None,
 ) -> Run:
     """`resume`, as a Run to iterate for each Step as it is replayed or made."""
     given = overrides(locals())
@@ -154,6 +156,7 @@ def resume(
     tools: Iterable[str] | None = None, on_deny: OnDeny | None = None, prompts: PromptSet | None = None,
     memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
     tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
+    tool_search: ToolSearchOption | None = None,
 ) -> Trace:
     """Continue run `run_id` from its journal in `store` and return its trace.
 

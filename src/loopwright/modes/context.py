@@ -96,6 +96,11 @@ class RunContext:
             self._schemas = self.registry.schemas()
         return self._schemas
 
+    def use_registry(self, registry: ToolRegistry) -> None:
+        """Run on these tools from now on (tool search narrows and grows the run's set)."""
+        self.registry = registry
+        self._schemas = None
+
     # -- the trace -------------------------------------------------------------------
 
     @property

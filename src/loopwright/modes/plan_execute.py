@@ -17,6 +17,7 @@ from loopwright.modes.context import RunContext
 from loopwright.modes.machine import CallTool, Machine, StepGen
 from loopwright.modes.rewoo import plan_call, plan_examples
 from loopwright.modes.spec import RunSpec
+from loopwright.modes.toolsearch import begin
 from loopwright.prompts import describe_tools, fill, render_evidence
 from loopwright.trace import Step
 from loopwright.untrusted import fence, neutralise
@@ -28,6 +29,7 @@ def check(spec: RunSpec) -> None:
 
 
 def machine(ctx: RunContext, spec: RunSpec) -> StepGen:
+    begin(ctx, spec.tool_search, searchable=False)  # plans and replans use the K tools the task needs most
     return _plan_execute(ctx, spec.max_tokens)
 
 

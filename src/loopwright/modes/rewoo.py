@@ -24,6 +24,7 @@ from loopwright.modes.machine import (
     StepGen,
 )
 from loopwright.modes.spec import RunSpec
+from loopwright.modes.toolsearch import begin
 from loopwright.policy import ModelRequest, Purpose
 from loopwright.prompts import describe_tools, fill, render_evidence, worked_examples
 from loopwright.trace import Step
@@ -36,6 +37,7 @@ def check(spec: RunSpec) -> None:
 
 
 def machine(ctx: RunContext, spec: RunSpec) -> StepGen:
+    begin(ctx, spec.tool_search, searchable=False)  # the plan is made from the K tools the task needs most
     return _rewoo(ctx, spec.max_tokens)
 
 

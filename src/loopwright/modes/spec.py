@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 from loopwright.guards import Limits, OnParseError, OnRepeat
 from loopwright.modes.machine import Journal
+from loopwright.modes.toolsearch import ToolSearchOption, check_option
 from loopwright.pricing import Prices
 from loopwright.prompts import PromptSet
 from loopwright.safety import Approver
@@ -84,12 +85,15 @@ class RunSpec:
     tracer: Any = None  # an OpenTelemetry tracer (the optional dependency's type)
     cost_budget_usd: float | None = None
     prices: PriceSpec | None = None
+    tool_search: ToolSearchOption | None = None  # None: "auto" (see modes/toolsearch.py)
 
     def __post_init__(self) -> None:
         if self.mode not in MODE_SETTINGS:
             raise ValueError(f"mode must be one of {sorted(MODE_SETTINGS)}, got {self.mode!r}")
         if self.tools is not None and not isinstance(self.tools, tuple):
             object.__setattr__(self, "tools", tuple(self.tools))
+        if self.tool_search is not None:
+            check_option(self.tool_search)
         foreign = [name for name in _FOREIGN[self.mode] if getattr(self, name) is not None]
         if foreign:
             raise TypeError(f"unknown run option(s) for mode {self.mode!r}: {', '.join(foreign)}")
@@ -105,7 +109,7 @@ class RunSpec:
 
     def config(self) -> dict[str, Any]:
         """What the journal stores: the mode's settings (defaults filled in) and max_tokens,
-        the tool scope and on_deny. Code (an evaluator, an approver) is recorded as a flag."""
+        the tool scope, on_deny and tool_search. Code (an evaluator, an approver) is recorded as a flag."""
         config = {name: self.setting(name) for name in MODE_SETTINGS[self.mode]}
         if "evaluator" in config:
             config["evaluator"] = callable(self.evaluator)
@@ -113,6 +117,7 @@ class RunSpec:
         config["tools"] = None if self.tools is None else list(self.tools)
         config["approver"] = self.approver is not None  # resume needs to know one was used
         config["on_deny"] = self.on_deny
+        config["tool_search"] = "auto" if self.tool_search is None else self.tool_search
         if self.journal_meta is not None:
             config["meta"] = dict(self.journal_meta)
         return config

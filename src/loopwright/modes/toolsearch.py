@@ -1,0 +1,215 @@
+"""Tool search: a run with many tools shows the model only the K most relevant to its task,
+plus `search_tools(query)`, a built-in tool that loads others; a loaded tool stays loaded.
+
+The selection is data the machine computes (no I/O): the run's registry is narrowed to the
+loaded tools, so the prompt's tool list, the native tool list, the embedded model's grammar
+(built from `ModelRequest.tools`) and execution all see the same set; a tool not loaded is
+an unknown tool. ReAct offers `search_tools`; ReWOO, plan-execute, Reflexion and
+Tree-of-Thoughts plan or branch from the task alone, so they get the K tools and no search.
+The index (BM25 over each tool's name, description, parameter names and examples, fused by
+reciprocal rank with dense recall when an embedder is given) is built once per registry and
+kept in its memo, so a run pays only for its queries. Ranking is deterministic (ties go to
+registration order), so a resumed or forked run, which replays the same model replies over
+the same tools, loads the same tools; each load is journaled in its step's meta
+("tools_loaded") and the whole set in `trace.meta["tool_search"]`.
+
+`tool_search="auto"` (the default) turns search on with K=AUTO_K above AUTO_MIN_TOOLS tools:
+below that the whole list costs fewer prompt tokens than a search step would save, and
+recall@10 is near 1 anyway (benchmarks/tool_search.py; docs/benchmarks.md, issue 25).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Mapping
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+from loopwright.prompts import describe_tools
+from loopwright.wire.tools import Tool, ToolRegistry
+
+if TYPE_CHECKING:
+    from loopwright.memory.embedders import Embedder
+    from loopwright.modes.context import RunContext
+
+ToolSearchOption = int | Literal["auto", "off"]
+"""`tool_search=`: K (tools per step), "auto" (K=AUTO_K above AUTO_MIN_TOOLS tools) or "off"."""
+
+SEARCH_TOOL: Final = "search_tools"
+AUTO_MIN_TOOLS: Final = 40
+AUTO_K: Final = 10
+PER_SEARCH: Final = 5
+"""Tools one `search_tools` call loads at most (fewer when K is smaller)."""
+_DEPTH: Final = 50  # each ranking's depth in the fusion, as HybridMemory's default
+
+
+def check_option(value: object) -> None:
+    """Raise for a `tool_search` value that is not an int >= 1, "auto" or "off"."""
+    if value in ("auto", "off"):
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"tool_search must be an integer >= 1, 'auto' or 'off', got {value!r}")
+
+
+def resolve(option: ToolSearchOption | None, tool_count: int) -> int | None:
+    """K for a run with `tool_count` tools, or None when search is off."""
+    if option is None or option == "auto":
+        return AUTO_K if tool_count > AUTO_MIN_TOOLS else None
+    if option == "off":
+        return None
+    return option if option < tool_count else None  # K at least every tool: nothing to leave out
+
+
+_CAMEL: Final = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_SEPARATORS: Final = re.compile(r"[._\-/]+")
+
+
+def tool_document(tool: Tool) -> str:
+    """What the index reads of a tool: its name as words (snake, dotted, camel case split),
+    description, parameter names and descriptions, and its examples' questions."""
+    name = _CAMEL.sub(" ", _SEPARATORS.sub(" ", tool.name))
+    parts = [name, tool.name, tool.description]
+    properties = tool.parameters.get("properties") or {}
+    for param, spec in properties.items():
+        parts.append(_CAMEL.sub(" ", str(param).replace("_", " ")))
+        if isinstance(spec, Mapping) and isinstance(spec.get("description"), str):
+            parts.append(spec["description"])
+    parts += [e.question for e in tool.examples if e.question]
+    return "\n".join(p for p in parts if p)
+
+
+class ToolIndex:
+    """A registry's tools, ranked for a query by BM25, fused with dense recall (reciprocal
+    rank fusion) when an embedder is given. Built once: see `tool_index`."""
+
+    def __init__(self, registry: ToolRegistry, embedder: Embedder | None = None) -> None:
+        from loopwright.memory.lexical import BM25Memory  # numpy and bm25s: only when searching
+
+        self.names = registry.names
+        documents = [tool_document(t) for t in registry]
+        self.lexical = BM25Memory()
+        self.lexical.add_many(documents)
+        self.lexical.rebuild()  # one batch index: queries never scan a delta segment
+        self.dense: Any = None
+        if embedder is not None:
+            from loopwright.memory.semantic import SemanticMemory
+
+            self.dense = SemanticMemory(embedder)
+            self.dense.add_many(documents)
+
+    def rank(self, query: str, k: int, exclude: Collection[str] = ()) -> list[str]:
+        """The names of the k tools best matching `query` that are not in `exclude`, best
+        first; only tools that share a word with it (or any, fused with dense recall)."""
+        depth = max(k + len(exclude), _DEPTH)
+        lexical = [i for i, _ in self.lexical.ranked(query, depth)]
+        if self.dense is not None:
+            from loopwright.memory.hybrid import reciprocal_rank_fusion
+
+            dense = [r.id for r in self.dense.recall(query, depth)]
+            order = [i for i, _ in reciprocal_rank_fusion([lexical, dense])]
+        else:
+            order = lexical
+        names = self.names
+        return [n for n in (names[i] for i in order) if n not in exclude][:k]
+
+
+def tool_index(registry: ToolRegistry, embedder: Embedder | None = None) -> ToolIndex:
+    """The registry's index, built on first use and kept until the next `register`."""
+    return registry.memo(("tool_index", id(embedder) if embedder is not None else None),
+                         lambda reg: ToolIndex(reg, embedder))
+
+
+def _no_direct_call(query: str) -> str:
+    return "search_tools is answered by the run loop; it has nothing to run here"
+
+
+SEARCH_DESCRIPTION: Final = (
+    "Find and load more tools by what they do. Give a few words naming the action or the "
+    "data you need; the tools found are listed with their arguments and can be called next."
+)
+
+
+def search_tool() -> Tool:
+    """The `search_tools(query)` tool as the model sees it (the machine answers it)."""
+    return Tool.from_schema(
+        SEARCH_TOOL, SEARCH_DESCRIPTION,
+        {"type": "object", "properties": {"query": {"type": "string", "description": "what the tool does"}},
+         "required": ["query"]},
+        _no_direct_call,
+    )  # fmt: skip
+
+
+class ToolSelection:
+    """One run's loaded tools: the K chosen for its task, then each search's finds."""
+
+    def __init__(self, registry: ToolRegistry, k: int, index: ToolIndex, *, searchable: bool) -> None:
+        if SEARCH_TOOL in registry and searchable:
+            raise ValueError(f"a registry with its own {SEARCH_TOOL!r} tool cannot use tool_search")
+        self.full = registry
+        self.k = k
+        self.index = index
+        self.searchable = searchable
+        self.loaded: list[str] = []
+        self._search = search_tool() if searchable else None
+
+    def choose(self, task: str) -> list[str]:
+        """Load the K tools most relevant to the task (filled in registration order when
+        fewer share a word with it, so a run always starts with K)."""
+        chosen = self.index.rank(task, self.k)
+        if len(chosen) < self.k:
+            taken = set(chosen)
+            chosen += [n for n in self.full.names if n not in taken][: self.k - len(chosen)]
+        self.loaded += chosen
+        return chosen
+
+    def search(self, query: str) -> tuple[list[str], str]:
+        """Load the tools best matching `query` (at most min(K, PER_SEARCH)); return them
+        and the observation that lists them for the model."""
+        found = self.index.rank(query, min(self.k, PER_SEARCH), exclude=set(self.loaded))
+        self.loaded += found
+        if not found:
+            return [], f"No tool not loaded already matches {query!r}; try other words."
+        listing = describe_tools(self.full[n].schema() for n in found)
+        return found, f"Loaded {len(found)} tool(s), callable from now on:\n{listing}"
+
+    def registry(self) -> ToolRegistry:
+        """The loaded tools (and `search_tools` last, when searchable) as a registry."""
+        registry = self.full.subset(self.loaded)
+        if self._search is not None:
+            registry.register(self._search)
+        return registry
+
+    def record(self) -> dict[str, Any]:
+        return {"k": self.k, "tools": len(self.full), "loaded": list(self.loaded)}
+
+
+def begin(ctx: RunContext, option: ToolSearchOption | None, *, searchable: bool) -> ToolSelection | None:
+    """Narrow the run to the K tools most relevant to its task (None, and the run keeps
+    every tool, when search is off for it)."""
+    k = resolve(option, len(ctx.registry))
+    if k is None:
+        return None
+    selection = ToolSelection(ctx.registry, k, tool_index(ctx.registry), searchable=searchable)
+    selection.choose(ctx.task)
+    narrow(ctx, selection)
+    return selection
+
+
+def narrow(ctx: RunContext, selection: ToolSelection) -> None:
+    """Point the run at the loaded tools (its prompt list, schemas and execution)."""
+    ctx.use_registry(selection.registry())
+    ctx.trace.meta["tool_search"] = selection.record()
+
+
+def query_of(args: Any) -> str:
+    """The query of a `search_tools` call: its `query` argument, else its one text value."""
+    if isinstance(args, Mapping):
+        value = args.get("query", args.get("input"))
+        if isinstance(value, str):
+            return value
+        texts = [v for v in args.values() if isinstance(v, str)]
+        return " ".join(texts)
+    return str(args)
+
+
+__all__ = ["AUTO_K", "AUTO_MIN_TOOLS", "PER_SEARCH", "SEARCH_TOOL", "ToolIndex", "ToolSearchOption", "ToolSelection",
+           "begin", "check_option", "narrow", "query_of", "resolve", "search_tool", "tool_document", "tool_index"]
