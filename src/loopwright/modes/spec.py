@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 from loopwright.guards import Limits, OnParseError, OnRepeat
 from loopwright.modes.machine import Journal
-from loopwright.modes.toolsearch import ToolSearchOption, check_option
 from loopwright.pricing import Prices
 from loopwright.prompts import PromptSet
 from loopwright.safety import Approver
@@ -34,6 +33,16 @@ Evaluator = Callable[[str, Trace], "tuple[bool, str] | bool"]
 """Judges a Reflexion attempt's answer: `evaluator(task, trace)` with `trace.final_answer`
 set; returns (ok, feedback) or a bool. Feedback reaches the critique prompt."""
 PriceSpec = Prices | Callable[[Usage], float]
+ToolSearchOption = int | Literal["auto", "off"]
+"""`tool_search=`: K tools a step, "auto" (on above a number of tools) or "off"; see modes/toolsearch.py."""
+
+
+def check_option(value: object) -> None:
+    """Raise for a `tool_search` value that is not an int >= 1, "auto" or "off"."""
+    if value in ("auto", "off"):
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"tool_search must be an integer >= 1, 'auto' or 'off', got {value!r}")
 
 
 class RunStore(Protocol):
@@ -166,4 +175,4 @@ def scope(tools: Iterable[str] | None) -> tuple[str, ...] | None:
 
 
 __all__ = ["MODE_SETTINGS", "Dialect", "Evaluator", "Mode", "OnDeny", "OnToolError", "PriceSpec", "RunSpec",
-           "RunStore", "Search"]
+           "RunStore", "Search", "ToolSearchOption"]

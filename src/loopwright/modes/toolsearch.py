@@ -22,17 +22,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Mapping
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final
 
+from loopwright.modes.spec import ToolSearchOption
 from loopwright.prompts import describe_tools
-from loopwright.wire.tools import Tool, ToolRegistry
+from loopwright.tools.registry import Tool, ToolRegistry
 
 if TYPE_CHECKING:
     from loopwright.memory.embedders import Embedder
     from loopwright.modes.context import RunContext
-
-ToolSearchOption = int | Literal["auto", "off"]
-"""`tool_search=`: K (tools per step), "auto" (K=AUTO_K above AUTO_MIN_TOOLS tools) or "off"."""
 
 SEARCH_TOOL: Final = "search_tools"
 AUTO_MIN_TOOLS: Final = 40
@@ -40,14 +38,6 @@ AUTO_K: Final = 10
 PER_SEARCH: Final = 5
 """Tools one `search_tools` call loads at most (fewer when K is smaller)."""
 _DEPTH: Final = 50  # each ranking's depth in the fusion, as HybridMemory's default
-
-
-def check_option(value: object) -> None:
-    """Raise for a `tool_search` value that is not an int >= 1, "auto" or "off"."""
-    if value in ("auto", "off"):
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"tool_search must be an integer >= 1, 'auto' or 'off', got {value!r}")
 
 
 def resolve(option: ToolSearchOption | None, tool_count: int) -> int | None:
@@ -211,5 +201,5 @@ def query_of(args: Any) -> str:
     return str(args)
 
 
-__all__ = ["AUTO_K", "AUTO_MIN_TOOLS", "PER_SEARCH", "SEARCH_TOOL", "ToolIndex", "ToolSearchOption", "ToolSelection",
-           "begin", "check_option", "narrow", "query_of", "resolve", "search_tool", "tool_document", "tool_index"]
+__all__ = ["AUTO_K", "AUTO_MIN_TOOLS", "PER_SEARCH", "SEARCH_TOOL", "ToolIndex", "ToolSelection",
+           "begin", "narrow", "query_of", "resolve", "search_tool", "tool_document", "tool_index"]
