@@ -197,7 +197,7 @@ def sweep(registry: lw.ToolRegistry, questions: Sequence[tuple[str, str, set[str
     picked = rng.sample(list(questions), n_questions)
     print(f"\n## sweep: registries of N tools, {n_questions} questions, K=10")
     print("| N | recall@10 | every tool: tokens | K=10 + search_tools: tokens |\n|---|---|---|---|")
-    for n in (10, 20, 40, 80, 160):
+    for n in (10, 15, 20, 30, 40, 80, 160):
         hits, full, searched = 0, [], []
         for _category, text, right in picked:
             others = [name for name in rng.sample(pool, n + len(right)) if name not in right][: n - len(right)]

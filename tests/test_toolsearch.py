@@ -176,6 +176,25 @@ def test_resume_and_fork_see_the_same_tools(tmp_path: Any, how: str) -> None:
     assert store.trace(after.run_id).steps[0].meta["tools_loaded"] == trace.steps[0].meta["tools_loaded"]
 
 
+def test_a_dense_embedder_is_fused_and_a_resume_must_be_given_it_again(tmp_path: Any) -> None:
+    from loopwright.memory import HashingEmbedder
+
+    registry = many_tools()
+    lexical, fused = ToolIndex(registry), ToolIndex(registry, HashingEmbedder())
+    assert lexical.rank("wheather", 3) == []  # misspelt: BM25 shares no word with any tool
+    assert fused.rank("wheather", 3) and all(n.endswith("_weather") for n in fused.rank("wheather", 3))
+    store = lw.SQLiteStore(tmp_path / "runs.db")
+    policy = lw.ScriptedPolicy([RuntimeError("died")])
+    trace = lw.run("wheather", policy, registry, tool_search=3, tool_embedder=HashingEmbedder(), store=store)
+    assert all(n.endswith("_weather") for n in offered(policy.requests[0])[:3])
+    assert store.load_run(trace.run_id).config["tool_embedder"] == HashingEmbedder().name
+    with pytest.raises(TypeError, match="tool_embedder"):
+        lw.resume(trace.run_id, lw.ScriptedPolicy([]), registry, store=store)
+    again = lw.ScriptedPolicy(["Final Answer: ok"])
+    lw.resume(trace.run_id, again, registry, store=store, tool_embedder=HashingEmbedder())
+    assert offered(again.requests[0]) == offered(policy.requests[0])
+
+
 @pytest.mark.slow
 def test_the_embedded_model_s_grammar_accepts_exactly_the_loaded_tools() -> None:
     model = lw.models.LlamaCpp(n_ctx=2048, max_tokens=64)

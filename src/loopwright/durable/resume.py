@@ -55,6 +55,7 @@ from loopwright.tools.toolset import ToolSetDiff, diff_tool_sets, tool_set
 from loopwright.trace import Trace
 
 if TYPE_CHECKING:
+    from loopwright.memory.embedders import Embedder
     from loopwright.memory.tiered import Memory
 
 # the keywords of resume and fork that replace what the run recorded
@@ -63,6 +64,7 @@ OVERRIDES = frozenset({
     "max_nudges", "dialect", "on_tool_error", "max_reflections", "attempt_steps", "evaluator", "search",
     "branching", "breadth", "depth", "max_nodes", "threshold", "allow_side_effects", "tools", "on_deny",
     "prompts", "memory", "context_tokens", "output_type", "tracer", "cost_budget_usd", "prices", "tool_search",
+    "tool_embedder",
 })
 
 
@@ -105,7 +107,7 @@ def iter_resume(
     tools: Iterable[str] | None = None, on_deny: OnDeny | None = None, prompts: PromptSet | None = None,
     memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
     tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
-    tool_search: ToolSearchOption | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Run:
     """`resume`, as a Run to iterate for each Step as it is replayed or made."""
     given = overrides(locals())
@@ -156,7 +158,7 @@ def resume(
     tools: Iterable[str] | None = None, on_deny: OnDeny | None = None, prompts: PromptSet | None = None,
     memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
     tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
-    tool_search: ToolSearchOption | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Trace:
     """Continue run `run_id` from its journal in `store` and return its trace.
 

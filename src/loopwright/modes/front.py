@@ -40,6 +40,7 @@ from loopwright.tools.registry import ToolRegistry
 from loopwright.trace import Trace
 
 if TYPE_CHECKING:
+    from loopwright.memory.embedders import Embedder
     from loopwright.memory.tiered import Memory
 
 MODES: Final[dict[str, tuple[Callable[[RunSpec], None], Callable[[RunContext, RunSpec], StepGen]]]] = {
@@ -85,7 +86,7 @@ def iter_run(
     output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
     journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
     prices: PriceSpec | None = None,
-    tool_search: ToolSearchOption | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Run:
     """Start a run in the given mode; iterate it for its Steps, read `.trace` any time."""
     return start(_spec(task, mode, locals()), policy, registry)
@@ -104,7 +105,7 @@ def run(
     output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
     journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
     prices: PriceSpec | None = None,
-    tool_search: ToolSearchOption | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Trace:
     """Run a task to the end in one of the modes (MODES) and return its Trace. A run always
     terminates and returns a (possibly partial) trace."""
@@ -124,7 +125,7 @@ def aiter_run(
     output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
     journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
     prices: PriceSpec | None = None,
-    tool_search: ToolSearchOption | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> AsyncRun:
     """Start a run to drive from an event loop: `async for step in aiter_run(...)`, or
     `await aiter_run(...).run()`. Same arguments as `run`."""
@@ -144,7 +145,7 @@ async def arun(
     output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
     journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
     prices: PriceSpec | None = None,
-    tool_search: ToolSearchOption | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Trace:
     """`run`, awaited on this event loop: async policies and tools are awaited here, sync
     ones run in threads, so the loop is never blocked. Same arguments and trace as `run`;
@@ -161,7 +162,7 @@ def iter_react(
     memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
     store: RunStore | None = None, run_id: str | None = None, journal_meta: Mapping[str, Any] | None = None,
     tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
-    tool_search: ToolSearchOption | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Run:
     """Start a ReAct run; iterate the result to get each Step as it happens."""
     return start(_spec(task, "react", locals()), policy, registry)
@@ -177,7 +178,7 @@ def run_react(
     memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
     store: RunStore | None = None, run_id: str | None = None, journal_meta: Mapping[str, Any] | None = None,
     tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
-    tool_search: ToolSearchOption | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Trace:
     """Run ReAct to the end and return its Trace."""
     return start(_spec(task, "react", locals()), policy, registry).run()
@@ -192,7 +193,7 @@ def iter_rewoo(
     memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
     store: RunStore | None = None, run_id: str | None = None, journal_meta: Mapping[str, Any] | None = None,
     tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
-    tool_search: ToolSearchOption | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Run:
     """Start a ReWOO run; iterate the result to get each Step as it happens."""
     return start(_spec(task, "rewoo", locals()), policy, registry)
@@ -208,7 +209,7 @@ def run_rewoo(
     memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
     store: RunStore | None = None, run_id: str | None = None, journal_meta: Mapping[str, Any] | None = None,
     tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
-    tool_search: ToolSearchOption | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Trace:
     """Run ReWOO to the end and return its Trace."""
     return start(_spec(task, "rewoo", locals()), policy, registry).run()
@@ -223,7 +224,7 @@ def iter_plan_execute(
     memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
     store: RunStore | None = None, run_id: str | None = None, journal_meta: Mapping[str, Any] | None = None,
     tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
-    tool_search: ToolSearchOption | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Run:
     """Start a plan-execute-replan run; iterate the result to get each Step as it happens."""
     return start(_spec(task, "plan_execute", locals()), policy, registry)
@@ -239,7 +240,7 @@ def run_plan_execute(
     memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
     store: RunStore | None = None, run_id: str | None = None, journal_meta: Mapping[str, Any] | None = None,
     tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
-    tool_search: ToolSearchOption | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Trace:
     """Run plan-execute-replan to the end and return its Trace."""
     return start(_spec(task, "plan_execute", locals()), policy, registry).run()
@@ -256,7 +257,7 @@ def iter_reflexion(
     output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
     journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
     prices: PriceSpec | None = None,
-    tool_search: ToolSearchOption | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Run:
     """Start a Reflexion run; iterate the result to get each Step as it happens."""
     return start(_spec(task, "reflexion", locals()), policy, registry)
@@ -274,7 +275,7 @@ def run_reflexion(
     output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
     journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
     prices: PriceSpec | None = None,
-    tool_search: ToolSearchOption | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Trace:
     """Run Reflexion to the end and return its Trace."""
     return start(_spec(task, "reflexion", locals()), policy, registry).run()
@@ -292,7 +293,7 @@ def iter_tot(
     output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
     journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
     prices: PriceSpec | None = None,
-    tool_search: ToolSearchOption | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Run:
     """Start a Tree-of-Thoughts search run; iterate the result to get each Step as it happens."""
     return start(_spec(task, "tot", locals()), policy, registry)
@@ -311,7 +312,7 @@ def run_tot(
     output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
     journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
     prices: PriceSpec | None = None,
-    tool_search: ToolSearchOption | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Trace:
     """Run a Tree-of-Thoughts search to the end and return its Trace."""
     return start(_spec(task, "tot", locals()), policy, registry).run()

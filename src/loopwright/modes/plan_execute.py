@@ -29,7 +29,7 @@ def check(spec: RunSpec) -> None:
 
 
 def machine(ctx: RunContext, spec: RunSpec) -> StepGen:
-    begin(ctx, spec.tool_search, searchable=False)  # plans and replans use the K tools the task needs most
+    begin(ctx, spec, searchable=False)  # plans and replans use the K tools the task needs most
     return _plan_execute(ctx, spec.max_tokens)
 
 

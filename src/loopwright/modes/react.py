@@ -215,7 +215,7 @@ def machine(ctx: RunContext, spec: RunSpec) -> StepGen:
     a critique (a `reflection` step, counted against max_steps) that the next step sees.
     tool_search: the prompt and grammar carry the K tools most relevant to the task and
     `search_tools`, whose calls load more (see modes/toolsearch.py)."""
-    selection = begin(ctx, spec.tool_search, searchable=True)
+    selection = begin(ctx, spec, searchable=True)
     pad = _Scratchpad(ctx, spec.setting("dialect"), spec.memory, spec.context_tokens)
     return _react(ctx, pad, spec.max_tokens, on_tool_error=spec.setting("on_tool_error"), selection=selection)
 

@@ -64,7 +64,7 @@ def machine(ctx: RunContext, spec: RunSpec) -> StepGen:
     attempt and critique fits; an attempt never gets more than max_steps has left.
     evaluator: see `Evaluator`; without one an attempt that answers is accepted.
     """
-    begin(ctx, spec.tool_search, searchable=False)  # every attempt uses the K tools the task needs most
+    begin(ctx, spec, searchable=False)  # every attempt uses the K tools the task needs most
     max_steps, max_reflections = ctx.limits.max_steps, spec.setting("max_reflections")
     per_attempt = spec.attempt_steps or max(1, (max_steps - max_reflections) // (max_reflections + 1))
     judge = spec.evaluator if callable(spec.evaluator) else None

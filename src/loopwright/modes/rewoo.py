@@ -37,7 +37,7 @@ def check(spec: RunSpec) -> None:
 
 
 def machine(ctx: RunContext, spec: RunSpec) -> StepGen:
-    begin(ctx, spec.tool_search, searchable=False)  # the plan is made from the K tools the task needs most
+    begin(ctx, spec, searchable=False)  # the plan is made from the K tools the task needs most
     return _rewoo(ctx, spec.max_tokens)
 
 

@@ -22,6 +22,7 @@ from loopwright.safety import Approver
 from loopwright.trace import Trace, Usage
 
 if TYPE_CHECKING:  # memory imports numpy: only a run with a context budget loads it
+    from loopwright.memory.embedders import Embedder
     from loopwright.memory.tiered import Memory
 
 Mode = Literal["react", "rewoo", "plan_execute", "reflexion", "tot"]
@@ -95,6 +96,7 @@ class RunSpec:
     cost_budget_usd: float | None = None
     prices: PriceSpec | None = None
     tool_search: ToolSearchOption | None = None  # None: "auto" (see modes/toolsearch.py)
+    tool_embedder: Embedder | None = None  # fused with BM25 in tool search; the journal keeps its name
 
     def __post_init__(self) -> None:
         if self.mode not in MODE_SETTINGS:
@@ -127,6 +129,10 @@ class RunSpec:
         config["approver"] = self.approver is not None  # resume needs to know one was used
         config["on_deny"] = self.on_deny
         config["tool_search"] = "auto" if self.tool_search is None else self.tool_search
+        if self.tool_embedder is not None:  # code: its name, so a resume can ask for it again
+            from loopwright.memory.embedders import embedder_name
+
+            config["tool_embedder"] = embedder_name(self.tool_embedder)
         if self.journal_meta is not None:
             config["meta"] = dict(self.journal_meta)
         return config
@@ -138,6 +144,9 @@ class RunSpec:
         approver flag, tool set and meta are the journal's own, not options."""
         fields = {k: v for k, v in config.items() if k not in _JOURNAL_ONLY}
         fields.update(given)
+        if config.get("tool_embedder") and fields.get("tool_embedder") is None:
+            raise TypeError(f"this run searched its tools with the embedder {config['tool_embedder']!r}: pass "
+                            "tool_embedder= again, or the continued run may load other tools")
         unknown = sorted(fields.keys() - _FIELDS)
         if unknown:
             raise TypeError(f"unknown run option(s): {', '.join(unknown)}")
@@ -165,7 +174,7 @@ _LIMITS: Final = ("max_steps", "token_budget", "timeout_s", "max_replans", "on_p
 _MODE_ONLY: Final = ("max_reflections", "attempt_steps", "evaluator", "search", "branching", "breadth", "depth",
                      "max_nodes", "threshold", "allow_side_effects")
 _FOREIGN: Final = {mode: tuple(n for n in _MODE_ONLY if n not in settings) for mode, settings in MODE_SETTINGS.items()}
-_JOURNAL_ONLY: Final = frozenset({"approver", "tool_set", "meta"})
+_JOURNAL_ONLY: Final = frozenset({"approver", "tool_set", "meta", "tool_embedder"})
 _FIELDS: Final = frozenset(f.name for f in dataclasses.fields(RunSpec)) - {"task", "mode"}
 
 

@@ -13,9 +13,12 @@ registration order), so a resumed or forked run, which replays the same model re
 the same tools, loads the same tools; each load is journaled in its step's meta
 ("tools_loaded") and the whole set in `trace.meta["tool_search"]`.
 
-`tool_search="auto"` (the default) turns search on with K=AUTO_K above AUTO_MIN_TOOLS tools:
-below that the whole list costs fewer prompt tokens than a search step would save, and
-recall@10 is near 1 anyway (benchmarks/tool_search.py; docs/benchmarks.md, issue 25).
+`tool_search="auto"` (the default) turns search on with K=AUTO_K above AUTO_MIN_TOOLS tools.
+Measured on BFCL (benchmarks/tool_search.py; docs/benchmarks.md, issue 25): with K=10 the
+first prompt stays near 1,000 tokens whatever the registry, while the whole list costs about
+75 tokens a tool (1,600 at 20 tools, 2,900 at 40: past the embedded model's 2,048-token
+window); recall@10 is 1.0 at 10 tools and 0.95 to 0.96 from 20 to 40 (a miss costs one
+search step). Up to 20 tools every tool is shown, as before.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import re
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from loopwright.modes.spec import ToolSearchOption
+from loopwright.modes.spec import RunSpec, ToolSearchOption
 from loopwright.prompts import describe_tools
 from loopwright.tools.registry import Tool, ToolRegistry
 
@@ -33,7 +36,7 @@ if TYPE_CHECKING:
     from loopwright.modes.context import RunContext
 
 SEARCH_TOOL: Final = "search_tools"
-AUTO_MIN_TOOLS: Final = 40
+AUTO_MIN_TOOLS: Final = 20
 AUTO_K: Final = 10
 PER_SEARCH: Final = 5
 """Tools one `search_tools` call loads at most (fewer when K is smaller)."""
@@ -104,8 +107,10 @@ class ToolIndex:
 
 def tool_index(registry: ToolRegistry, embedder: Embedder | None = None) -> ToolIndex:
     """The registry's index, built on first use and kept until the next `register`."""
-    return registry.memo(("tool_index", id(embedder) if embedder is not None else None),
-                         lambda reg: ToolIndex(reg, embedder))
+    from loopwright.memory.embedders import embedder_name
+
+    key = ("tool_index", None if embedder is None else embedder_name(embedder))
+    return registry.memo(key, lambda reg: ToolIndex(reg, embedder))
 
 
 def _no_direct_call(query: str) -> str:
@@ -172,13 +177,14 @@ class ToolSelection:
         return {"k": self.k, "tools": len(self.full), "loaded": list(self.loaded)}
 
 
-def begin(ctx: RunContext, option: ToolSearchOption | None, *, searchable: bool) -> ToolSelection | None:
+def begin(ctx: RunContext, spec: RunSpec, *, searchable: bool) -> ToolSelection | None:
     """Narrow the run to the K tools most relevant to its task (None, and the run keeps
     every tool, when search is off for it)."""
-    k = resolve(option, len(ctx.registry))
+    k = resolve(spec.tool_search, len(ctx.registry))
     if k is None:
         return None
-    selection = ToolSelection(ctx.registry, k, tool_index(ctx.registry), searchable=searchable)
+    index = tool_index(ctx.registry, spec.tool_embedder)
+    selection = ToolSelection(ctx.registry, k, index, searchable=searchable)
     selection.choose(ctx.task)
     narrow(ctx, selection)
     return selection

@@ -262,7 +262,7 @@ def machine(ctx: RunContext, spec: RunSpec) -> StepGen:
     score a node needs to be expanded, or an answer to be accepted (sure 1.0, likely 0.5,
     impossible 0.0, n/10 for a number). allow_side_effects: let branches call tools that
     are not idempotent or need approval (see the module docstring)."""
-    begin(ctx, spec.tool_search, searchable=False)  # branches use the K tools the task needs most
+    begin(ctx, spec, searchable=False)  # branches use the K tools the task needs most
     state = ctx.prompts.tot_state.format(tools=describe_tools(ctx.schemas), task=ctx.task)
     tree = _Search(ctx, spec.setting("search"), spec.setting("branching"), spec.setting("breadth"),
                    spec.setting("depth"), spec.setting("max_nodes"), float(spec.setting("threshold")),
