@@ -2,7 +2,7 @@
 step with and without search, and BM25 query time, on BFCL's function documents and on
 real MCP servers connected at once.
 
-    .venv/bin/python benchmarks/tool_search.py [--sample 10] [--no-mcp] [--no-sweep]
+    .venv/bin/python benchmarks/tool_search.py [--sample 10] [--no-mcp] [--no-sweep] [--minilm]
 
 Data: BFCL's function documents and answers ship in the PyPI package bfcl-eval
 (2026.3.23, the Berkeley Function Calling Leaderboard's data, as JSON lines inside the
@@ -135,12 +135,15 @@ def load_bfcl() -> tuple[lw.ToolRegistry, list[tuple[str, str, set[str]]], dict[
     return lw.ToolRegistry(list(tools.values())), kept, counts
 
 
-def recall(index: ToolIndex, registry: lw.ToolRegistry, questions: Sequence[tuple[str, str, set[str]]],
-           k: int) -> float:
-    hits = 0
-    for _category, text, right in questions:
-        chosen = ToolSelection(registry, k, index, searchable=True).choose(text)
-        hits += right <= set(chosen)
+def chosen(index: ToolIndex, registry: lw.ToolRegistry, questions: Sequence[tuple[str, str, set[str]]],
+           k: int) -> list[list[str]]:
+    """The K tools each question's run starts with (a shorter K's are a prefix of them)."""
+    return [ToolSelection(registry, k, index, searchable=True).choose(q[1]) for q in questions]
+
+
+def recall(picks: Sequence[list[str]], questions: Sequence[tuple[str, str, set[str]]], k: int) -> float:
+    """Questions whose every right function is among the first k chosen."""
+    hits = sum(q[2] <= set(p[:k]) for p, q in zip(picks, questions, strict=True))
     return hits / max(1, len(questions))
 
 
@@ -161,12 +164,18 @@ def query_times(index: ToolIndex, texts: Sequence[str], k: int) -> tuple[float, 
 
 
 def report(label: str, registry: lw.ToolRegistry, questions: Sequence[tuple[str, str, set[str]]],
-           sample: int) -> None:
+           sample: int, embedder: Any = None) -> None:
     start = time.perf_counter()
-    index = ToolIndex(registry)
+    index = ToolIndex(registry, embedder)
     build_s = time.perf_counter() - start
-    recalls = {k: recall(index, registry, questions, k) for k in KS}
+    picks = chosen(index, registry, questions, max(KS))
+    recalls = {k: recall(picks, questions, k) for k in KS}
     p50, p95 = query_times(index, [q[1] for q in questions], 10)
+    if embedder is not None:  # the dense side's recall; prompt sizes are the same as without it
+        print(f"\n## {label}, BM25 fused with {embedder.name}: {len(registry)} tools, {len(questions)} questions")
+        print(" | ".join(f"recall@{k} {recalls[k]:.3f}" for k in KS)
+              + f"; index build {build_s:,.1f} s; query p50 {p50:.1f} ms, p95 {p95:.1f} ms")
+        return
     picked = questions[::sample]
     off = [first_prompt_tokens(q[1], registry, "off") for q in picked[:20]]  # the same tool list each time
     on = {k: statistics.mean(first_prompt_tokens(q[1], registry, k) for q in picked) for k in (5, 10)}
@@ -180,13 +189,14 @@ def report(label: str, registry: lw.ToolRegistry, questions: Sequence[tuple[str,
           f"K=5 {on[5]:,.0f}; K=10 {on[10]:,.0f} (mean of {len(picked)} questions)")
     print(f"one search_tools observation: {estimate_tokens('x' * int(statistics.mean(found))):,} tokens (mean)")
     print(f"index build {build_s * 1000:,.0f} ms once per registry; query p50 {p50:.2f} ms, p95 {p95:.2f} ms")
-    by_category: dict[str, list[tuple[str, str, set[str]]]] = {}
-    for q in questions:
-        by_category.setdefault(q[0], []).append(q)
+    by_category: dict[str, list[int]] = {}
+    for i, q in enumerate(questions):
+        by_category.setdefault(q[0], []).append(i)
     if len(by_category) > 1:
         print("| category | n | recall@5 | recall@10 | recall@20 |\n|---|---|---|---|---|")
-        for category, qs in by_category.items():
-            row = " | ".join(f"{recall(index, registry, qs, k):.3f}" for k in KS)
+        for category, at in by_category.items():
+            qs, ps = [questions[i] for i in at], [picks[i] for i in at]
+            row = " | ".join(f"{recall(ps, qs, k):.3f}" for k in KS)
             print(f"| {category} | {len(qs)} | {row} |")
 
 
@@ -205,7 +215,7 @@ def sweep(registry: lw.ToolRegistry, questions: Sequence[tuple[str, str, set[str
             rng.shuffle(names)
             small = registry.subset(names)
             index = ToolIndex(small)
-            hits += right <= set(ToolSelection(small, 10, index, searchable=True).choose(text))
+            hits += right <= set(chosen(index, small, [(_category, text, right)], 10)[0])
             full.append(first_prompt_tokens(text, small, "off"))
             searched.append(first_prompt_tokens(text, small, 10) if n > 10 else full[-1])
         print(f"| {n} | {hits / n_questions:.3f} | {statistics.mean(full):,.0f} | {statistics.mean(searched):,.0f} |")
@@ -263,10 +273,15 @@ def main() -> None:
     parser.add_argument("--sweep-questions", type=int, default=100)
     parser.add_argument("--no-mcp", action="store_true")
     parser.add_argument("--no-sweep", action="store_true")
+    parser.add_argument("--minilm", action="store_true", help="also BM25 fused with all-MiniLM-L6-v2 on BFCL")
     args = parser.parse_args()
     registry, questions, counts = load_bfcl()
     print(f"BFCL ({BFCL}): {counts}")
     report("BFCL, every distinct function", registry, questions, args.sample)
+    if args.minilm:
+        from loopwright.memory import MiniLMEmbedder
+
+        report("BFCL, every distinct function", registry, questions, args.sample, MiniLMEmbedder(num_threads=1))
     if not args.no_sweep:
         sweep(registry, questions, args.sweep_questions)
     if not args.no_mcp:
