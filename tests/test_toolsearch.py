@@ -3,6 +3,7 @@ plus search_tools, which loads others for the rest of the run; resume and fork s
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -116,6 +117,22 @@ def test_selection_and_prompts_are_deterministic() -> None:
         return trace.meta["tool_search"]["loaded"], policy.prompts
 
     assert once() == once()
+    policy = lw.ScriptedPolicy([step(SEARCH_TOOL, {"query": "book a room"}), "Final Answer: ok"])
+    trace = asyncio.run(lw.arun("Plan a trip: flights and a hotel", policy, many_tools(), tool_search=4))
+    assert (trace.meta["tool_search"]["loaded"], policy.prompts) == once()  # the async driver: the same
+
+
+def test_a_registry_with_its_own_search_tools_cannot_search() -> None:
+    @lw.tool
+    def search_tools(query: str) -> str:
+        """My own search."""
+        return query
+
+    registry = lw.ToolRegistry([*many_tools(), search_tools])
+    with pytest.raises(ValueError, match="its own 'search_tools'"):
+        lw.run("t", lw.ScriptedPolicy([]), registry, tool_search=3)
+    policy = lw.ScriptedPolicy(["Final Answer: ok"])
+    lw.run("t", policy, registry, mode="rewoo", tool_search=3, max_steps=1)  # no search offered: fine
 
 
 def test_index_ranks_by_name_description_parameters_and_examples() -> None:
