@@ -236,3 +236,16 @@ def test_the_embedded_model_s_grammar_accepts_exactly_the_loaded_tools() -> None
     outside = next(t for t in many_tools() if t.name not in loaded)
     param = next(iter(outside.parameters["properties"]))
     assert not model.grammar_accepts(grammar, f' look\nAction: {outside.name}\nAction Input: {{"{param}": "x"}}')
+
+
+def test_native_tool_calling_gets_the_loaded_tools_and_the_search_as_messages() -> None:
+    calls: list[str] = []
+    search = lw.ToolCall(SEARCH_TOOL, json.dumps({"query": "stock ticker price"}), id="c1")
+    use = lw.ToolCall("get_stock", json.dumps({"ticker": "ACME"}), id="c2")
+    policy = lw.ScriptedPolicy([lw.Completion("", tool_calls=(search,)), lw.Completion("", tool_calls=(use,)),
+                                lw.Completion("done")])
+    trace = lw.run("weather in Paris", policy, many_tools(calls), dialect="native", tool_search=3)
+    assert trace.final_answer == "done" and calls == ["get_stock"]
+    assert "get_stock" not in offered(policy.requests[0]) and "get_stock" in offered(policy.requests[1])
+    reply = policy.requests[1].messages[-1]
+    assert reply["role"] == "tool" and reply["tool_call_id"] == "c1" and "get_stock(" in reply["content"]
