@@ -249,3 +249,24 @@ def test_native_tool_calling_gets_the_loaded_tools_and_the_search_as_messages() 
     assert "get_stock" not in offered(policy.requests[0]) and "get_stock" in offered(policy.requests[1])
     reply = policy.requests[1].messages[-1]
     assert reply["role"] == "tool" and reply["tool_call_id"] == "c1" and "get_stock(" in reply["content"]
+
+
+def test_a_scoped_run_searches_only_its_scope_with_the_registry_s_one_index(monkeypatch: Any) -> None:
+    from loopwright.modes import toolsearch
+
+    built: list[int] = []
+    real = toolsearch.ToolIndex.__init__
+
+    def counting(self: Any, registry: lw.ToolRegistry, embedder: Any = None) -> None:
+        built.append(len(registry))
+        real(self, registry, embedder)
+
+    monkeypatch.setattr(toolsearch.ToolIndex, "__init__", counting)
+    registry = many_tools()
+    scope = [t.name for t in registry if not t.name.endswith("_weather")][:40]
+    for _ in range(2):
+        policy = lw.ScriptedPolicy([step(SEARCH_TOOL, {"query": "weather forecast"}), "Final Answer: ok"])
+        trace = lw.run("weather forecast in Paris", policy, registry, tools=scope, tool_search=3)
+        assert set(trace.meta["tool_search"]["loaded"]) <= set(scope)
+        assert trace.steps[0].meta["tools_loaded"] == []  # the weather tools are outside the scope
+    assert built == [60]  # one index, of the whole registry, for both runs

@@ -58,6 +58,7 @@ class RunContext:
         self.task = task
         self.policy = policy
         self.registry = registry if tools is None else registry.subset(tools)
+        self.unscoped = registry  # what a `tools=` scope was cut from (tool search indexes it once)
         self.limits = limits
         self.prompts = prompts
         self.trace = Trace(task=task, mode=mode, run_id=run_id)

@@ -89,10 +89,12 @@ class ToolIndex:
             self.dense = SemanticMemory(embedder)
             self.dense.add_many(documents)
 
-    def rank(self, query: str, k: int, exclude: Collection[str] = ()) -> list[str]:
-        """The names of the k tools best matching `query` that are not in `exclude`, best
-        first; only tools that share a word with it (or any, fused with dense recall)."""
-        depth = max(k + len(exclude), _DEPTH)
+    def rank(self, query: str, k: int, exclude: Collection[str] = (),
+             within: Collection[str] | None = None) -> list[str]:
+        """The names of the k tools best matching `query` that are not in `exclude` (and
+        are in `within`, a run's tool scope), best first; only tools that share a word
+        with it (or any, fused with dense recall)."""
+        depth = len(self.names) if within is not None else max(k + len(exclude), _DEPTH)
         lexical = [i for i, _ in self.lexical.ranked(query, depth)]
         if self.dense is not None:
             from loopwright.memory.hybrid import reciprocal_rank_fusion
@@ -102,7 +104,8 @@ class ToolIndex:
         else:
             order = lexical
         names = self.names
-        return [n for n in (names[i] for i in order) if n not in exclude][:k]
+        found = (names[i] for i in order)
+        return [n for n in found if n not in exclude and (within is None or n in within)][:k]
 
 
 def tool_index(registry: ToolRegistry, embedder: Embedder | None = None) -> ToolIndex:
@@ -142,6 +145,8 @@ class ToolSelection:
         self.full = registry
         self.k = k
         self.index = index
+        # an index of a larger registry (the one a `tools=` scope was cut from) ranks within the scope
+        self.within = None if index.names == registry.names else frozenset(registry.names)
         self.searchable = searchable
         self.loaded: list[str] = []
         self._search = search_tool() if searchable else None
@@ -149,7 +154,7 @@ class ToolSelection:
     def choose(self, task: str) -> list[str]:
         """Load the K tools most relevant to the task (filled in registration order when
         fewer share a word with it, so a run always starts with K)."""
-        chosen = self.index.rank(task, self.k)
+        chosen = self.index.rank(task, self.k, within=self.within)
         if len(chosen) < self.k:
             taken = set(chosen)
             chosen += [n for n in self.full.names if n not in taken][: self.k - len(chosen)]
@@ -159,7 +164,7 @@ class ToolSelection:
     def search(self, query: str) -> tuple[list[str], str]:
         """Load the tools best matching `query` (at most min(K, PER_SEARCH)); return them
         and the observation that lists them for the model."""
-        found = self.index.rank(query, min(self.k, PER_SEARCH), exclude=set(self.loaded))
+        found = self.index.rank(query, min(self.k, PER_SEARCH), exclude=set(self.loaded), within=self.within)
         self.loaded += found
         if not found:
             return [], f"No tool not loaded already matches {query!r}; try other words."
@@ -183,7 +188,7 @@ def begin(ctx: RunContext, spec: RunSpec, *, searchable: bool) -> ToolSelection 
     k = resolve(spec.tool_search, len(ctx.registry))
     if k is None:
         return None
-    index = tool_index(ctx.registry, spec.tool_embedder)
+    index = tool_index(ctx.unscoped, spec.tool_embedder)  # built once, not once per scoped run
     selection = ToolSelection(ctx.registry, k, index, searchable=searchable)
     selection.choose(ctx.task)
     narrow(ctx, selection)
