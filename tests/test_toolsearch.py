@@ -270,3 +270,9 @@ def test_a_scoped_run_searches_only_its_scope_with_the_registry_s_one_index(monk
         assert set(trace.meta["tool_search"]["loaded"]) <= set(scope)
         assert trace.steps[0].meta["tools_loaded"] == []  # the weather tools are outside the scope
     assert built == [60]  # one index, of the whole registry, for both runs
+
+
+def test_a_journal_from_before_tool_search_resumes_with_every_tool() -> None:
+    config = {"max_steps": 10, "tools": None, "on_deny": "observe"}
+    assert lw.RunSpec.from_config("t", "react", config).tool_search == "off"
+    assert lw.RunSpec.from_config("t", "react", {**config, "tool_search": "auto"}).tool_search == "auto"

@@ -143,6 +143,7 @@ class RunSpec:
         version: the same names), with `given` replacing what it sets. The recorded
         approver flag, tool set and meta are the journal's own, not options."""
         fields = {k: v for k, v in config.items() if k not in _JOURNAL_ONLY}
+        fields.setdefault("tool_search", "off")  # recorded before tool search: it ran with every tool
         fields.update(given)
         if config.get("tool_embedder") and fields.get("tool_embedder") is None:
             raise TypeError(f"this run searched its tools with the embedder {config['tool_embedder']!r}: pass "
