@@ -16,8 +16,8 @@ the same tools, loads the same tools; each load is journaled in its step's meta
 `tool_search="auto"` (the default) turns search on with K=AUTO_K above AUTO_MIN_TOOLS tools.
 Measured on BFCL (benchmarks/tool_search.py; docs/benchmarks.md, issue 25): with K=10 the
 first prompt stays near 1,000 tokens whatever the registry, while the whole list costs about
-75 tokens a tool (1,600 at 20 tools, 2,900 at 40: past the embedded model's 2,048-token
-window); recall@10 is 1.0 at 10 tools and 0.95 to 0.96 from 20 to 40 (a miss costs one
+75 tokens a tool (1,550 at 20 tools, 2,250 at 30: past the embedded model's 2,048-token
+window); recall@10 is 1.0 at 10 tools and 0.94 to 0.95 from 20 to 40 (a miss costs one
 search step). Up to 20 tools every tool is shown, as before.
 """
 
@@ -167,7 +167,7 @@ class ToolSelection:
         found = self.index.rank(query, min(self.k, PER_SEARCH), exclude=set(self.loaded), within=self.within)
         self.loaded += found
         if not found:
-            return [], f"No tool not loaded already matches {query!r}; try other words."
+            return [], f"No other tool matches {query!r}; try other words."
         listing = describe_tools(self.full[n].schema() for n in found)
         return found, f"Loaded {len(found)} tool(s), callable from now on:\n{listing}"
 
