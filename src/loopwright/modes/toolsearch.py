@@ -16,9 +16,10 @@ the same tools, loads the same tools; each load is journaled in its step's meta
 `tool_search="auto"` (the default) turns search on with K=AUTO_K above AUTO_MIN_TOOLS tools.
 Measured on BFCL (benchmarks/tool_search.py; docs/benchmarks.md, issue 25): with K=10 the
 first prompt stays near 1,000 tokens whatever the registry, while the whole list costs about
-75 tokens a tool (1,550 at 20 tools, 2,250 at 30: past the embedded model's 2,048-token
-window); recall@10 is 1.0 at 10 tools and 0.94 to 0.95 from 20 to 40 (a miss costs one
-search step). Up to 20 tools every tool is shown, as before.
+75 estimated tokens a tool; in the embedded model's own tokens the whole list's first prompt
+is about 1,220 at 20 tools and 1,690 at 30, where it no longer fits the 2,048-token window
+with the 512 tokens a constrained step reserves. recall@10 is 1.0 at 10 tools and 0.94 to
+0.95 from 20 to 40 (a miss costs one search step). Up to 20 tools every tool is shown, as before.
 """
 
 from __future__ import annotations
