@@ -276,3 +276,15 @@ def test_a_journal_from_before_tool_search_resumes_with_every_tool() -> None:
     config = {"max_steps": 10, "tools": None, "on_deny": "observe"}
     assert lw.RunSpec.from_config("t", "react", config).tool_search == "off"
     assert lw.RunSpec.from_config("t", "react", {**config, "tool_search": "auto"}).tool_search == "auto"
+
+
+def test_a_replan_loads_the_tools_that_match_the_failure() -> None:
+    calls: list[str] = []
+    guess = json.dumps({"plan": [{"id": "E1", "tool": "get_stock_price", "args": {"ticker": "ACME"}}]})
+    right = json.dumps({"plan": [{"id": "E1", "tool": "get_stock", "args": {"ticker": "ACME"}}]})
+    policy = lw.ScriptedPolicy([guess, right])
+    trace = lw.run("weather forecast in Paris", policy, many_tools(calls), "plan_execute", tool_search=3)
+    assert "get_stock" not in offered(policy.requests[0])
+    assert "get_stock" in offered(policy.requests[1]) and "get_stock(" in policy.prompts[1]
+    assert trace.stopped_reason == "final" and calls == ["get_stock"] and trace.replans == 1
+    assert "get_stock" in trace.meta["tool_search"]["loaded"]

@@ -60,8 +60,7 @@ _SEPARATORS: Final = re.compile(r"[._\-/]+")
 def tool_document(tool: Tool) -> str:
     """What the index reads of a tool: its name as words (snake, dotted, camel case split),
     description, parameter names and descriptions, and its examples' questions."""
-    name = _CAMEL.sub(" ", _SEPARATORS.sub(" ", tool.name))
-    parts = [name, tool.name, tool.description]
+    parts = [as_words(tool.name), tool.description]
     properties = tool.parameters.get("properties") or {}
     for param, spec in properties.items():
         parts.append(_CAMEL.sub(" ", str(param).replace("_", " ")))
@@ -69,6 +68,16 @@ def tool_document(tool: Tool) -> str:
             parts.append(spec["description"])
     parts += [e.question for e in tool.examples if e.question]
     return "\n".join(p for p in parts if p)
+
+
+def as_words(text: str) -> str:
+    """Text with its compound names split into words as well ("get_stock_price" also reads
+    "get stock price"), so a query that names a tool meets the words of its document."""
+    compounds = [w for w in _COMPOUND.findall(text) if _SEPARATORS.search(w) or _CAMEL.search(w)]
+    return _CAMEL.sub(" ", _SEPARATORS.sub(" ", text)) + ("\n" + " ".join(compounds) if compounds else "")
+
+
+_COMPOUND: Final = re.compile(r"[\w.\-/]+")
 
 
 class ToolIndex:
@@ -96,6 +105,7 @@ class ToolIndex:
         are in `within`, a run's tool scope), best first; only tools that share a word
         with it (or any, fused with dense recall)."""
         depth = len(self.names) if within is not None else max(k + len(exclude), _DEPTH)
+        query = as_words(query)
         lexical = [i for i, _ in self.lexical.ranked(query, depth)]
         if self.dense is not None:
             from loopwright.memory.hybrid import reciprocal_rank_fusion
@@ -214,4 +224,4 @@ def query_of(args: Any) -> str:
 
 
 __all__ = ["AUTO_K", "AUTO_MIN_TOOLS", "PER_SEARCH", "SEARCH_TOOL", "ToolIndex", "ToolSelection",
-           "begin", "narrow", "query_of", "resolve", "search_tool", "tool_document", "tool_index"]
+           "as_words", "begin", "narrow", "query_of", "resolve", "search_tool", "tool_document", "tool_index"]
