@@ -60,7 +60,8 @@ _SEPARATORS: Final = re.compile(r"[._\-/]+")
 def tool_document(tool: Tool) -> str:
     """What the index reads of a tool: its name as words (snake, dotted, camel case split),
     description, parameter names and descriptions, and its examples' questions."""
-    parts = [as_words(tool.name), tool.description]
+    name = _CAMEL.sub(" ", _SEPARATORS.sub(" ", tool.name))
+    parts = [name, tool.name, tool.description]
     properties = tool.parameters.get("properties") or {}
     for param, spec in properties.items():
         parts.append(_CAMEL.sub(" ", str(param).replace("_", " ")))
@@ -71,13 +72,14 @@ def tool_document(tool: Tool) -> str:
 
 
 def as_words(text: str) -> str:
-    """Text with its compound names split into words as well ("get_stock_price" also reads
-    "get stock price"), so a query that names a tool meets the words of its document."""
-    compounds = [w for w in _COMPOUND.findall(text) if _SEPARATORS.search(w) or _CAMEL.search(w)]
-    return _CAMEL.sub(" ", _SEPARATORS.sub(" ", text)) + ("\n" + " ".join(compounds) if compounds else "")
+    """Text plus the words of its snake_case and camelCase names ("get_stock_price" also
+    reads "get stock price"): the index's tokenizer keeps such a name whole, and a query
+    that names a tool should meet the words of its document."""
+    split = [_CAMEL.sub(" ", w.replace("_", " ")) for w in _NAME.findall(text) if "_" in w or _CAMEL.search(w)]
+    return text + ("\n" + " ".join(split) if split else "")
 
 
-_COMPOUND: Final = re.compile(r"[\w.\-/]+")
+_NAME: Final = re.compile(r"\w+")
 
 
 class ToolIndex:
@@ -105,7 +107,7 @@ class ToolIndex:
         are in `within`, a run's tool scope), best first; only tools that share a word
         with it (or any, fused with dense recall)."""
         depth = len(self.names) if within is not None else max(k + len(exclude), _DEPTH)
-        query = as_words(query)
+        query = as_words(query)  # the document has the name's words: the query gets them too
         lexical = [i for i, _ in self.lexical.ranked(query, depth)]
         if self.dense is not None:
             from loopwright.memory.hybrid import reciprocal_rank_fusion
