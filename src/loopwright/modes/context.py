@@ -59,6 +59,7 @@ class RunContext:
         self.task = task
         self.policy = policy
         self.registry = registry if tools is None else registry.subset(tools)
+        self.unscoped = registry  # what a `tools=` scope was cut from (tool search indexes it once)
         self.limits = limits
         self.prompts = prompts
         self.trace = Trace(task=task, mode=mode, run_id=run_id)
@@ -100,6 +101,11 @@ class RunContext:
         if self._schemas is None:
             self._schemas = self.registry.schemas()
         return self._schemas
+
+    def use_registry(self, registry: ToolRegistry) -> None:
+        """Run on these tools from now on (tool search narrows and grows the run's set)."""
+        self.registry = registry
+        self._schemas = None
 
     # -- the trace -------------------------------------------------------------------
 
