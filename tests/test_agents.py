@@ -111,6 +111,25 @@ def test_agent_is_read_only_and_checks_its_options_when_made():
         lw.Agent("a", lw.ScriptedPolicy([]), lw.ToolRegistry([add]), max_reflections=2)
 
 
+def test_agent_takes_every_option_run_takes_and_tool_search_reaches_its_runs():
+    import inspect
+
+    def keywords(fn) -> set[str]:
+        return {p.name for p in inspect.signature(fn).parameters.values()
+                if p.kind is inspect.Parameter.KEYWORD_ONLY}
+
+    assert keywords(lw.run) - {"run_id"} <= keywords(lw.Agent)
+    @lw.tool
+    def sub(x: int, y: int) -> int:
+        """Subtract y from x."""
+        return x - y
+
+    agent = lw.Agent("calc", lw.ScriptedPolicy(CALC), lw.ToolRegistry([add, sub]), tool_search=1)
+    trace = agent.run("add 2 and 3")
+    assert trace.final_answer == "5"
+    assert trace.meta["tool_search"]["k"] == 1 and trace.meta["tool_search"]["loaded"] == ["add"]
+
+
 def test_agent_run_alone_is_a_plain_run_with_no_parent():
     trace = calculator(CALC).run("2 + 3")
     assert trace.final_answer == "5" and "parent_run_id" not in trace.meta

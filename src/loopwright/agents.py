@@ -52,6 +52,7 @@ from loopwright.modes.spec import (
     RunSpec,
     RunStore,
     Search,
+    ToolSearchOption,
 )
 from loopwright.modes.watch import AsyncEvents, Events
 from loopwright.policy import Policy
@@ -61,6 +62,7 @@ from loopwright.tools.registry import SideEffects, Tool, ToolError, ToolRegistry
 from loopwright.trace import Trace
 
 if TYPE_CHECKING:
+    from loopwright.memory.embedders import Embedder
     from loopwright.memory.tiered import Memory
 
 _OPTIONS: Final = frozenset(f.name for f in dataclasses.fields(RunSpec)) - {"task", "mode", "run_id"}
@@ -95,6 +97,7 @@ class Agent:
         prompts: PromptSet | None = None, memory: Memory | None = None, context_tokens: int | None = None,
         output_type: Any = None, store: RunStore | None = None, journal_meta: Mapping[str, Any] | None = None,
         tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
+        tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
     ) -> None:  # fmt: skip
         given = {k: v for k, v in locals().items() if k in _OPTIONS and v is not None}
         if not isinstance(name, str) or not name:
