@@ -55,8 +55,8 @@ from typing import Any
 from unittest import mock
 
 import loopwright as lw
-from loopwright.demo_tools import evaluate, is_correct
-from loopwright.wire.results import render_observation
+from loopwright.interfaces.demo_tools import evaluate, is_correct
+from loopwright.tools.results import render_observation
 from served import llama_server
 
 HAS_EXAMPLES = "examples" in inspect.signature(lw.tool).parameters
@@ -400,7 +400,6 @@ def _echo(question: str, result: Any) -> str:
 PATCHES: dict[str, tuple[str, Any]] = {
     "invented": ("loopwright.prompts.synthesise_args", _invented_args),  # "no invented values" off
     "echoes": ("loopwright.prompts.short_answer", _echo),  # "answers, not echoes" off
-    "nearest_off": ("loopwright.prompts.ExampleBlocks.nearest", lambda self, task: None),  # fixed order
 }
 
 

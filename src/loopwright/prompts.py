@@ -23,15 +23,14 @@ fake a fence or an observation either (`fence`, `neutralise`: loopwright/untrust
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from loopwright.tools.examples import RunExample, ToolExample, short_answer, synthesise_args
+from loopwright.tools.results import render_observation
 from loopwright.untrusted import fence, neutralise
-from loopwright.wire.examples import RunExample, ToolExample, short_answer, synthesise_args
-from loopwright.wire.results import render_observation
 
 REACT_JSON = """\
 Answer the question using the tools below. Reply in exactly this format:
@@ -507,85 +506,34 @@ def _run_task(run: RunExample, tools: Mapping[str, _ExampleTool]) -> _Task | Non
     return _Task(run.question, tuple(calls), " ".join(render_observation(run.answer, 300).split()))
 
 
-@dataclass(frozen=True)
-class ExampleBlocks:
-    """The worked examples chosen for a registry, as blocks in their default order, each
-    with the question it answers; `text(task)` places them for one question."""
-
-    questions: tuple[str, ...] = ()
-    blocks: tuple[str, ...] = ()
-
-    def nearest(self, task: str | None) -> int | None:
-        """The index of the example whose question is most like `task` (BM25 over the
-        examples' questions), or None when there is no task, no block, or no word shared."""
-        if not task or len(self.blocks) < 2:
-            return None
-        scores = bm25_scores(self.questions, task)
-        best = max(range(len(scores)), key=lambda i: (scores[i], i))
-        return best if scores[best] > 0 else None
-
-    def text(self, near: int | None = None) -> str:
-        """The blocks, block `near` (see `nearest`) moved last, next to the question (a
-        small model copies the nearest example most), the others in their default order."""
-        order = list(range(len(self.blocks)))
-        if near is not None:
-            order.remove(near)
-            order.append(near)
-        return "".join(self.blocks[i] + "\n\n" for i in order)
-
-
-_TERM = re.compile(r"[a-z]+|(?<!\S)[-+*/](?!\S)")  # words, and operators written apart
-_QUESTION_STOP = frozenset("a an and are as at be by do does for how in is it of on or the to was what".split())
-
-
-def bm25_scores(documents: Sequence[str], query: str, k1: float = 1.2, b: float = 0.75) -> list[float]:
-    """Okapi BM25 scores of a few short `documents` for `query` (lower-case words, common
-    question words dropped, an operator written apart counts as a word, no stemming: "day" and "days" ask different things). For
-    ranking a handful of example questions; memory.lexical indexes many turns."""
-    docs = [[w for w in _TERM.findall(d.lower()) if w not in _QUESTION_STOP] for d in documents]
-    terms = set(w for w in _TERM.findall(query.lower()) if w not in _QUESTION_STOP)
-    mean = sum(map(len, docs)) / max(len(docs), 1) or 1.0
-    scores = []
-    for doc in docs:
-        score = 0.0
-        for term in terms:
-            count = doc.count(term)
-            if count:
-                holding = sum(term in d for d in docs)
-                idf = math.log(1 + (len(docs) - holding + 0.5) / (holding + 0.5))
-                score += idf * count * (k1 + 1) / (count + k1 * (1 - b + b * len(doc) / mean))
-        scores.append(score)
-    return scores
-
-
-def example_blocks(
+def worked_examples(
     tools: Sequence[_ExampleTool],
     dialect: str = "json",
     *,
     budget: int = 450,
     from_tools: bool = True,
     runs: Sequence[RunExample] = (),
-) -> ExampleBlocks:
-    """The worked examples for a ReAct ("json", "brackets") or plan ("plan") prompt.
+) -> str:
+    """The worked-examples text for a ReAct ("json", "brackets") or plan ("plan") prompt.
 
     Within `budget` (about 4 characters a token): one example per tool first, then the
     whole-run examples `runs` (a registry's `examples`), or when there are none one
     built chain that uses one call's result in the next, then each tool's further
     examples, round by round. Whole runs and the chain are placed first; within a round
     the first-registered tool's example comes last, nearest the question (a small model
-    copies the nearest example most: list first the tool it should reach for first)."""
+    copies the nearest example most: list first the tool it should reach for first).
+    Ends in a blank line, or is "" when no tool has a usable call."""
     rounds, chain = example_calls(tools, from_tools=from_tools)
     by_name = {t.name: t for t in tools}
     whole = [t for t in (_run_task(r, by_name) for r in (runs if from_tools else ())) if t is not None]
     if not whole and chain and len(tools) >= 2:
         whole = [_Task(chain[0].question, tuple(chain), short_answer(chain[0].question, chain[-1].value))]
 
-    def render(task: _Task) -> tuple[str, str] | None:
-        block = _plan_block(task) if dialect == "plan" else _react_block(task, dialect)
-        return None if block is None else (task.question, block)
+    def render(task: _Task) -> str | None:
+        return _plan_block(task) if dialect == "plan" else _react_block(task, dialect)
 
-    head: list[tuple[str, str]] = []
-    chosen: list[list[tuple[str, str]]] = []
+    head: list[str] = []
+    chosen: list[list[str]] = []
     used = taken = 0
     for r, calls in enumerate(rounds or [[]]):
         chosen.append([])
@@ -594,34 +542,18 @@ def example_blocks(
         if r == 0:
             pending += [render(task) for task in whole]
         full = True
-        for i, found in enumerate(pending):
-            if found is None:
+        for i, block in enumerate(pending):
+            if block is None:
                 continue
-            if taken and used + len(found[1]) // 4 > budget:
+            if taken and used + len(block) // 4 > budget:
                 full = False
                 break
-            used, taken = used + len(found[1]) // 4, taken + 1
-            (chosen[r] if i < lead else head).append(found)
+            used, taken = used + len(block) // 4, taken + 1
+            (chosen[r] if i < lead else head).append(block)
         if not full:
             break
-    placed = head + [b for found in chosen for b in reversed(found)]
-    return ExampleBlocks(tuple(q for q, _ in placed), tuple(b for _, b in placed))
-
-
-def worked_examples(
-    tools: Sequence[_ExampleTool],
-    dialect: str = "json",
-    *,
-    budget: int = 450,
-    from_tools: bool = True,
-    runs: Sequence[RunExample] = (),
-    task: str | None = None,
-) -> str:
-    """The worked-examples text (`example_blocks`), the example most like `task` nearest
-    the question when a task is given. Ends in a blank line, or is "" when no tool has a
-    usable call."""
-    blocks = example_blocks(tools, dialect, budget=budget, from_tools=from_tools, runs=runs)
-    return blocks.text(blocks.nearest(task))
+    blocks = head + [b for found in chosen for b in reversed(found)]
+    return "".join(b + "\n\n" for b in blocks)
 
 
 def example_call(schemas: Sequence[Mapping[str, Any]]) -> dict[str, str]:

@@ -16,13 +16,13 @@ from loopwright.modes._critique import check_on_tool_error, reflect
 from loopwright.modes.context import RunContext, first_line
 from loopwright.modes.machine import CallModel, CallTool, PolicyFailed, StepGen
 from loopwright.modes.spec import RunSpec
+from loopwright.parsing.steps import Action, FinalAnswer, parse_react_step
+from loopwright.parsing.toolcalls import parse_tool_calls
 from loopwright.policy import ModelRequest
-from loopwright.prompts import ExampleBlocks, describe_tools, example_blocks, example_call, fill
+from loopwright.prompts import describe_tools, example_call, fill, worked_examples
+from loopwright.tools.registry import ToolRegistry
 from loopwright.trace import Step, estimate_tokens
 from loopwright.untrusted import fence, neutralise
-from loopwright.wire.parsing import Action, FinalAnswer, parse_react_step
-from loopwright.wire.toolcalls import parse_tool_calls
-from loopwright.wire.tools import ToolRegistry
 
 DIALECTS = ("json", "brackets", "native")
 
@@ -46,17 +46,14 @@ class _Scratchpad:
         task = ctx.task if ctx.output is None else f"{ctx.task}\n{ctx.output.instruction()}"
         # The template filled once per registry and prompt set, split where the task goes
         # (a template naming {task} other than once is filled for every run)
-        # and the example most like the task placed last (one filling per placement)
-        budget, from_tools = prompts.example_tokens, prompts.tool_examples
-        near = _tool_fields(ctx.registry, shape, budget, from_tools)[1].nearest(ctx.task)
         parts = ctx.registry.memo(
-            ("react_prompt", shape, template, budget, from_tools, near),
-            lambda registry: _filled(registry, template, shape, budget, from_tools, near),
+            ("react_prompt", shape, template, prompts.example_tokens, prompts.tool_examples),
+            lambda registry: _filled(registry, template, shape, prompts.example_tokens, prompts.tool_examples),
         )
         if len(parts) == 2:
             self.text = parts[0] + task + parts[1]
         else:
-            tools, fields = _fields(ctx.registry, shape, budget, from_tools, near)
+            tools, fields = _tool_fields(ctx.registry, shape, prompts.example_tokens, prompts.tool_examples)
             self.text = fill(template, f"react_{shape}", tools=tools, task=task, **fields)
         if notes:  # text placed just before the question (Reflexion's critiques so far)
             at = self.text.rfind(f"Question: {ctx.task}")
@@ -159,41 +156,27 @@ def _block(dialect: str, k: int, thought: str, action: str, observation: str) ->
     return f" {neutralise(thought)}\n{action}\nObservation: {observation}"
 
 
-def _tool_fields(
-    registry: ToolRegistry, dialect: str, budget: int, from_tools: bool
-) -> tuple[str, ExampleBlocks, dict[str, str]]:
-    """The prompt's tool list, its worked examples, and the older single-example fields."""
+def _tool_fields(registry: ToolRegistry, dialect: str, budget: int, from_tools: bool) -> tuple[str, dict[str, str]]:
+    """The prompt's tool list and worked examples."""
     return registry.memo(
         ("react_fields", dialect, budget, from_tools),
         lambda registry: _build_fields(registry, dialect, budget, from_tools),
     )
 
 
-def _build_fields(
-    registry: ToolRegistry, dialect: str, budget: int, from_tools: bool
-) -> tuple[str, ExampleBlocks, dict[str, str]]:
+def _build_fields(registry: ToolRegistry, dialect: str, budget: int, from_tools: bool) -> tuple[str, dict[str, str]]:
     schemas = registry.schemas()
-    blocks = example_blocks(list(registry), dialect, budget=budget, from_tools=from_tools, runs=registry.examples)
-    return describe_tools(schemas), blocks, example_call(schemas)
-
-
-def _fields(
-    registry: ToolRegistry, dialect: str, budget: int, from_tools: bool, near: int | None
-) -> tuple[str, dict[str, str]]:
-    """The template's fields but the task, the examples with block `near` placed last."""
-    tools, blocks, fields = _tool_fields(registry, dialect, budget, from_tools)
-    return tools, {**fields, "examples": blocks.text(near)}
+    examples = worked_examples(list(registry), dialect, budget=budget, from_tools=from_tools, runs=registry.examples)
+    return describe_tools(schemas), {**example_call(schemas), "examples": examples}
 
 
 _TASK_MARK = "\x00task\x00"  # cannot occur in a filled template: fill() output is text
 
 
-def _filled(
-    registry: ToolRegistry, template: str, dialect: str, budget: int, from_tools: bool, near: int | None
-) -> tuple[str, ...]:
+def _filled(registry: ToolRegistry, template: str, dialect: str, budget: int, from_tools: bool) -> tuple[str, ...]:
     """The template filled with everything but the task, as the text before and after
     it; one part when the template names {task} other than once (or a field holds the mark)."""
-    tools, fields = _fields(registry, dialect, budget, from_tools, near)
+    tools, fields = _tool_fields(registry, dialect, budget, from_tools)
     parts = tuple(fill(template, f"react_{dialect}", tools=tools, task=_TASK_MARK, **fields).split(_TASK_MARK))
     return parts if len(parts) == 2 else ("",)
 

@@ -24,11 +24,11 @@ from loopwright.modes.machine import (
     StepGen,
 )
 from loopwright.modes.spec import RunSpec
+from loopwright.parsing.steps import PlanStep, parse_plan, substitute
 from loopwright.policy import ModelRequest, Purpose
-from loopwright.prompts import describe_tools, example_blocks, fill, render_evidence
+from loopwright.prompts import describe_tools, fill, render_evidence, worked_examples
 from loopwright.trace import Step
 from loopwright.untrusted import neutralise
-from loopwright.wire.parsing import PlanStep, parse_plan, substitute
 
 
 def check(spec: RunSpec) -> None:
@@ -104,15 +104,13 @@ def _rewoo(ctx: RunContext, max_tokens: int | None) -> StepGen:
 
 
 def plan_examples(ctx: RunContext) -> str:
-    """The planner prompt's worked examples, from the run's tools (memoised on the registry),
-    the one most like the task placed last."""
+    """The planner prompt's worked examples, from the run's tools (memoised on the registry)."""
     budget, from_tools = ctx.prompts.example_tokens, ctx.prompts.tool_examples
-    blocks = ctx.registry.memo(
+    return ctx.registry.memo(
         f"plan_examples:{budget}:{from_tools}",
-        lambda registry: example_blocks(list(registry), "plan", budget=budget, from_tools=from_tools,
-                                        runs=registry.examples),
+        lambda registry: worked_examples(list(registry), "plan", budget=budget, from_tools=from_tools,
+                                         runs=registry.examples),
     )
-    return blocks.text(blocks.nearest(ctx.task))
 
 
 def plan_call(
