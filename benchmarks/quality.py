@@ -2,14 +2,15 @@
 
     .venv/bin/python benchmarks/quality.py [--split heldout|dev|all] [--modes react,rewoo]
         [--configs default,whole_runs,examples_off,exclusion_off,grammar_off,state_cache_off,
-                   bootstrap,bootstrap_only,server_off,server_grammar]
+                   echoes,invented,bootstrap,bootstrap_only,server_off,server_grammar]
         [--sets units,inventory,facts] [--model PATH.gguf] [--questions both|single|multi]
-        [--max-steps 4] [--markdown out.md]
+        [--max-steps 4] [--markdown out.md] [--show]
 
 Each set has 21 labelled single-call questions; every third is held out (7 per set):
 develop on the rest, report the held-out figures. Each set also has 5 held-out
 multi-call questions (two calls, the second using the first's result, and a
-computation), reported apart. `whole_runs` adds one declared whole-run example per set
+computation), reported apart, and 5 development ones of the same kind (`--split dev`
+runs those; `--split all` both). `whole_runs` adds one declared whole-run example per set
 (`ToolRegistry(tools, examples=[...])`); `state_cache_off` runs the model without its
 per-family state cache (answers alike, tokens evaluated differ). `--model` runs another
 GGUF file (embedded, and in the server configurations). Runs the embedded model with the default prompts:
@@ -17,8 +18,13 @@ correct answers, parse errors, runs stopped by `repeated_call`, mean model calls
 prompt tokens sent vs evaluated (after KV-cache prefix reuse; the cache is kept across a
 set's questions, which share the prompt's head). Ablations, one technique off each:
 `examples_off` (worked examples from the schemas only, as a registry without examples
-gets), `exclusion_off` (no decode-time exclusion of a known call), `grammar_off`; join two
-with `+` (`examples_off+exclusion_off`) to switch both off. And `bootstrap` (not in the
+gets), `exclusion_off` (no decode-time exclusion of a known call), `grammar_off`, and two
+with no switch in the library, the old behaviour patched back in for the row: `echoes`
+(examples end with the observation pasted whole: answers-not-echoes off) and `invented`
+(a tool with no real value to show gets arguments made from its parameters' names: no
+invented values off; it matters with `examples_off`, as `examples_off+invented`); join
+configurations with `+` to switch several off. `--show` prints each question's answer
+and calls. And `bootstrap` (not in the
 default list): `lw.bootstrap_examples` on the set's dev questions with the same model and
 mode, the kept calls added before each tool's declared examples (the prompt's budget
 shows a tool's first examples), then the chosen split; `bootstrap_only` the same with the
