@@ -8,10 +8,11 @@ braces in them are safe; `with_examples` puts literal text into a template.
 Worked examples (`{examples}`) are built from the registry: each tool's first example
 (`@tool(examples=...)`, its docstring, or `bootstrap_examples`), the registry's whole-run
 examples (`ToolRegistry(tools, examples=[...])`) or else one built chain in which a call
-uses the previous call's result, within `PromptSet.example_tokens`. A tool with no example
-gets a call only from values its schema writes down (`wire.examples.synthesise_args`), or
-no example at all: nothing is invented. Every example ends with an answer to its question
-(`wire.examples.short_answer`), never the observation pasted whole.
+uses the previous call's result, within `PromptSet.example_tokens`; a later step's thought
+names the value of the observation it passes on. A tool with no example gets a call only
+from values its schema writes down (`tools.examples.synthesise_args`), or no example at
+all: nothing is invented. Every example ends with an answer to its question
+(`tools.examples.short_answer`), never the observation pasted whole.
 
 The ReAct scratchpad is append-only: each step adds its block to the end and nothing
 earlier is ever re-rendered, so a model with a KV cache evaluates only the new tokens.
