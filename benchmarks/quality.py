@@ -2,14 +2,15 @@
 
     .venv/bin/python benchmarks/quality.py [--split heldout|dev|all] [--modes react,rewoo]
         [--configs default,whole_runs,examples_off,exclusion_off,grammar_off,state_cache_off,
-                   bootstrap,bootstrap_only,server_off,server_grammar]
+                   echoes,invented,bootstrap,bootstrap_only,server_off,server_grammar]
         [--sets units,inventory,facts] [--model PATH.gguf] [--questions both|single|multi]
-        [--max-steps 4] [--markdown out.md]
+        [--max-steps 4] [--markdown out.md] [--show]
 
 Each set has 21 labelled single-call questions; every third is held out (7 per set):
 develop on the rest, report the held-out figures. Each set also has 5 held-out
 multi-call questions (two calls, the second using the first's result, and a
-computation), reported apart. `whole_runs` adds one declared whole-run example per set
+computation), reported apart, and 5 development ones of the same kind (`--split dev`
+runs those; `--split all` both). `whole_runs` adds one declared whole-run example per set
 (`ToolRegistry(tools, examples=[...])`); `state_cache_off` runs the model without its
 per-family state cache (answers alike, tokens evaluated differ). `--model` runs another
 GGUF file (embedded, and in the server configurations). Runs the embedded model with the default prompts:
@@ -17,8 +18,13 @@ correct answers, parse errors, runs stopped by `repeated_call`, mean model calls
 prompt tokens sent vs evaluated (after KV-cache prefix reuse; the cache is kept across a
 set's questions, which share the prompt's head). Ablations, one technique off each:
 `examples_off` (worked examples from the schemas only, as a registry without examples
-gets), `exclusion_off` (no decode-time exclusion of a known call), `grammar_off`; join two
-with `+` (`examples_off+exclusion_off`) to switch both off. And `bootstrap` (not in the
+gets), `exclusion_off` (no decode-time exclusion of a known call), `grammar_off`, and two
+with no switch in the library, the old behaviour patched back in for the row: `echoes`
+(examples end with the observation pasted whole: answers-not-echoes off) and `invented`
+(a tool with no real value to show gets arguments made from its parameters' names: no
+invented values off; it matters with `examples_off`, as `examples_off+invented`); join
+configurations with `+` to switch several off. `--show` prints each question's answer
+and calls. And `bootstrap` (not in the
 default list): `lw.bootstrap_examples` on the set's dev questions with the same model and
 mode, the kept calls added before each tool's declared examples (the prompt's budget
 shows a tool's first examples), then the chosen split; `bootstrap_only` the same with the
@@ -48,12 +54,15 @@ import contextlib
 import dataclasses
 import datetime as dt
 import inspect
+import json
 import time
 from collections.abc import Callable
 from typing import Any
+from unittest import mock
 
 import loopwright as lw
 from loopwright.interfaces.demo_tools import evaluate, is_correct
+from loopwright.tools.results import render_observation
 from served import llama_server
 
 HAS_EXAMPLES = "examples" in inspect.signature(lw.tool).parameters
@@ -135,6 +144,15 @@ UNITS_MULTI = [
     ("What day of the week is 14 days after 2025-06-20?", "Friday"),
 ]
 
+# Development questions of the same kind (to develop on; the held-out ones above are not).
+UNITS_MULTI_DEV = [
+    ("What day of the week is 5 days after 2024-04-01?", "Saturday"),
+    ("What day of the week was 20 days before 2023-09-15?", "Saturday"),
+    ("What day of the week is 45 days after 2025-01-10?", "Monday"),
+    ("What day of the week was 2 days after 2024-12-30?", "Wednesday"),
+    ("What day of the week is 60 days after 2024-03-01?", "Tuesday"),
+]
+
 # --- an inventory with lookup and update -------------------------------------------------
 
 _START = {"bolt": 40, "nut": 120, "washer": 75, "screw": 300, "hinge": 12, "bracket": 8}
@@ -199,6 +217,14 @@ INVENTORY_MULTI = [
     ("Restock washers by the number of bolts in stock. What is the new stock level of washers?", "115"),
     ("Add as many hinges as there are brackets in stock. How many hinges are there now?", "20"),
     ("Restock brackets by the number of hinges in stock. How many brackets are there now?", "20"),
+]
+
+INVENTORY_MULTI_DEV = [
+    ("Restock screws by as many units as there are hinges in stock. How many screws are there now?", "312"),
+    ("Add as many nuts as there are bolts in stock. How many nuts are there now?", "160"),
+    ("Restock bolts by the number of washers in stock. What is the new stock level of bolts?", "115"),
+    ("Add as many screws as there are brackets in stock. How many screws are there now?", "308"),
+    ("Restock washers by the number of hinges in stock. How many washers are there now?", "87"),
 ]
 
 # --- facts and arithmetic, other names and docstrings ------------------------------------
@@ -271,10 +297,21 @@ FACTS_MULTI = [
     ("How long is the Amazon in km, times 2?", "12800"),
 ]
 
-SETS: dict[str, tuple[Callable[[], list[lw.Tool]] | None, list[tuple[str, str]], list[tuple[str, str]]]] = {
-    "units": (units_tools, UNITS, UNITS_MULTI),
-    "inventory": (None, INVENTORY, INVENTORY_MULTI),  # a fresh inventory per question
-    "facts": (facts_tools, FACTS, FACTS_MULTI),
+FACTS_MULTI_DEV = [
+    ("What is the atomic number of oxygen times 5?", "40"),
+    ("How many moons does Mars have, plus 10?", "12"),
+    ("How long is the Nile in km, divided by 2?", "3325"),
+    ("How high is Mount Everest in metres, minus 849?", "8000"),
+    ("What is the atomic number of carbon plus 14?", "20"),
+]
+
+Questions = list[tuple[str, str]]
+# per set: its tools, single-call questions (split by `split`), held-out multi-call
+# questions, development multi-call questions
+SETS: dict[str, tuple[Callable[[], list[lw.Tool]] | None, Questions, Questions, Questions]] = {
+    "units": (units_tools, UNITS, UNITS_MULTI, UNITS_MULTI_DEV),
+    "inventory": (None, INVENTORY, INVENTORY_MULTI, INVENTORY_MULTI_DEV),  # a fresh inventory per question
+    "facts": (facts_tools, FACTS, FACTS_MULTI, FACTS_MULTI_DEV),
 }
 
 # Whole-run examples per set (the `whole_runs` configuration): one run that uses a
@@ -319,6 +356,7 @@ def server_url() -> str:
 
 
 MODEL_PATH: list[str] = []  # --model PATH.gguf
+SHOW: list[bool] = []  # --show: each question's answer and calls
 
 
 def make_model(config: str) -> Any | None:
@@ -350,10 +388,31 @@ def prompts_for(config: str) -> Any | None:
     return dataclasses.replace(lw.prompts.DEFAULT_PROMPTS, tool_examples=False)
 
 
+def _invented_args(parameters: dict[str, Any]) -> dict[str, Any]:
+    """Before issue 26: arguments made from each parameter's name and type ("topic" for
+    `topic: str`) when the schema writes no value down."""
+    made: dict[str, Any] = {"integer": 1, "number": 1.0, "boolean": True, "array": [], "object": {}}
+    props = parameters.get("properties") or {}
+    return {k: made.get(props[k].get("type"), k) for k in parameters.get("required") or () if k in props}
+
+
+def _echo(question: str, result: Any) -> str:
+    """Before issue 26: the example's answer is the observation pasted whole."""
+    return " ".join(render_observation(result, 300).split())
+
+
+# Techniques with no switch in the library, switched off in this process for one row:
+# the old behaviour patched back in while the row runs.
+PATCHES: dict[str, tuple[str, Any]] = {
+    "invented": ("loopwright.prompts.synthesise_args", _invented_args),  # "no invented values" off
+    "echoes": ("loopwright.prompts.short_answer", _echo),  # "answers, not echoes" off
+}
+
+
 def bootstrapped(name: str, model: Any, mode: str, max_steps: int, prompts: Any) -> tuple[Any, str]:
     """Examples bootstrapped on the set's dev questions (never the held-out ones), and a
     note of how many dev runs were correct and how many calls were kept."""
-    factory, questions, _multi = SETS[name]
+    factory, questions, _multi, _multi_dev = SETS[name]
 
     def fresh() -> lw.ToolRegistry:
         return lw.ToolRegistry(factory() if factory is not None else Inventory().tools())
@@ -372,11 +431,26 @@ def run_row(name: str, mode: str, config: str, which: str, max_steps: int,
     model, prompts = make_model(config), prompts_for(config)
     if model is None or prompts is None:
         return None
-    factory, questions, multi = SETS[name]
     row = {"set": name, "mode": mode, "config": config, "n": 0, "correct": 0, "multi_n": 0, "multi_correct": 0,
            "parse_errors": 0, "repeat_stops": 0, "nudges": 0, "calls": 0, "sent": 0, "evaluated": 0,
            "seconds": 0.0}  # fmt: skip
     started = time.perf_counter()
+    patches = contextlib.ExitStack()
+    for part in config.split("+"):
+        if part in PATCHES:
+            patches.enter_context(mock.patch(*PATCHES[part]))
+    with patches:
+        _run_questions(row, name, mode, config, which, max_steps, questions_kind, model, prompts)
+    row["seconds"] = time.perf_counter() - started
+    if hasattr(model, "close"):
+        model.close()
+    return row
+
+
+def _run_questions(row: dict[str, Any], name: str, mode: str, config: str, which: str, max_steps: int,
+                   questions_kind: str, model: Any, prompts: Any) -> None:
+    factory, questions, multi_held, multi_dev = SETS[name]
+    multi = {"heldout": multi_held, "dev": multi_dev, "all": multi_dev + multi_held}[which]
     examples = None
     if config.startswith("bootstrap"):
         examples, note = bootstrapped(name, model, mode, max_steps, prompts)
@@ -384,7 +458,7 @@ def run_row(name: str, mode: str, config: str, which: str, max_steps: int,
         row["config"] = f"{config} ({how}; {note})"
     runs = WHOLE_RUNS[name] if "whole_runs" in config.split("+") else None
     held = [(q, a, False) for q, a in split(questions, which)] if questions_kind != "multi" else []
-    held += [(q, a, True) for q, a in multi] if which != "dev" and questions_kind != "single" else []
+    held += [(q, a, True) for q, a in multi] if questions_kind != "single" else []
     for question, expected, needs_two in held:
         tools = factory() if factory is not None else Inventory().tools()
         registry = lw.ToolRegistry(tools, examples=runs) if runs is not None else lw.ToolRegistry(tools)
@@ -392,6 +466,11 @@ def run_row(name: str, mode: str, config: str, which: str, max_steps: int,
             registry = examples.apply(registry, placement="replace" if config == "bootstrap_only" else "first")
         trace = lw.run(question, model, registry, mode=mode, max_steps=max_steps, prompts=prompts)
         prefix = "multi_" if needs_two else ""
+        if SHOW:
+            calls = "; ".join(f"{s.tool}{json.dumps(s.args)}->{(s.observation or s.error or '')[:50]!r}"
+                              for s in trace.steps if s.tool is not None)
+            ok = is_correct(trace.final_answer, expected)
+            print(f"  {'+' if ok else '-'} {question} [{expected}] => {trace.final_answer!r} | {calls}", flush=True)
         row[prefix + "n"] += 1
         row[prefix + "correct"] += is_correct(trace.final_answer, expected)
         row["parse_errors"] += sum(s.kind == "parse_error" for s in trace.steps)
@@ -400,10 +479,6 @@ def run_row(name: str, mode: str, config: str, which: str, max_steps: int,
         row["calls"] += trace.llm_calls
         row["sent"] += trace.usage.prompt_tokens
         row["evaluated"] += trace.usage.evaluated_tokens
-    row["seconds"] = time.perf_counter() - started
-    if hasattr(model, "close"):
-        model.close()
-    return row
 
 
 def table(rows: list[dict[str, Any]], label: str) -> str:
@@ -432,9 +507,12 @@ def main() -> None:
     parser.add_argument("--model", help="a GGUF file to run instead of the embedded default model")
     parser.add_argument("--questions", default="both", choices=("both", "single", "multi"),
                         help="single-call questions, multi-call ones, or both")
+    parser.add_argument("--show", action="store_true", help="print each question's answer and calls")
     args = parser.parse_args()
     if args.model:
         MODEL_PATH.append(args.model)
+    if args.show:
+        SHOW.append(True)
     rows = []
     for config in args.configs.split(","):
         for mode in args.modes.split(","):

@@ -275,7 +275,7 @@ Thought: I need to find the road distance to a city from Paris, so I use distanc
 Action: distance
 Action Input: {"city": "Lyon"}
 Observation: <untrusted source="distance#1">Lyon is 465 km from Paris.</untrusted>
-Thought: Now I need to convert kilometres to miles, so I use km_to_miles
+Thought: The observation gives 465. Now I need to convert kilometres to miles, so I use km_to_miles
 Action: km_to_miles
 Action Input: {"km": 465}
 Observation: <untrusted source="km_to_miles#2">288.8</untrusted>
@@ -627,6 +627,22 @@ Observation: <untrusted source="km_to_miles#2">577.9</untrusted>
 Thought: I know the answer
 Final Answer: 577.9 miles'''
     assert policy.prompts[0].count("Example:") == 1 and "Lyon is 465 km" not in policy.prompts[0]  # no built chain
+
+
+def test_a_later_thought_names_the_value_of_the_observation_that_the_call_passes_on() -> None:
+    def run(first: object, km: float) -> dict[str, object]:
+        return {"question": "How many miles to Lyon?", "answer": "288.8",
+                "calls": [{"tool": "distance", "args": {"city": "Lyon"}, "result": first},
+                          {"tool": "km_to_miles", "args": {"km": km}, "result": 288.8}]}  # fmt: skip
+
+    def second_thought(example: dict[str, object]) -> str:
+        text = worked_examples(list(_km_registry([example])), "json", runs=_km_registry([example]).examples)
+        return [line for line in text.split("\n\n")[0].splitlines() if line.startswith("Thought:")][1]
+
+    now = "Now I need to convert kilometres to miles, so I use km_to_miles"
+    assert second_thought(run(465, 465)) == f"Thought: The observation gives 465. {now}"  # the whole result
+    assert second_thought(run("Lyon is 465 km from Paris.", 465)) == f"Thought: The observation gives 465. {now}"
+    assert second_thought(run(465, 930)) == f"Thought: {now}"  # computed from it: no value to name
 
 
 @pytest.mark.parametrize("mode", ["rewoo", "plan_execute"])

@@ -8,10 +8,11 @@ braces in them are safe; `with_examples` puts literal text into a template.
 Worked examples (`{examples}`) are built from the registry: each tool's first example
 (`@tool(examples=...)`, its docstring, or `bootstrap_examples`), the registry's whole-run
 examples (`ToolRegistry(tools, examples=[...])`) or else one built chain in which a call
-uses the previous call's result, within `PromptSet.example_tokens`. A tool with no example
-gets a call only from values its schema writes down (`wire.examples.synthesise_args`), or
-no example at all: nothing is invented. Every example ends with an answer to its question
-(`wire.examples.short_answer`), never the observation pasted whole.
+uses the previous call's result, within `PromptSet.example_tokens`; a later step's thought
+names the value of the observation it passes on. A tool with no example gets a call only
+from values its schema writes down (`tools.examples.synthesise_args`), or no example at
+all: nothing is invented. Every example ends with an answer to its question
+(`tools.examples.short_answer`), never the observation pasted whole.
 
 The ReAct scratchpad is append-only: each step adds its block to the end and nothing
 earlier is ever re-rendered, so a model with a KV cache evaluates only the new tokens.
@@ -418,6 +419,21 @@ def _uses(args: Mapping[str, Any], result: Any) -> bool:
     return any(re.search(rf"(?<![\w.]){re.escape(t)}(?![\w.])", text) for t in tokens)
 
 
+def _used_value(args: Mapping[str, Any], observation: str | None) -> str | None:
+    """The part of an earlier observation that `args` pass on: the whole observation
+    when an argument holds it, else its longest number or word (4+ letters) found in
+    the arguments; None when they use none of it."""
+    if not observation:
+        return None
+    text = json.dumps(args, ensure_ascii=False, default=str)
+    whole = observation.strip().rstrip(".")
+    if whole and re.search(rf"(?<![\w.]){re.escape(whole)}(?![\w.])", text):
+        return whole
+    tokens = re.findall(r"\d+(?:\.\d+)?|[A-Za-z]{4,}", observation)
+    found = [t for t in tokens if re.search(rf"(?<![\w.]){re.escape(t)}(?![\w.])", text)]
+    return max(found, key=len) if found else None
+
+
 def _question(tool: _ExampleTool, args: Mapping[str, Any]) -> str:
     """A question for a call that came without one, from the tool's description."""
     summary = " ".join(tool.description.split())
@@ -430,6 +446,9 @@ def _react_block(task: _Task, dialect: str) -> str | None:
     lines = ["Example:", f"Question: {task.question}"]
     for k, call in enumerate(task.calls, 1):
         thought = call.thought if k == 1 else f"Now {call.thought}"
+        used = _used_value(call.args, task.calls[k - 2].result) if k > 1 else None
+        if used is not None:  # say which value of the observation the call passes on
+            thought = f"The observation gives {used}. {thought}"
         args = json.dumps(call.args, ensure_ascii=False, default=str)
         if dialect == "brackets":
             lines += [f"Thought {k}: {thought}",
