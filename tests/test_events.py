@@ -282,3 +282,13 @@ def test_aclose_cancels_the_run_and_ends_it_interrupted() -> None:
     started = time.perf_counter()
     assert asyncio.run(main()).stopped_reason == "interrupted"
     assert time.perf_counter() - started < 2.0
+
+
+def test_a_run_started_for_an_agent_tags_every_event_with_its_name() -> None:
+    seen: list[lw.Event] = []
+    trace = start(lw.RunSpec("q", run_id=None), streaming_script(), make_registry(), sinks=[seen.append],
+                  agent="researcher").run()
+    assert trace.final_answer == "5"
+    assert {e.agent for e in seen} == {"researcher"}
+    assert seen[0].kind == "run_started" and seen[-1].kind == "run_finished"
+
