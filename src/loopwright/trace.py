@@ -198,6 +198,10 @@ class Trace:
     output: Any = None
     """With `run(..., output_type=T)`: the final answer validated as T (after from_dict,
     its JSON data). None otherwise, or when no answer fit."""
+    outputs: dict[str, str] = field(default_factory=dict)
+    """Tool results kept whole by handle ("out-3"): those past `max_observation_chars`,
+    which the prompt showed as head and tail, and those a compacted prompt folded to a
+    stub. `read_output(handle, offset, length)` reads them during the run."""
 
     @property
     def answered(self) -> bool:
@@ -218,6 +222,8 @@ class Trace:
         out = self._to_dict()
         if self.output is not None:
             out["output"] = _output_data(self.output)
+        if self.outputs:
+            out["outputs"] = dict(self.outputs)
         return out
 
     def _to_dict(self) -> dict[str, Any]:
@@ -259,6 +265,7 @@ class Trace:
             meta=dict(d.get("meta") or {}),
             scratchpad=d.get("scratchpad", ""),
             output=d.get("output"),
+            outputs=dict(d.get("outputs") or {}),
         )
 
     def to_json(self, indent: int | None = 2) -> str:

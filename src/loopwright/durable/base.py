@@ -21,6 +21,7 @@ from typing import Any, Final, Self
 
 from loopwright.durable.journal import RunJournal, _dumps
 from loopwright.errors import StoreError, describe
+from loopwright.modes.handles import handle_for
 from loopwright.safety import ApprovalRequest, Decision
 from loopwright.trace import Step, Trace, Usage
 from loopwright.wire.results import ToolError, render_observation
@@ -257,6 +258,7 @@ class StoreBase:
                           transcript=transcript or "", started_at=started_at or record.created_at,
                           duration_s=record.duration_s, run_id=run_id,
                           meta=json.loads(meta) if meta else {}, scratchpad=scratchpad or "")
+            trace.outputs = self._outputs(run_id, steps, trace.meta)
             if record.forked_from is not None:
                 trace.meta.setdefault("forked_from", {"run_id": record.forked_from,
                                                       "at_step": record.forked_at_step})
@@ -266,6 +268,22 @@ class StoreBase:
                 if record.mode == "react" and record.llm_calls:
                     trace.scratchpad = self.prompt(run_id, record.llm_calls)
         return trace
+
+    def _outputs(self, run_id: str, steps: list[Step], meta: Mapping[str, Any]) -> dict[str, str]:
+        """The results a run kept under a handle (modes/handles.py), from the tool calls'
+        rows, which hold them whole: those past the cap (the step names the handle) and
+        those a ReAct fold stubbed (the fold names the step)."""
+        handles = {s.meta["output"] for s in steps if isinstance(s.meta.get("output"), str)}
+        for fold in meta.get("folds") or ():
+            if isinstance(fold, Mapping) and fold.get("kind") == "stub_results":
+                handles.update(handle_for(str(k)) for k in fold.get("folded_steps") or ())
+        outputs = {}
+        for handle in sorted(handles):
+            row = self._one("SELECT observation FROM tool_calls WHERE run_id = ? AND key = ? AND state = 'done'",
+                            (run_id, handle.removeprefix("out-")))
+            if row is not None and row[0] is not None:
+                outputs[handle] = row[0]
+        return outputs
 
     def prompt(self, run_id: str, n: int) -> str:
         """Exactly what model call n of the run was sent."""

@@ -5,7 +5,10 @@ tool that needs approval asks the run's approver (recorded decisions first; no a
 or anything but an approval, is a denial: the gate fails closed); a side effect that
 already ran in this run with the same idempotency key is not run again (exactly-once);
 a side effect started before a crash with no recorded outcome is refused (in doubt); the
-call is journaled before and after it runs. The driver runs the tool itself between
+call is journaled before and after it runs. A result past the registry's
+`max_observation_chars` is journaled whole and placed as head and tail under a handle
+(modes/handles.py); the built-in `read_output` is answered here from the kept results,
+with no approval and no journal row (it reads what replay rebuilds). The driver runs the tool itself between
 `begin` and `finish`, on a thread or the event loop, and holds `lock(ledger key)` around
 a side effect so two identical concurrent ones run once.
 """
@@ -18,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from loopwright.guards import call_key
+from loopwright.modes.handles import READ_OUTPUT, keep_output, read_output
 from loopwright.modes.machine import CallTool, Executed, Journal, StopRun
 from loopwright.modes.observers import Observer
 from loopwright.safety import (
@@ -81,6 +85,13 @@ class ToolGate:
         on_deny="stop", approval pending)."""
         ctx = self.ctx
         tool = ctx.registry.get(call.name)
+        if tool is None and call.name == READ_OUTPUT:  # the built-in (a registry's own tool of that name wins)
+            result = read_output(ctx.trace.outputs, call.args, ctx.registry.max_observation_chars)
+            with self._lock:
+                ctx.trace.tool_calls += 1
+            for observer in ctx.observers:
+                observer.tool(call.key, result, "action")
+            return Executed(result)
         journal = self.journal
         if journal is None and (tool is None or (tool.idempotent and not tool.requires_approval)):
             return Admitted(call, tool)  # nothing to gate, record or deduplicate
@@ -88,9 +99,10 @@ class ToolGate:
         if recorded is not None and recorded[0] == "done" and recorded[1] is not None:
             with self._lock:
                 ctx.trace.tool_calls += 1
-            if tool is not None and not tool.idempotent and recorded[1].error is None:
-                self._ledger[self._ledger_key(tool, call.args)] = (call.key, recorded[1])
-            return Executed(recorded[1], meta={"replayed": True})
+            result, kept = self._keep(call.key, recorded[1])
+            if tool is not None and not tool.idempotent and result.error is None:
+                self._ledger[self._ledger_key(tool, call.args)] = (call.key, result)
+            return Executed(result, meta={"replayed": True, **(kept or {})})
         if tool is not None and tool.requires_approval:
             decision = self._approval(call, tool)
             if decision.approved is not True:  # fail closed on anything but an approval
@@ -150,7 +162,8 @@ class ToolGate:
         """Journal the result, remember a side effect's success, tell the observers."""
         key = admitted.call.key
         if self.journal is not None:
-            self.journal.record_tool_result(key, result)
+            self.journal.record_tool_result(key, result)  # whole
+        result, kept = self._keep(key, result)
         if admitted.ledger is not None and result.error is None:
             self._ledger[admitted.ledger] = (key, result)
         ctx = self.ctx
@@ -158,7 +171,11 @@ class ToolGate:
             ctx.trace.tool_calls += 1
         for observer in ctx.observers:
             observer.tool(key, result, "action")
-        return Executed(result)
+        return Executed(result, meta=kept)
+
+    def _keep(self, key: str, result: ToolResult) -> tuple[ToolResult, dict[str, Any] | None]:
+        """The result as placed: past the cap, kept whole in the trace and shown as a view."""
+        return keep_output(self.ctx.trace.outputs, key, result, self.ctx.registry.max_observation_chars)
 
     def _ledger_key(self, tool: Tool, args: dict[str, Any]) -> str:
         return tool.name + "\x00" + idempotency_key(tool, args)

@@ -8,12 +8,14 @@ yields exactly one Step, so `llm_calls == len(steps)`.
 from __future__ import annotations
 
 import json
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Final
 
 from loopwright.errors import ParseError
 from loopwright.guards import RepeatDetector
 from loopwright.modes._critique import check_on_tool_error, reflect
 from loopwright.modes.context import RunContext, first_line
+from loopwright.modes.handles import READ_OUTPUT, READ_OUTPUT_SCHEMA, handle_for, keep_text, stub
 from loopwright.modes.machine import CallModel, CallTool, PolicyFailed, StepGen
 from loopwright.modes.spec import RunSpec
 from loopwright.policy import ModelRequest
@@ -27,13 +29,36 @@ from loopwright.wire.tools import ToolRegistry
 DIALECTS = ("json", "brackets", "native")
 
 
+@dataclass(slots=True)
+class _Entry:
+    """One step's block in a budgeted scratchpad, kept in parts so a fold can re-render it
+    with its result stubbed or its thought dropped. (Not frozen: folds change it.)"""
+
+    k: int  # the step's trace index
+    n: int  # the dialect's step number
+    thought: str  # as the model wrote it (neutralised when rendered)
+    action: str  # placed
+    observation: str  # placed (fenced)
+    plain: str  # the observation without its fence
+    key: str | None  # the tool call's key, when the observation is a tool result
+    handle: str | None  # where the result is kept whole, once it is
+    offset: int  # where in it this observation starts (a page read with read_output)
+    text: str = ""
+    tokens: int = 0
+    stubbed: bool = False
+    dropped: bool = False
+    remembered: bool = False
+
+
 class _Scratchpad:
     """The growing prompt, in one of the text dialects, plus its chat-message twin.
 
     Without memory it is append-only. With `context_tokens` (and `memory`, or the default
-    one), `fit()` folds the oldest step blocks into memory whenever the prompt would pass
-    the budget, and the prompt becomes header + what memory recalls for the task + the
-    recent blocks.
+    one), `fit()` folds older steps whenever the prompt would pass the budget, in this
+    order, each only as far as needed: old tool results become one-line stubs (kept whole
+    under a handle for read_output, and filed in memory), then old thoughts are dropped,
+    then the oldest steps go into memory and the prompt becomes header + what memory
+    recalls for the task + the recent steps. The newest step is never stubbed or dropped.
     """
 
     def __init__(
@@ -62,6 +87,7 @@ class _Scratchpad:
         self.number = 0  # steps appended (k, a trace index, also counts critiques and earlier attempts)
         self.transcript = f"Question: {ctx.task}\n"
         self.task = ctx.task
+        self.outputs = ctx.trace.outputs  # where a stubbed result is kept whole
         self.messages: list[dict[str, Any]] = []
         if dialect == "native":
             header = self.text.rsplit("Question:", 1)[0].rstrip()
@@ -77,7 +103,8 @@ class _Scratchpad:
             memory = default_memory(recent_turns=2)
         self.memory = memory
         self.budget = context_tokens
-        self.blocks: list[tuple[int, str, str, int, str]] = []  # (step, block, readable, tokens, thought)
+        self.entries: list[_Entry] = []
+        self.section = ""  # what memory recalled at the last summarising fold
         if memory is not None or context_tokens is not None:
             if context_tokens is None:
                 raise ValueError("memory needs context_tokens: the prompt budget it folds steps into")
@@ -92,13 +119,16 @@ class _Scratchpad:
                     f"and question alone take about {fixed} tokens"
                 )
 
-    def append(self, k: int, thought: str, action: str, observation: str, plain: str | None = None) -> None:
+    def append(self, k: int, thought: str, action: str, observation: str, plain: str | None = None,
+               key: str | None = None, handle: str | None = None, offset: int = 0) -> None:
         """Add step k (1-based): the model's part, then the observation (as placed in the
-        prompt; `plain` is the same without its fence, for the transcript and memory)."""
+        prompt; `plain` is the same without its fence, for the transcript and memory).
+        `key`: the tool call's, when the observation is its result (a fold may stub it);
+        `handle`: where the result is kept whole, if it is (for a page read with
+        read_output: the handle it was read from, at `offset`)."""
         self.number += 1  # the bracket dialect's step number: this scratchpad's own count
         n = self.number
-        block = _block(self.dialect, n, thought, action, observation)
-        block += f"\nThought {n + 1}:" if self.dialect == "brackets" else "\nThought:"
+        block = _block(self.dialect, n, thought, action, observation) + self._next(n)
         readable = f"Thought: {thought}\n{action}\nObservation: {observation if plain is None else plain}\n"
         # Grow both strings in place, without copying the whole prompt each step: with
         # the attribute cleared, the local is the only reference, and CPython extends a
@@ -111,41 +141,121 @@ class _Scratchpad:
         transcript += readable
         self.transcript = transcript
         if self.memory is not None:
-            self.blocks.append((k, block, f"Step {k}. {readable}", estimate_tokens(block), thought))
+            self.entries.append(_Entry(k, n, thought, action, observation, observation if plain is None else plain,
+                                       key, handle, offset, block, estimate_tokens(block)))
 
-    def fit(self) -> dict[str, Any] | None:
-        """Fold the oldest blocks into memory until the prompt fits the budget. Returns
-        a record of the fold, or None when the prompt already fits."""
+    def _next(self, n: int) -> str:
+        return f"\nThought {n + 1}:" if self.dialect == "brackets" else "\nThought:"
+
+    def _render(self, e: _Entry) -> None:
+        if e.stubbed and e.handle is not None:
+            own = e.key is not None and e.handle == handle_for(e.key)  # its own result, not a page read from one
+            chars = len(self.outputs.get(e.handle, e.plain)) if own else len(e.plain)
+            observation = stub(e.handle, chars, e.offset)
+        else:
+            observation = e.observation
+        e.text = _block(self.dialect, e.n, "…" if e.dropped else e.thought, e.action, observation) + self._next(e.n)
+        e.tokens = estimate_tokens(e.text)
+
+    def _tokens(self) -> int:
+        """The prompt's size, counted by parts (each rounded up: never under the whole)."""
+        return (estimate_tokens(self.head) + estimate_tokens(self.section) + estimate_tokens(self.question)
+                + sum(e.tokens for e in self.entries))
+
+    def _rebuild(self) -> None:
+        self.text = self.head + self.section + self.question + "".join(e.text for e in self.entries)
+
+    def _remember(self, entries: list[_Entry]) -> None:
+        """File these steps in memory (once each): one summarizer call, one embedding batch."""
+        entries = [e for e in entries if not e.remembered]
+        if not entries:
+            return
+        turns = [f"Step {e.k}. Thought: {e.thought}\n{e.action}\nObservation: {e.plain}\n" for e in entries]
+        metas = [{"step": e.k} if e.handle is None else {"step": e.k, "output": e.handle} for e in entries]
+        add_many = getattr(self.memory, "add_many", None)
+        if callable(add_many):
+            add_many(turns, metas)
+        else:
+            for turn, meta in zip(turns, metas, strict=True):
+                self.memory.add(turn, meta)
+        for e in entries:
+            e.remembered = True
+
+    def fit(self) -> list[dict[str, Any]]:
+        """Fold until the prompt fits the budget, with room to grow; a record of each kind
+        of fold made (none when the prompt already fits)."""
         budget = self.budget
         if budget is None or estimate_tokens(self.text) <= budget:
-            return None
-        before = estimate_tokens(self.text)
+            return []
         room = budget - estimate_tokens(self.head) - estimate_tokens(self.question) - _MEMORY_OVERHEAD
+        target = budget - room // 8  # an eighth of the room to grow before the next fold
+        folds = []
+        for kind in _SHRINKS:
+            fold = self._shrink(kind, target)
+            if fold is not None:
+                folds.append(fold)
+            if self._tokens() <= target:
+                return folds
+        folds.append(self._summarise(budget, room))
+        return folds
+
+    def _shrink(self, kind: str, target: int) -> dict[str, Any] | None:
+        """Stub old results ("stub_results") or drop old thoughts ("drop_thoughts"), oldest
+        first, until the prompt is within `target`; None when nothing changed."""
+        before = estimate_tokens(self.text)
+        total = self._tokens()
+        changed: list[_Entry] = []
+        for e in self.entries[:-1]:  # the newest step stays whole
+            if total <= target:
+                break
+            if kind == "stub_results":
+                if e.key is None or e.stubbed:
+                    continue
+                handle = e.handle if e.handle in self.outputs else handle_for(e.key)
+                if len(stub(handle, len(e.plain), e.offset)) >= len(e.observation):
+                    continue  # the stub would be no shorter
+                e.handle = handle if handle in self.outputs else keep_text(self.outputs, e.key, e.plain)
+                e.stubbed = True
+            else:
+                if e.dropped or len(e.thought) <= 1:
+                    continue
+                e.dropped = True
+            old = e.tokens
+            self._render(e)
+            total += e.tokens - old
+            changed.append(e)
+        if not changed:
+            return None
+        if kind == "stub_results":
+            self._remember(changed)  # readable in memory, and whole under the handle
+        self._rebuild()
+        return {"kind": kind, "folded_steps": [e.k for e in changed], "prompt_tokens_before": before,
+                "prompt_tokens_after": estimate_tokens(self.text)}
+
+    def _summarise(self, budget: int, room: int) -> dict[str, Any]:
+        """Move the oldest steps into memory (its summary tier, when it has one) and recall
+        from it for the task: the prompt's memory section."""
+        before = estimate_tokens(self.text)
         keep = room // 4  # recent steps a quarter, an eighth to grow, recalled memory the rest
-        folded: list[int] = []
-        turns: list[str] = []
-        while self.blocks and sum(b[3] for b in self.blocks) > keep:
-            k, _text, readable, _tokens, _thought = self.blocks.pop(0)
-            folded.append(k)
-            turns.append(readable)
-        add_many = getattr(self.memory, "add_many", None)
-        if callable(add_many):  # one summarizer call per fold, one embedding batch
-            add_many(turns, [{"step": k} for k in folded])
-        else:
-            for k, turn in zip(folded, turns, strict=True):
-                self.memory.add(turn, {"step": k})
+        folded: list[_Entry] = []
+        while self.entries and sum(e.tokens for e in self.entries) > keep:
+            folded.append(self.entries.pop(0))
+        self._remember(folded)
         from loopwright.memory.tiered import context_within  # numpy: only when folding
 
-        recent = "".join(b[1] for b in self.blocks)
-        last = self.blocks[-1][4] if self.blocks else ""  # the latest thought, with the task
+        recent = "".join(e.text for e in self.entries)
+        last = self.entries[-1].thought if self.entries else ""  # the latest thought, with the task
         fixed = estimate_tokens(self.head) + estimate_tokens(self.question) + estimate_tokens(recent)
-        section = context_within(  # budgeted after fencing: escaping can lengthen the text
+        self.section = context_within(  # budgeted after fencing: escaping can lengthen the text
             self.memory, f"{self.task}\n{last}", max(0, budget - fixed - 4 - room // 8),
             lambda recalled: f"Memory of earlier steps:\n{fence(recalled, 'memory')}\n\n",
         )
-        self.text = self.head + section + self.question + recent
-        return {"folded_steps": folded, "prompt_tokens_before": before,
-                "prompt_tokens_after": estimate_tokens(self.text), "memory_tokens": estimate_tokens(section)}
+        self._rebuild()
+        return {"kind": "summarise", "folded_steps": [e.k for e in folded], "prompt_tokens_before": before,
+                "prompt_tokens_after": estimate_tokens(self.text), "memory_tokens": estimate_tokens(self.section)}
+
+
+_SHRINKS: Final = ("stub_results", "drop_thoughts")  # the folds before summarising, in order
 
 
 def _block(dialect: str, k: int, thought: str, action: str, observation: str) -> str:
@@ -238,6 +348,7 @@ def _react(
     known: dict[str, dict[str, Any]] = {}  # the latest executed call of each tool
     parse_errors = 0
     tools = () if plain else tuple(ctx.schemas)  # a plain policy only gets the prompt
+    reader = False  # read_output is among the tools
     guarded = limits.token_budget is not None or limits.timeout_s is not None or ctx.cost is not None
     on_repeat, threshold = limits.on_repeat, limits.repeat_threshold
     native = dialect == "native"
@@ -248,10 +359,12 @@ def _react(
                 ctx.stop("timeout")
                 return
             k = len(trace.steps) + 1
-            fold = pad.fit() if pad.budget is not None else None
-            if fold is not None:
-                fold["before_step"] = k
-                ctx.trace.meta.setdefault("folds", []).append(fold)
+            if pad.budget is not None:
+                for fold in pad.fit():
+                    fold["before_step"] = k
+                    trace.meta.setdefault("folds", []).append(fold)
+            if trace.outputs and not reader and not plain and READ_OUTPUT not in ctx.registry:
+                tools, reader = (*tools, READ_OUTPUT_SCHEMA), True  # results are kept: the model may read them
             # Append-only: the prompt is trace.scratchpad[:prompt], kept as a length. With
             # a context budget the prompt is rewritten at folds, so the step keeps a copy.
             prompt = None if copy_prompts else len(pad.text)
@@ -381,7 +494,14 @@ def _react(
                     return
                 fenced += f"\nReflection: {neutralise(critique)}"
                 observation += f"\nReflection: {critique}"
-            pad.append(k, parsed.thought, _render_action(dialect, parsed), fenced, observation)
+            key: str | None = str(k)
+            kept, offset = (executed.meta or {}).get("output"), 0
+            if name == READ_OUTPUT and READ_OUTPUT not in ctx.registry:  # the built-in: no handle of its own
+                if result.error is None:
+                    kept, offset = result.args["handle"], result.args.get("offset", 0)  # a page: its stub points back
+                else:
+                    key = None
+            pad.append(k, parsed.thought, _render_action(dialect, parsed), fenced, observation, key, kept, offset)
             if native:
                 _native_call(pad, parsed, name, args, observation)
         ctx.stop("max_steps")
