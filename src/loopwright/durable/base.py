@@ -23,8 +23,8 @@ from loopwright.durable.journal import RunJournal, _dumps
 from loopwright.errors import StoreError, describe
 from loopwright.modes.handles import handle_for
 from loopwright.safety import ApprovalRequest, Decision
+from loopwright.tools.results import ToolError, render_observation
 from loopwright.trace import Step, Trace, Usage
-from loopwright.wire.results import ToolError, render_observation
 
 RESUMABLE: Final = frozenset({"running", "paused", "interrupted", "blocked"})
 SCHEMA_NAME: Final = "loopwright-journal"

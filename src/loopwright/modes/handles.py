@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, MutableMapping
 from typing import Any, Final
 
-from loopwright.wire.tools import ToolError, ToolResult
+from loopwright.tools.results import ToolError, ToolResult
 
 READ_OUTPUT: Final = "read_output"
 READ_OUTPUT_SCHEMA: Final[dict[str, Any]] = {
