@@ -19,7 +19,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Final, Self
 
-from loopwright.durable.journal import RunJournal, _dumps
+from loopwright.durable.journal import RunJournal, _dumps, observation_of
 from loopwright.errors import StoreError, describe
 from loopwright.modes.handles import handle_for
 from loopwright.safety import ApprovalRequest, Decision
@@ -279,10 +279,10 @@ class StoreBase:
                 handles.update(handle_for(str(k)) for k in fold.get("folded_steps") or ())
         outputs = {}
         for handle in sorted(handles):
-            row = self._one("SELECT observation FROM tool_calls WHERE run_id = ? AND key = ? AND state = 'done'",
+            row = self._one("SELECT observation, value FROM tool_calls WHERE run_id = ? AND key = ? AND state = 'done'",
                             (run_id, handle.removeprefix("out-")))
-            if row is not None and row[0] is not None:
-                outputs[handle] = row[0]
+            if row is not None:
+                outputs[handle] = observation_of(row[0], None if row[1] is None else json.loads(row[1]))
         return outputs
 
     def prompt(self, run_id: str, n: int) -> str:
@@ -368,7 +368,7 @@ class StoreBase:
             err = ToolError(name, error, "exception")
             value, observation, kind, message = None, err.as_observation(), err.kind, err.message
         else:
-            value, observation, kind, message = _dumps(result), render_observation(result), None, None
+            value, observation, kind, message = _dumps(result), render_observation(result, -1), None, None
         now = time.time()
         changed = self._execute(
             "UPDATE tool_calls SET state = 'done', value = ?, observation = ?, error_kind = ?, error = ?, "

@@ -91,8 +91,8 @@ class RunJournal:
             self._attempts[key] = int(attempts)
             if state == "done":
                 err = None if kind is None else ToolError(name, error or "", kind)
-                result = ToolResult(name, json.loads(args), None if value is None else json.loads(value),
-                                    obs or "", err, duration or 0.0)
+                loaded = None if value is None else json.loads(value)
+                result = ToolResult(name, json.loads(args), loaded, observation_of(obs, loaded), err, duration or 0.0)
                 self._tools[key] = ("done", result)
             else:
                 self._tools[key] = ("started", None)
@@ -222,10 +222,14 @@ class RunJournal:
 
     def record_tool_result(self, key: str, result: ToolResult) -> None:
         err = result.error
+        value = None if err is not None else result.value
+        # A str result is its own observation: stored once, in `value` (a 5 MB page is
+        # journaled as 5 MB, not 10); `observation_of` reads it back.
+        observation = None if type(value) is str and value == result.observation else result.observation
         self._defer(
             "UPDATE tool_calls SET state = 'done', value = ?, observation = ?, error_kind = ?, error = ?, "
             "duration_s = ?, finished_at = ? WHERE run_id = ? AND key = ?",
-            (None if err is not None else _dumps(result.value), result.observation,
+            (None if err is not None else _dumps(value), observation,
              None if err is None else err.kind, None if err is None else err.message,
              result.duration_s, time.time(), self.run_id, key),
         )
@@ -315,6 +319,13 @@ _TOOL_CALL_COLUMNS: Final = (
 )
 _ENCODER: Final = json.JSONEncoder(default=str, ensure_ascii=False)  # one, not one per call
 _STEP_FIELDS: Final = tuple(f.name for f in fields(Step))
+
+
+def observation_of(observation: str | None, value: Any) -> str:
+    """A done tool call's observation as journaled: NULL when it is the str value itself."""
+    if observation is not None:
+        return observation
+    return value if type(value) is str else ""
 
 
 def _dumps(value: Any) -> str:
