@@ -282,7 +282,7 @@ class StoreBase:
             row = self._one("SELECT observation, value FROM tool_calls WHERE run_id = ? AND key = ? AND state = 'done'",
                             (run_id, handle.removeprefix("out-")))
             if row is not None:
-                outputs[handle] = observation_of(row[0], None if row[1] is None else json.loads(row[1]))
+                outputs[handle] = observation_of(row[0], row[1])
         return outputs
 
     def prompt(self, run_id: str, n: int) -> str:

@@ -1,0 +1,132 @@
+"""Issue 25: what a long run's prompts cost with and without folding, and what keeping a
+large tool result whole costs (bytes journaled, time).
+
+    .venv/bin/python benchmarks/large_outputs.py [--steps 200] [--context-tokens 2000] [--repeats 3]
+
+Part 1: a scripted policy (loop logic only) reads page after page of a report (a 400-char
+result, a 180-char thought a step) for `--steps` model calls, once with no budget (the
+append-only scratchpad) and once with `context_tokens` (folds: stub old results, drop old
+thoughts, summarise into the default memory). Prompt tokens are loopwright's estimate
+(one token per 3 bytes), per step at a few points and in total; seconds are the run's wall
+clock (median of `--repeats`).
+
+Part 2: one tool returns a result of S characters (5 KB, 500 KB, 5 MB); the run calls it,
+reads one page back with read_output and answers, journaled in a fresh SQLite file. Bytes
+journaled: the file's size after the run, and the tool call's row (value + observation);
+seconds: the run's wall clock (median of `--repeats`), against the same run with no store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import loopwright as lw
+from loopwright.trace import estimate_tokens
+
+THOUGHT = "I have read this page; the next one may hold the figure, so I read on and keep track " * 2
+PAGE = "routine figures for the quarter, nothing that changes the totals. " * 6
+
+
+def page_registry() -> lw.ToolRegistry:
+    @lw.tool
+    def fetch(page: int) -> str:
+        """Fetch a page of the report."""
+        return f"page {page}: {PAGE}"
+
+    return lw.ToolRegistry([fetch])
+
+
+def long_run(steps: int, context_tokens: int | None) -> tuple[list[int], float, lw.Trace]:
+    seen: list[int] = []
+
+    def policy(prompt: str) -> str:
+        seen.append(estimate_tokens(prompt))
+        if len(seen) == steps:
+            return "Thought: done\nFinal Answer: ok"
+        return f'Thought: {THOUGHT}\nAction: fetch\nAction Input: {{"page": {len(seen)}}}'
+
+    start = time.perf_counter()
+    trace = lw.run("Read the report.", policy, page_registry(), max_steps=steps, context_tokens=context_tokens)
+    return seen, time.perf_counter() - start, trace
+
+
+def part1(steps: int, context_tokens: int, repeats: int) -> None:
+    print(f"## prompt tokens per step, {steps} steps (scripted policy)")
+    points = sorted({1, 10, 25, 50, 100, 150, steps} & set(range(1, steps + 1)))
+    print("| run | " + " | ".join(f"step {p}" for p in points) + " | max | total sent | folds | s |")
+    print("|---|" + "---|" * (len(points) + 4))
+    for label, budget in (("no budget", None), (f"context_tokens={context_tokens}", context_tokens)):
+        runs = [long_run(steps, budget) for _ in range(repeats)]
+        seen, _, trace = runs[0]
+        seconds = statistics.median(r[1] for r in runs)
+        kinds: dict[str, int] = {}
+        for fold in trace.meta.get("folds", []):
+            kinds[fold["kind"]] = kinds.get(fold["kind"], 0) + 1
+        folds = ", ".join(f"{k} {v}" for k, v in kinds.items()) or "none"
+        rewritten = len({fold["before_step"] for fold in trace.meta.get("folds", [])})
+        print(f"| {label} | " + " | ".join(f"{seen[p - 1]:,}" for p in points)
+              + f" | {max(seen):,} | {sum(seen):,} | {folds} ({rewritten} prompts rewritten) | {seconds:.2f} |")
+
+
+def dump_run(size: int, store: lw.SQLiteStore | None) -> tuple[float, lw.Trace]:
+    text = ("row of the table with a value é, " * (size // 33 + 1))[:size]
+
+    @lw.tool
+    def dump() -> str:
+        """Dump the table."""
+        return text
+
+    script = ['Thought: dump\nAction: dump\nAction Input: {}',
+              'Thought: read\nAction: read_output\nAction Input: {"handle": "out-1", "offset": 8000}',
+              "Thought: done\nFinal Answer: ok"]
+    registry = lw.ToolRegistry([dump])
+    start = time.perf_counter()
+    trace = lw.run("Dump the table.", lw.ScriptedPolicy(script), registry, store=store)
+    seconds = time.perf_counter() - start
+    assert trace.stopped_reason == "final" and (size <= 8000 or trace.outputs["out-1"] == text)
+    return seconds, trace
+
+
+def part2(repeats: int) -> None:
+    print("\n## keeping a large result whole (SQLite journal, synchronous=NORMAL)")
+    print("| result | journal file | tool_calls row (value + observation) | prompt of the next step | "
+          "run s, no store | run s, journaled |")
+    print("|---|---|---|---|---|---|")
+    for size in (5_000, 500_000, 5_000_000):
+        bare = statistics.median(dump_run(size, None)[0] for _ in range(repeats))
+        timed, files, row, prompt = [], [], 0, 0
+        for _ in range(repeats):
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / "runs.db"
+                store = lw.SQLiteStore(path)
+                seconds, trace = dump_run(size, store)
+                got = store._one("SELECT coalesce(length(value), 0) + coalesce(length(observation), 0) "
+                                 "FROM tool_calls WHERE key = '1'")
+                row = int(got[0])
+                store.close()
+                timed.append(seconds)
+                files.append(sum(p.stat().st_size for p in Path(tmp).iterdir()))
+                prompt = estimate_tokens(trace.prompt_for(trace.steps[1]) or "")
+        print(f"| {size:,} chars | {statistics.median(files):,} B | {row:,} chars | {prompt:,} tokens | "
+              f"{bare:.3f} | {statistics.median(timed):.3f} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--context-tokens", type=int, default=2000)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    part1(args.steps, args.context_tokens, args.repeats)
+    part2(args.repeats)
+    print("\n" + json.dumps({"python": sys.version.split()[0], "loopwright": lw.__file__}))
+
+
+if __name__ == "__main__":
+    main()
