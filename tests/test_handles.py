@@ -223,6 +223,26 @@ def test_a_stubbed_page_points_back_into_the_result_it_was_read_from() -> None:
     trace = lw.run("Read the table.", policy, dump_registry(text, 2_000), max_steps=30, context_tokens=3_000)
     assert pages(trace) == text and list(trace.outputs) == ["out-1"]
     assert 'read_output(handle="out-1", offset=2000) reads it back]' in "\n".join(policy.prompts)
+    assert all("out-1" in prompt for prompt in policy.prompts[1:])  # a summarised prompt still names it
     stubbed = [k for f in trace.meta["folds"] if f["kind"] == "stub_results" for k in f["folded_steps"]]
     assert 1 in stubbed and len(stubbed) > 10
     assert max(estimate_tokens(p) for p in policy.prompts) <= 3_000
+
+
+def test_a_summarised_prompt_still_names_the_kept_results_it_folded_away() -> None:
+    text = table(12_000)
+
+    class Chatty(Reader):
+        def __call__(self, prompt: str) -> str:
+            reply = super().__call__(prompt)
+            return reply.replace("Thought: read on", "Thought: read on " + "and keep count of the rows " * 8)
+
+    policy = Chatty(len(text), 600)
+    trace = lw.run("Read the table.", policy, dump_registry(text, 600), max_steps=40, context_tokens=1_000)
+    assert trace.stopped_reason == "final" and pages(trace) == text
+    summarised = [f["before_step"] for f in trace.meta["folds"] if f["kind"] == "summarise" and 1 in f["folded_steps"]]
+    assert summarised
+    prompt = policy.prompts[summarised[0] - 1]
+    assert "Results kept whole, read_output(handle, offset, length) reads them: out-1 (12000 chars)" in prompt
+    assert all("out-1" in p for p in policy.prompts[1:])
+    assert max(estimate_tokens(p) for p in policy.prompts) <= 1_000

@@ -104,6 +104,7 @@ class _Scratchpad:
         self.memory = memory
         self.budget = context_tokens
         self.entries: list[_Entry] = []
+        self.kept: dict[str, int] = {}  # handles of results past the cap, and their sizes
         self.section = ""  # what memory recalled at the last summarising fold
         if memory is not None or context_tokens is not None:
             if context_tokens is None:
@@ -141,6 +142,8 @@ class _Scratchpad:
         transcript += readable
         self.transcript = transcript
         if self.memory is not None:
+            if handle is not None and key is not None and handle == handle_for(key):
+                self.kept[handle] = len(self.outputs.get(handle, ""))
             self.entries.append(_Entry(k, n, thought, action, observation, observation if plain is None else plain,
                                        key, handle, offset, block, estimate_tokens(block)))
 
@@ -182,8 +185,11 @@ class _Scratchpad:
             e.remembered = True
 
     def fit(self) -> list[dict[str, Any]]:
-        """Fold until the prompt fits the budget, with room to grow; a record of each kind
-        of fold made (none when the prompt already fits)."""
+        """Fold until the prompt fits the budget; a record of each kind of fold made (none
+        when the prompt already fits). Each kind goes an eighth of the room below the budget
+        (room to grow before the next fold), and the next kind comes only when the one before
+        could not get there. The summary's recall is for the task and the latest thought, so
+        it is as fresh as the last summarising fold."""
         budget = self.budget
         if budget is None or estimate_tokens(self.text) <= budget:
             return []
@@ -196,7 +202,7 @@ class _Scratchpad:
                 folds.append(fold)
             if self._tokens() <= target:
                 return folds
-        folds.append(self._summarise(budget, room))
+        folds.append(self._summarise(budget, room))  # stubs and dropped thoughts were not enough
         return folds
 
     def _shrink(self, kind: str, target: int) -> dict[str, Any] | None:
@@ -245,8 +251,12 @@ class _Scratchpad:
 
         recent = "".join(e.text for e in self.entries)
         last = self.entries[-1].thought if self.entries else ""  # the latest thought, with the task
-        fixed = estimate_tokens(self.head) + estimate_tokens(self.question) + estimate_tokens(recent)
-        self.section = context_within(  # budgeted after fencing: escaping can lengthen the text
+        shown = {e.handle for e in self.entries}
+        gone = [f"{h} ({n} chars)" for h, n in self.kept.items() if h not in shown][-_LISTED_HANDLES:]
+        kept = f"Results kept whole, read_output(handle, offset, length) reads them: {', '.join(gone)}\n\n" if gone else ""
+        fixed = (estimate_tokens(self.head) + estimate_tokens(self.question) + estimate_tokens(recent)
+                 + estimate_tokens(kept))
+        self.section = kept + context_within(  # budgeted after fencing: escaping can lengthen the text
             self.memory, f"{self.task}\n{last}", max(0, budget - fixed - 4 - room // 8),
             lambda recalled: f"Memory of earlier steps:\n{fence(recalled, 'memory')}\n\n",
         )
@@ -256,6 +266,7 @@ class _Scratchpad:
 
 
 _SHRINKS: Final = ("stub_results", "drop_thoughts")  # the folds before summarising, in order
+_LISTED_HANDLES: Final = 8  # kept results a summarised prompt names (the newest), whose steps it folded
 
 
 def _block(dialect: str, k: int, thought: str, action: str, observation: str) -> str:
