@@ -186,15 +186,16 @@ class _Scratchpad:
 
     def fit(self) -> list[dict[str, Any]]:
         """Fold until the prompt fits the budget; a record of each kind of fold made (none
-        when the prompt already fits). Each kind goes an eighth of the room below the budget
-        (room to grow before the next fold), and the next kind comes only when the one before
-        could not get there. The summary's recall is for the task and the latest thought, so
-        it is as fresh as the last summarising fold."""
+        when the prompt already fits). Stubs and dropped thoughts go down to half the room
+        below the budget, so the next fold is some steps away (each one rewrites the prompt,
+        which a KV cache then evaluates again from the first change); the summary comes when
+        they leave the prompt above what a summary leaves (an eighth of the room below the
+        budget). Its recall is for the task and the latest thought."""
         budget = self.budget
         if budget is None or estimate_tokens(self.text) <= budget:
             return []
         room = budget - estimate_tokens(self.head) - estimate_tokens(self.question) - _MEMORY_OVERHEAD
-        target = budget - room // 8  # an eighth of the room to grow before the next fold
+        target = budget - room // 2  # half the room to grow before the next fold
         folds = []
         for kind in _SHRINKS:
             fold = self._shrink(kind, target)
@@ -202,7 +203,8 @@ class _Scratchpad:
                 folds.append(fold)
             if self._tokens() <= target:
                 return folds
-        folds.append(self._summarise(budget, room))  # stubs and dropped thoughts were not enough
+        if self._tokens() > budget - room // 8:  # not even within what a summary leaves
+            folds.append(self._summarise(budget, room))
         return folds
 
     def _shrink(self, kind: str, target: int) -> dict[str, Any] | None:
