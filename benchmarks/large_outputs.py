@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sqlite3
 import statistics
 import sys
@@ -44,28 +45,34 @@ def page_registry() -> lw.ToolRegistry:
     return lw.ToolRegistry([fetch])
 
 
-def long_run(steps: int, context_tokens: int | None) -> tuple[list[int], float, lw.Trace]:
-    seen: list[int] = []
+def long_run(steps: int, context_tokens: int | None) -> tuple[list[int], float, lw.Trace, int]:
+    """The prompt sizes, seconds, trace, and the tokens a prefix (KV) cache would evaluate:
+    each prompt less what it shares with the one before."""
+    prompts: list[str] = []
 
     def policy(prompt: str) -> str:
-        seen.append(estimate_tokens(prompt))
-        if len(seen) == steps:
+        prompts.append(prompt)
+        if len(prompts) == steps:
             return "Thought: done\nFinal Answer: ok"
-        return f'Thought: {THOUGHT}\nAction: fetch\nAction Input: {{"page": {len(seen)}}}'
+        return f'Thought: {THOUGHT}\nAction: fetch\nAction Input: {{"page": {len(prompts)}}}'
 
     start = time.perf_counter()
     trace = lw.run("Read the report.", policy, page_registry(), max_steps=steps, context_tokens=context_tokens)
-    return seen, time.perf_counter() - start, trace
+    seconds = time.perf_counter() - start
+    evaluated = sum(estimate_tokens(now[len(os.path.commonprefix([before, now])):])
+                    for before, now in zip(["", *prompts], prompts, strict=False))
+    return [estimate_tokens(p) for p in prompts], seconds, trace, evaluated
 
 
 def part1(steps: int, budgets: list[int], repeats: int) -> None:
     print(f"## prompt tokens per step, {steps} steps (scripted policy)")
     points = sorted({1, 10, 25, 50, 100, 150, steps} & set(range(1, steps + 1)))
-    print("| run | " + " | ".join(f"step {p}" for p in points) + " | max | total sent | folds | s |")
-    print("|---|" + "---|" * (len(points) + 4))
+    print("| run | " + " | ".join(f"step {p}" for p in points)
+          + " | max | total sent | evaluated with a prefix cache | folds | s |")
+    print("|---|" + "---|" * (len(points) + 5))
     for label, budget in [("no budget", None), *((f"context_tokens={b:,}", b) for b in budgets)]:
         runs = [long_run(steps, budget) for _ in range(repeats)]
-        seen, _, trace = runs[0]
+        seen, _, trace, evaluated = runs[0]
         seconds = statistics.median(r[1] for r in runs)
         kinds: dict[str, int] = {}
         for fold in trace.meta.get("folds", []):
@@ -74,7 +81,8 @@ def part1(steps: int, budgets: list[int], repeats: int) -> None:
         folds = ", ".join(f"{k} {v}" for k, v in kinds.items()) or "none"
         rewritten = len({fold["before_step"] for fold in trace.meta.get("folds", [])})
         print(f"| {label} | " + " | ".join(f"{seen[p - 1]:,}" for p in points)
-              + f" | {max(seen):,} | {sum(seen):,} | {folds} ({rewritten} prompts rewritten) | {seconds:.2f} |")
+              + f" | {max(seen):,} | {sum(seen):,} | {evaluated:,} | {folds} ({rewritten} prompts rewritten)"
+              + f" | {seconds:.2f} |")
 
 
 def dump_run(size: int, store: lw.SQLiteStore | None) -> tuple[float, lw.Trace]:
@@ -122,6 +130,42 @@ def part2(repeats: int) -> None:
               f"{bare:.3f} | {statistics.median(timed):.3f} |")
 
 
+def part3(repeats: int) -> None:
+    """Reading a 5 MB result back whole, a page of max_observation_chars a step."""
+    print("\n## reading a 5,000,000-char result back through read_output")
+    print("| max_observation_chars | context_tokens | model calls | largest prompt | pages equal the original | run s |")
+    print("|---|---|---|---|---|---|")
+    text = ("row of the table with a value é, " * 151_516)[:5_000_000]
+    for cap, budget in ((250_000, 120_000), (50_000, 30_000)):
+
+        @lw.tool
+        def dump() -> str:
+            """Dump the table."""
+            return text
+
+        timed, largest, calls, equal = [], 0, 0, False
+        for _ in range(repeats):
+            sizes: list[int] = []
+
+            def policy(prompt: str, sizes: list[int] = sizes, cap: int = cap) -> str:
+                sizes.append(estimate_tokens(prompt))
+                offset = (len(sizes) - 2) * cap
+                if len(sizes) == 1:
+                    return 'Thought: dump\nAction: dump\nAction Input: {}'
+                if offset >= len(text):
+                    return "Thought: done\nFinal Answer: ok"
+                return ('Thought: read\nAction: read_output\nAction Input: '
+                        f'{{"handle": "out-1", "offset": {offset}, "length": {cap}}}')
+
+            start = time.perf_counter()
+            trace = lw.run("Read the table.", policy, lw.ToolRegistry([dump], max_observation_chars=cap),
+                           max_steps=200, context_tokens=budget)
+            timed.append(time.perf_counter() - start)
+            pages = "".join(s.observation or "" for s in trace.steps if s.tool == "read_output")
+            largest, calls, equal = max(sizes), trace.llm_calls, pages == text
+        print(f"| {cap:,} | {budget:,} | {calls} | {largest:,} tokens | {equal} | {statistics.median(timed):.2f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=200)
@@ -130,6 +174,7 @@ def main() -> None:
     args = parser.parse_args()
     part1(args.steps, [int(b) for b in args.context_tokens.split(",")], args.repeats)
     part2(args.repeats)
+    part3(args.repeats)
     print("\n" + json.dumps({"python": sys.version.split()[0], "loopwright": lw.__file__}))
 
 
