@@ -8,6 +8,8 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import loopwright as lw
 from loopwright.modes.handles import READ_OUTPUT_SCHEMA, read_output, view
@@ -110,6 +112,31 @@ def test_read_output_is_bounded_and_says_what_was_wrong() -> None:
         assert result.error is not None and result.error.kind == "invalid_args"
         assert says in result.observation and result.observation.startswith("ERROR[read_output]: invalid args: ")
     assert list(outputs) == ["out-1"]
+
+
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
+                                                                                          max_size=3), max_leaves=6)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.dictionaries(st.sampled_from(["handle", "offset", "length", "input", "x"]), json_values,
+                                 max_size=4),
+                 json_values),
+       st.integers(min_value=-1, max_value=50))
+def test_read_output_never_raises_and_returns_a_slice_or_an_error(args: object, cap: int) -> None:
+    """The model writes read_output's arguments: anything at all gets a slice of a kept
+    text no longer than the cap, or an invalid_args error it can read."""
+    outputs = {"out-1": "0123456789" * 10, "out-2": ""}
+    result = read_output(outputs, args, cap)
+    if result.error is None:
+        handle, offset = result.args["handle"], result.args.get("offset", 0)
+        text = outputs[handle]
+        assert result.observation == text[offset:offset + len(result.observation)]
+        assert cap < 0 or len(result.observation) <= cap
+    else:
+        assert result.error.kind == "invalid_args" and result.observation.startswith("ERROR[read_output]: ")
+    assert list(outputs) == ["out-1", "out-2"]
 
 
 class Native:
