@@ -8,9 +8,9 @@ a side effect started before a crash with no recorded outcome is refused (in dou
 call is journaled before and after it runs. A result past the registry's
 `max_observation_chars` is journaled whole and placed as head and tail under a handle
 (modes/handles.py); the built-in `read_output` is answered here from the kept results,
-with no approval and no journal row (it reads what replay rebuilds). The driver runs the tool itself between
-`begin` and `finish`, on a thread or the event loop, and holds `lock(ledger key)` around
-a side effect so two identical concurrent ones run once.
+with no approval and no journal row (it reads what a replay rebuilds). The driver runs
+the tool itself between `begin` and `finish`, on a thread or the event loop, and holds
+`lock(ledger key)` around a side effect so two identical concurrent ones run once.
 """
 
 from __future__ import annotations
