@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import loopwright as lw
+from conftest import STORE_KINDS, open_journal
+from loopwright.durable.base import StoreBase
 from loopwright.modes.handles import READ_OUTPUT_SCHEMA, read_output, view
 from loopwright.trace import estimate_tokens
 
@@ -203,19 +206,18 @@ def test_rewoo_evidence_shows_the_view_and_keeps_the_result() -> None:
     assert "out-E1: 3000 chars in all" in seen[1] and len(seen[1]) < 1_500
 
 
-def _journaled(tmp_path: Path, size: int, cap: int, budget: int) -> tuple[lw.SQLiteStore, str, Reader]:
+def _journaled(store: StoreBase, size: int, cap: int, budget: int) -> tuple[str, Reader]:
     """A journaled run that reads `size` characters and stops (max_steps) part way."""
     text = table(size)
-    store = lw.SQLiteStore(tmp_path / "runs.db")
     policy = Reader(len(text), cap)
     first = lw.run("Read the table.", policy, dump_registry(text, cap), store=store, run_id="r", max_steps=4,
                    context_tokens=budget)
     assert first.stopped_reason == "max_steps" and first.outputs == {"out-1": text}
-    return store, text, policy
+    return text, policy
 
 
-def check_resume_and_fork(tmp_path: Path, size: int, cap: int, budget: int) -> None:
-    store, text, before = _journaled(tmp_path, size, cap, budget)
+def check_resume_and_fork(store: StoreBase, size: int, cap: int, budget: int) -> None:
+    text, before = _journaled(store, size, cap, budget)
     calls: list[str] = []
     resumed_policy = Reader(len(text), cap, start=before.offset)
     resumed = lw.resume("r", resumed_policy, dump_registry(text, cap, calls), store=store,
@@ -230,18 +232,24 @@ def check_resume_and_fork(tmp_path: Path, size: int, cap: int, budget: int) -> N
     assert forked.outputs == {"out-1": text} and store.trace("f").outputs["out-1"] == text
     prompts = before.prompts + resumed_policy.prompts + forked_policy.prompts
     assert max(estimate_tokens(p) for p in prompts) <= budget
-    store.close()
 
 
-def test_resume_and_fork_keep_the_handles(tmp_path: Path) -> None:
-    check_resume_and_fork(tmp_path, 30_000, 2_000, 3_000)
+@pytest.fixture(params=STORE_KINDS)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreBase]:
+    with open_journal(request.param, request, tmp_path / "runs.db") as s:
+        yield s
+
+
+def test_resume_and_fork_keep_the_handles(store: StoreBase) -> None:
+    check_resume_and_fork(store, 30_000, 2_000, 3_000)
 
 
 @pytest.mark.slow
 def test_a_5mb_result_read_back_whole_under_the_budget_through_resume_and_fork(tmp_path: Path) -> None:
     """Issue 25's check: a 5 MB result; every prompt stays under context_tokens, the pages
     read through read_output join to the original, and resume and fork keep the handle."""
-    check_resume_and_fork(tmp_path, 5_000_000, 250_000, 120_000)
+    with lw.SQLiteStore(tmp_path / "runs.db") as store:
+        check_resume_and_fork(store, 5_000_000, 250_000, 120_000)
 
 
 def test_a_stubbed_page_points_back_into_the_result_it_was_read_from() -> None:
