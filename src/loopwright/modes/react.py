@@ -8,14 +8,14 @@ yields exactly one Step, so `llm_calls == len(steps)`.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 from loopwright.errors import ParseError
 from loopwright.guards import RepeatDetector
 from loopwright.modes._critique import check_on_tool_error, reflect
 from loopwright.modes.context import RunContext, first_line
-from loopwright.modes.handles import READ_OUTPUT, READ_OUTPUT_SCHEMA, handle_for, keep_text, stub
+from loopwright.modes.folding import MEMORY_OVERHEAD, Folding, block, next_label
+from loopwright.modes.handles import READ_OUTPUT, READ_OUTPUT_SCHEMA
 from loopwright.modes.machine import CallModel, CallTool, PolicyFailed, StepGen
 from loopwright.modes.spec import RunSpec
 from loopwright.parsing.steps import Action, FinalAnswer, parse_react_step
@@ -29,36 +29,12 @@ from loopwright.untrusted import fence, neutralise
 DIALECTS = ("json", "brackets", "native")
 
 
-@dataclass(slots=True)
-class _Entry:
-    """One step's block in a budgeted scratchpad, kept in parts so a fold can re-render it
-    with its result stubbed or its thought dropped. (Not frozen: folds change it.)"""
-
-    k: int  # the step's trace index
-    n: int  # the dialect's step number
-    thought: str  # as the model wrote it (neutralised when rendered)
-    action: str  # placed
-    observation: str  # placed (fenced)
-    plain: str  # the observation without its fence
-    key: str | None  # the tool call's key, when the observation is a tool result
-    handle: str | None  # where the result is kept whole, once it is
-    offset: int  # where in it this observation starts (a page read with read_output)
-    text: str = ""
-    tokens: int = 0
-    stubbed: bool = False
-    dropped: bool = False
-    remembered: bool = False
-
-
 class _Scratchpad:
     """The growing prompt, in one of the text dialects, plus its chat-message twin.
 
     Without memory it is append-only. With `context_tokens` (and `memory`, or the default
-    one), `fit()` folds older steps whenever the prompt would pass the budget, in this
-    order, each only as far as needed: old tool results become one-line stubs (kept whole
-    under a handle for read_output, and filed in memory), then old thoughts are dropped,
-    then the oldest steps go into memory and the prompt becomes header + what memory
-    recalls for the task + the recent steps. The newest step is never stubbed or dropped.
+    one), `fit()` folds older steps whenever the prompt would pass the budget: results to
+    stubs, then thoughts dropped, then a summary (modes/folding.py).
     """
 
     def __init__(
@@ -87,7 +63,6 @@ class _Scratchpad:
         self.number = 0  # steps appended (k, a trace index, also counts critiques and earlier attempts)
         self.transcript = f"Question: {ctx.task}\n"
         self.task = ctx.task
-        self.outputs = ctx.trace.outputs  # where a stubbed result is kept whole
         self.messages: list[dict[str, Any]] = []
         if dialect == "native":
             header = self.text.rsplit("Question:", 1)[0].rstrip()
@@ -101,24 +76,22 @@ class _Scratchpad:
             # BM25 recall of the folded steps; two recent turns, as the scratchpad itself
             # keeps the newest steps and the rest of the room goes to recall
             memory = default_memory(recent_turns=2)
-        self.memory = memory
         self.budget = context_tokens
-        self.entries: list[_Entry] = []
-        self.kept: dict[str, int] = {}  # handles of results past the cap, and their sizes
-        self.section = ""  # what memory recalled at the last summarising fold
+        self.folding: Folding | None = None
         if memory is not None or context_tokens is not None:
             if context_tokens is None:
                 raise ValueError("memory needs context_tokens: the prompt budget it folds steps into")
             if dialect == "native":
                 raise ValueError("a context budget with memory needs a text dialect ('json' or 'brackets')")
             at = self.text.rfind(f"Question: {ctx.task}")
-            self.head, self.question = self.text[:at], self.text[at:]
-            fixed = estimate_tokens(self.head) + estimate_tokens(self.question) + _MEMORY_OVERHEAD
+            head, question = self.text[:at], self.text[at:]
+            fixed = estimate_tokens(head) + estimate_tokens(question) + MEMORY_OVERHEAD
             if fixed >= context_tokens:
                 raise ValueError(
                     f"context_tokens={context_tokens} leaves no room: the instructions, tools "
                     f"and question alone take about {fixed} tokens"
                 )
+            self.folding = Folding(dialect, ctx.task, head, question, context_tokens, memory, ctx.trace.outputs)
 
     def append(self, k: int, thought: str, action: str, observation: str, plain: str | None = None,
                key: str | None = None, handle: str | None = None, offset: int = 0) -> None:
@@ -129,154 +102,28 @@ class _Scratchpad:
         read_output: the handle it was read from, at `offset`)."""
         self.number += 1  # the bracket dialect's step number: this scratchpad's own count
         n = self.number
-        block = _block(self.dialect, n, thought, action, observation) + self._next(n)
+        text = block(self.dialect, n, thought, action, observation) + next_label(self.dialect, n)
         readable = f"Thought: {thought}\n{action}\nObservation: {observation if plain is None else plain}\n"
         # Grow both strings in place, without copying the whole prompt each step: with
         # the attribute cleared, the local is the only reference, and CPython extends a
         # string it alone holds. (Steps keep `prompt_chars`, not a copy of the prompt,
         # for the same reason: every step's prompt is a prefix of the final one.)
-        text, self.text = self.text, ""
-        text += block
-        self.text = text
+        prompt, self.text = self.text, ""
+        prompt += text
+        self.text = prompt
         transcript, self.transcript = self.transcript, ""
         transcript += readable
         self.transcript = transcript
-        if self.memory is not None:
-            if handle is not None and key is not None and handle == handle_for(key):
-                self.kept[handle] = len(self.outputs.get(handle, ""))
-            self.entries.append(_Entry(k, n, thought, action, observation, observation if plain is None else plain,
-                                       key, handle, offset, block, estimate_tokens(block)))
-
-    def _next(self, n: int) -> str:
-        return f"\nThought {n + 1}:" if self.dialect == "brackets" else "\nThought:"
-
-    def _render(self, e: _Entry) -> None:
-        if e.stubbed and e.handle is not None:
-            own = e.key is not None and e.handle == handle_for(e.key)  # its own result, not a page read from one
-            chars = len(self.outputs.get(e.handle, e.plain)) if own else len(e.plain)
-            observation = stub(e.handle, chars, e.offset)
-        else:
-            observation = e.observation
-        e.text = _block(self.dialect, e.n, "…" if e.dropped else e.thought, e.action, observation) + self._next(e.n)
-        e.tokens = estimate_tokens(e.text)
-
-    def _tokens(self) -> int:
-        """The prompt's size, counted by parts (each rounded up: never under the whole)."""
-        return (estimate_tokens(self.head) + estimate_tokens(self.section) + estimate_tokens(self.question)
-                + sum(e.tokens for e in self.entries))
-
-    def _rebuild(self) -> None:
-        self.text = self.head + self.section + self.question + "".join(e.text for e in self.entries)
-
-    def _remember(self, entries: list[_Entry]) -> None:
-        """File these steps in memory (once each): one summarizer call, one embedding batch."""
-        entries = [e for e in entries if not e.remembered]
-        if not entries:
-            return
-        turns = [f"Step {e.k}. Thought: {e.thought}\n{e.action}\nObservation: {e.plain}\n" for e in entries]
-        metas = [{"step": e.k} if e.handle is None else {"step": e.k, "output": e.handle} for e in entries]
-        add_many = getattr(self.memory, "add_many", None)
-        if callable(add_many):
-            add_many(turns, metas)
-        else:
-            for turn, meta in zip(turns, metas, strict=True):
-                self.memory.add(turn, meta)
-        for e in entries:
-            e.remembered = True
+        if self.folding is not None:
+            self.folding.add(k, n, thought, action, observation, observation if plain is None else plain, text,
+                             key, handle, offset)
 
     def fit(self) -> list[dict[str, Any]]:
-        """Fold until the prompt fits the budget; a record of each kind of fold made (none
-        when the prompt already fits). Stubs and dropped thoughts go down to half the room
-        below the budget, so the next fold is some steps away (each one rewrites the prompt,
-        which a KV cache then evaluates again from the first change); the summary comes when
-        they leave the prompt above what a summary leaves (an eighth of the room below the
-        budget). Its recall is for the task and the latest thought."""
-        budget = self.budget
-        if budget is None or estimate_tokens(self.text) <= budget:
+        """Fold older steps until the prompt fits the budget; a record of each fold made."""
+        if self.folding is None:
             return []
-        room = budget - estimate_tokens(self.head) - estimate_tokens(self.question) - _MEMORY_OVERHEAD
-        target = budget - room // 2  # half the room to grow before the next fold
-        folds = []
-        for kind in _SHRINKS:
-            fold = self._shrink(kind, target)
-            if fold is not None:
-                folds.append(fold)
-            if self._tokens() <= target:
-                return folds
-        if self._tokens() > budget - room // 8:  # not even within what a summary leaves
-            folds.append(self._summarise(budget, room))
+        self.text, folds = self.folding.fit(self.text)
         return folds
-
-    def _shrink(self, kind: str, target: int) -> dict[str, Any] | None:
-        """Stub old results ("stub_results") or drop old thoughts ("drop_thoughts"), oldest
-        first, until the prompt is within `target`; None when nothing changed."""
-        before = estimate_tokens(self.text)
-        total = self._tokens()
-        changed: list[_Entry] = []
-        for e in self.entries[:-1]:  # the newest step stays whole
-            if total <= target:
-                break
-            if kind == "stub_results":
-                if e.key is None or e.stubbed:
-                    continue
-                handle = e.handle if e.handle in self.outputs else handle_for(e.key)
-                if len(stub(handle, len(e.plain), e.offset)) >= len(e.observation):
-                    continue  # the stub would be no shorter
-                e.handle = handle if handle in self.outputs else keep_text(self.outputs, e.key, e.plain)
-                e.stubbed = True
-            else:
-                if e.dropped or len(e.thought) <= 1:
-                    continue
-                e.dropped = True
-            old = e.tokens
-            self._render(e)
-            total += e.tokens - old
-            changed.append(e)
-        if not changed:
-            return None
-        if kind == "stub_results":
-            self._remember(changed)  # readable in memory, and whole under the handle
-        self._rebuild()
-        return {"kind": kind, "folded_steps": [e.k for e in changed], "prompt_tokens_before": before,
-                "prompt_tokens_after": estimate_tokens(self.text)}
-
-    def _summarise(self, budget: int, room: int) -> dict[str, Any]:
-        """Move the oldest steps into memory (its summary tier, when it has one) and recall
-        from it for the task: the prompt's memory section."""
-        before = estimate_tokens(self.text)
-        keep = room // 4  # recent steps a quarter, an eighth to grow, recalled memory the rest
-        folded: list[_Entry] = []
-        while self.entries and sum(e.tokens for e in self.entries) > keep:
-            folded.append(self.entries.pop(0))
-        self._remember(folded)
-        from loopwright.memory.tiered import context_within  # numpy: only when folding
-
-        recent = "".join(e.text for e in self.entries)
-        last = self.entries[-1].thought if self.entries else ""  # the latest thought, with the task
-        shown = {e.handle for e in self.entries}
-        gone = [f"{h} ({n} chars)" for h, n in self.kept.items() if h not in shown][-_LISTED_HANDLES:]
-        kept = f"Results kept whole, read_output(handle, offset, length) reads them: {', '.join(gone)}\n\n" if gone else ""
-        fixed = (estimate_tokens(self.head) + estimate_tokens(self.question) + estimate_tokens(recent)
-                 + estimate_tokens(kept))
-        self.section = kept + context_within(  # budgeted after fencing: escaping can lengthen the text
-            self.memory, f"{self.task}\n{last}", max(0, budget - fixed - 4 - room // 8),
-            lambda recalled: f"Memory of earlier steps:\n{fence(recalled, 'memory')}\n\n",
-        )
-        self._rebuild()
-        return {"kind": "summarise", "folded_steps": [e.k for e in folded], "prompt_tokens_before": before,
-                "prompt_tokens_after": estimate_tokens(self.text), "memory_tokens": estimate_tokens(self.section)}
-
-
-_SHRINKS: Final = ("stub_results", "drop_thoughts")  # the folds before summarising, in order
-_LISTED_HANDLES: Final = 8  # kept results a summarised prompt names (the newest), whose steps it folded
-
-
-def _block(dialect: str, k: int, thought: str, action: str, observation: str) -> str:
-    """Step k's part of the scratchpad, up to and including its observation. The thought
-    is the model's text: neutralised; `action` and `observation` come placed already."""
-    if dialect == "brackets":
-        return f" {neutralise(thought)}\nAction {k}: {action}\nObservation {k}: {observation}"
-    return f" {neutralise(thought)}\n{action}\nObservation: {observation}"
 
 
 def _tool_fields(registry: ToolRegistry, dialect: str, budget: int, from_tools: bool) -> tuple[str, dict[str, str]]:
@@ -302,9 +149,6 @@ def _filled(registry: ToolRegistry, template: str, dialect: str, budget: int, fr
     tools, fields = _tool_fields(registry, dialect, budget, from_tools)
     parts = tuple(fill(template, f"react_{dialect}", tools=tools, task=_TASK_MARK, **fields).split(_TASK_MARK))
     return parts if len(parts) == 2 else ("",)
-
-
-_MEMORY_OVERHEAD = 64  # the "Memory of earlier steps" label, the fence, and rounding
 
 
 _to_json = json.JSONEncoder(ensure_ascii=False, default=str).encode  # built once: hot path
@@ -499,7 +343,7 @@ def _react(
             fenced = fence(observation, f"{name}#{k}")
             if (on_tool_error == "reflect" and result.error is not None and executed.kind == "action"
                     and ctx.trace.llm_calls - first_call < cap):
-                so_far = pad.text + _block(dialect, pad.number + 1, parsed.thought, _render_action(dialect, parsed),
+                so_far = pad.text + block(dialect, pad.number + 1, parsed.thought, _render_action(dialect, parsed),
                                            fenced)
                 prompt_text = ctx.prompts.reflect_step.format(scratchpad=so_far, error=fenced)  # tool text: fenced
                 critique = yield from reflect(ctx, prompt_text, max_tokens, {"after_step": k, "tool": name})
