@@ -25,7 +25,7 @@ _SHRINKS: Final = ("stub_results", "drop_thoughts")  # the folds before summaris
 _LISTED_HANDLES: Final = 8  # kept results a summarised prompt names (the newest), whose steps it folded
 
 
-def block(dialect: str, k: int, thought: str, action: str, observation: str) -> str:
+def step_block(dialect: str, k: int, thought: str, action: str, observation: str) -> str:
     """Step k's part of the scratchpad, up to and including its observation. The thought
     is the model's text: neutralised; `action` and `observation` come placed already."""
     if dialect == "brackets":
@@ -121,7 +121,7 @@ class Folding:
         else:
             observation = e.observation
         thought = "…" if e.dropped else e.thought
-        e.text = block(self.dialect, e.n, thought, e.action, observation) + next_label(self.dialect, e.n)
+        e.text = step_block(self.dialect, e.n, thought, e.action, observation) + next_label(self.dialect, e.n)
         e.tokens = estimate_tokens(e.text)
 
     def _remember(self, entries: list[_Entry]) -> None:
@@ -194,4 +194,4 @@ class Folding:
                 "prompt_tokens_after": estimate_tokens(self._text()), "memory_tokens": estimate_tokens(self.section)}
 
 
-__all__ = ["MEMORY_OVERHEAD", "Folding", "block", "next_label"]
+__all__ = ["MEMORY_OVERHEAD", "Folding", "next_label", "step_block"]

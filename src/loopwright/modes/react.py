@@ -14,7 +14,7 @@ from loopwright.errors import ParseError
 from loopwright.guards import RepeatDetector
 from loopwright.modes._critique import check_on_tool_error, reflect
 from loopwright.modes.context import RunContext, first_line
-from loopwright.modes.folding import MEMORY_OVERHEAD, Folding, block, next_label
+from loopwright.modes.folding import MEMORY_OVERHEAD, Folding, next_label, step_block
 from loopwright.modes.handles import READ_OUTPUT, READ_OUTPUT_SCHEMA
 from loopwright.modes.machine import CallModel, CallTool, PolicyFailed, StepGen
 from loopwright.modes.spec import RunSpec
@@ -102,20 +102,20 @@ class _Scratchpad:
         read_output: the handle it was read from, at `offset`)."""
         self.number += 1  # the bracket dialect's step number: this scratchpad's own count
         n = self.number
-        text = block(self.dialect, n, thought, action, observation) + next_label(self.dialect, n)
+        block = step_block(self.dialect, n, thought, action, observation) + next_label(self.dialect, n)
         readable = f"Thought: {thought}\n{action}\nObservation: {observation if plain is None else plain}\n"
         # Grow both strings in place, without copying the whole prompt each step: with
         # the attribute cleared, the local is the only reference, and CPython extends a
         # string it alone holds. (Steps keep `prompt_chars`, not a copy of the prompt,
         # for the same reason: every step's prompt is a prefix of the final one.)
-        prompt, self.text = self.text, ""
-        prompt += text
-        self.text = prompt
+        text, self.text = self.text, ""
+        text += block
+        self.text = text
         transcript, self.transcript = self.transcript, ""
         transcript += readable
         self.transcript = transcript
         if self.folding is not None:
-            self.folding.add(k, n, thought, action, observation, observation if plain is None else plain, text,
+            self.folding.add(k, n, thought, action, observation, observation if plain is None else plain, block,
                              key, handle, offset)
 
     def fit(self) -> list[dict[str, Any]]:
@@ -343,7 +343,7 @@ def _react(
             fenced = fence(observation, f"{name}#{k}")
             if (on_tool_error == "reflect" and result.error is not None and executed.kind == "action"
                     and ctx.trace.llm_calls - first_call < cap):
-                so_far = pad.text + block(dialect, pad.number + 1, parsed.thought, _render_action(dialect, parsed),
+                so_far = pad.text + step_block(dialect, pad.number + 1, parsed.thought, _render_action(dialect, parsed),
                                            fenced)
                 prompt_text = ctx.prompts.reflect_step.format(scratchpad=so_far, error=fenced)  # tool text: fenced
                 critique = yield from reflect(ctx, prompt_text, max_tokens, {"after_step": k, "tool": name})
