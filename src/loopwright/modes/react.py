@@ -205,7 +205,6 @@ def _react(
     known: dict[str, dict[str, Any]] = {}  # the latest executed call of each tool
     parse_errors = 0
     tools = () if plain else tuple(ctx.schemas)  # a plain policy only gets the prompt
-    reader = False  # read_output is among the tools
     guarded = limits.token_budget is not None or limits.timeout_s is not None or ctx.cost is not None
     on_repeat, threshold = limits.on_repeat, limits.repeat_threshold
     native = dialect == "native"
@@ -220,8 +219,9 @@ def _react(
                 for fold in pad.fit():
                     fold["before_step"] = k
                     trace.meta.setdefault("folds", []).append(fold)
-            if trace.outputs and not reader and not plain and READ_OUTPUT not in ctx.registry:
-                tools, reader = (*tools, READ_OUTPUT_SCHEMA), True  # results are kept: the model may read them
+            if (trace.outputs and not plain and (not tools or tools[-1] is not READ_OUTPUT_SCHEMA)
+                    and READ_OUTPUT not in ctx.registry):  # results are kept: the model may read them
+                tools = (*tools, READ_OUTPUT_SCHEMA)  # (again when the run's tools were replaced since)
             # Append-only: the prompt is trace.scratchpad[:prompt], kept as a length. With
             # a context budget the prompt is rewritten at folds, so the step keeps a copy.
             prompt = None if copy_prompts else len(pad.text)
