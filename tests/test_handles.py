@@ -4,6 +4,7 @@ and read back with the built-in read_output (modes/handles.py, the gate, ReAct).
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +17,7 @@ import loopwright as lw
 from conftest import STORE_KINDS, open_journal
 from loopwright.durable.base import StoreBase
 from loopwright.modes.handles import READ_OUTPUT_SCHEMA, read_output, view
-from loopwright.trace import estimate_tokens
+from loopwright.trace import estimate_tokens, load_trace
 
 HANDLE = re.compile(r'read_output\(handle="([^"]+)"')
 
@@ -81,6 +82,19 @@ def test_a_result_past_the_cap_is_shown_as_head_and_tail_and_kept_whole() -> Non
     assert 'read_output(handle="out-1", offset=300' in trace.prompt_for(trace.steps[1])
     again = lw.Trace.from_dict(trace.to_dict())
     assert again.outputs == trace.outputs and again.to_dict() == trace.to_dict()
+
+
+def test_a_trace_file_keeps_the_outputs_and_refuses_a_bad_table(tmp_path: Path) -> None:
+    trace = lw.run("Dump it.", lw.ScriptedPolicy(['Thought: go\nAction: dump\nAction Input: {}',
+                                                  "Thought: ok\nFinal Answer: done"]),
+                   dump_registry(table(1_000), 100))
+    path = tmp_path / "trace.json"
+    path.write_text(trace.to_json(), encoding="utf-8")
+    assert load_trace(path).outputs == {"out-1": table(1_000)}
+    bad = {**trace.to_dict(), "outputs": {"out-1": ["not", "text"]}}
+    path.write_text(json.dumps(bad), encoding="utf-8")
+    with pytest.raises(ValueError, match="outputs must map handles to strings"):
+        load_trace(path)
 
 
 def test_a_result_within_the_cap_is_unchanged_and_gets_no_handle() -> None:

@@ -335,6 +335,8 @@ def _check_shape(trace: Trace) -> None:
     for name in ("task", "mode", "transcript", "scratchpad"):
         if not isinstance(getattr(trace, name), str):
             raise TypeError(f"{name} must be a string")
+    if not all(isinstance(h, str) and isinstance(text, str) for h, text in trace.outputs.items()):
+        raise TypeError("outputs must map handles to strings")
     for step in trace.steps:
         where = f"step {step.index!r}"
         if not isinstance(step.index, int) or isinstance(step.index, bool):
