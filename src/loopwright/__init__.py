@@ -36,6 +36,7 @@ from loopwright.modes import (
     RunSpec,
     aiter_run,
     arun,
+    arun_spec,
     iter_plan_execute,
     iter_react,
     iter_reflexion,
@@ -47,6 +48,7 @@ from loopwright.modes import (
     run_react,
     run_reflexion,
     run_rewoo,
+    run_spec,
     run_tot,
 )
 from loopwright.parsing import (
@@ -148,6 +150,7 @@ __all__ = [
     "fork",
     "aiter_run",
     "arun",
+    "arun_spec",
     "arun_many",
     "bootstrap_examples",
     "evaluate",
@@ -168,6 +171,7 @@ __all__ = [
     "run_react",
     "run_reflexion",
     "run_rewoo",
+    "run_spec",
     "run_tot",
     "substitute",
     "tool",

@@ -12,6 +12,7 @@ from loopwright.modes.front import (
     MODES,
     aiter_run,
     arun,
+    arun_spec,
     iter_plan_execute,
     iter_react,
     iter_reflexion,
@@ -23,6 +24,7 @@ from loopwright.modes.front import (
     run_react,
     run_reflexion,
     run_rewoo,
+    run_spec,
     run_tot,
 )
 from loopwright.modes.spec import RunSpec
@@ -34,6 +36,7 @@ __all__ = [
     "RunSpec",
     "aiter_run",
     "arun",
+    "arun_spec",
     "iter_plan_execute",
     "iter_react",
     "iter_reflexion",
@@ -45,5 +48,6 @@ __all__ = [
     "run_react",
     "run_reflexion",
     "run_rewoo",
+    "run_spec",
     "run_tot",
 ]
