@@ -202,6 +202,10 @@ class Trace:
     """Tool results kept whole by handle ("out-3"): those past `max_observation_chars`,
     which the prompt showed as head and tail, and those a compacted prompt folded to a
     stub. `read_output(handle, offset, length)` reads them during the run."""
+    children: dict[str, Trace] = field(default_factory=dict)
+    """The traces of the agent runs this run started through `Agent.as_tool`, by child
+    run id; the step that called one names it in `meta["child_run_id"]`. Their usage and
+    cost are included in this trace's."""
 
     @property
     def answered(self) -> bool:
@@ -224,6 +228,8 @@ class Trace:
             out["output"] = _output_data(self.output)
         if self.outputs:
             out["outputs"] = dict(self.outputs)
+        if self.children:
+            out["children"] = {run_id: child.to_dict() for run_id, child in self.children.items()}
         return out
 
     def _to_dict(self) -> dict[str, Any]:
@@ -266,6 +272,7 @@ class Trace:
             scratchpad=d.get("scratchpad", ""),
             output=d.get("output"),
             outputs=dict(d.get("outputs") or {}),
+            children={str(k): cls.from_dict(v) for k, v in (d.get("children") or {}).items()},
         )
 
     def to_json(self, indent: int | None = 2) -> str:

@@ -1,5 +1,5 @@
-"""The front door: `run`, `iter_run`, `arun`, `aiter_run`, the per-mode `run_*` / `iter_*`,
-and `run_spec` / `arun_spec` for a run described by a RunSpec already.
+"""The front door: `run`, `iter_run`, `arun`, `aiter_run`, `iter_events`, `aiter_events`, the
+per-mode `run_*` / `iter_*`, and `run_spec` / `arun_spec` for a run described by a RunSpec already.
 
 Each takes typed keywords (the limits, same names in every mode; Reflexion's and
 Tree-of-Thoughts' own settings; the run options), makes the RunSpec a run starts from,
@@ -8,14 +8,17 @@ the journal they continue). Limits: max_steps, token_budget, timeout_s, max_toke
 max_replans, on_parse_error, on_repeat, max_nudges, dialect, on_tool_error. Options: tools
 (the names this run may use), approver, on_deny, prompts, memory, context_tokens,
 output_type, store (a durable journal), run_id, journal_meta (JSON saved with a journaled
-run's config under "meta"), tracer, cost_budget_usd, prices.
+run's config under "meta"), tracer, cost_budget_usd, prices, tool_search (K tools a step, "auto" or
+"off": see modes/toolsearch.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
+from loopwright.events import EventSink
 from loopwright.guards import OnParseError, OnRepeat
 from loopwright.modes import plan_execute, react, reflexion, rewoo, tot
 from loopwright.modes.adriver import AsyncRun
@@ -31,7 +34,9 @@ from loopwright.modes.spec import (
     RunSpec,
     RunStore,
     Search,
+    ToolSearchOption,
 )
+from loopwright.modes.watch import AsyncEvents, Events
 from loopwright.policy import Policy
 from loopwright.prompts import PromptSet
 from loopwright.safety import Approver
@@ -39,6 +44,7 @@ from loopwright.tools.registry import ToolRegistry
 from loopwright.trace import Trace
 
 if TYPE_CHECKING:
+    from loopwright.memory.embedders import Embedder
     from loopwright.memory.tiered import Memory
 
 MODES: Final[dict[str, tuple[Callable[[RunSpec], None], Callable[[RunContext, RunSpec], StepGen]]]] = {
@@ -52,12 +58,13 @@ MODES: Final[dict[str, tuple[Callable[[RunSpec], None], Callable[[RunContext, Ru
 
 
 def start(spec: RunSpec, policy: Policy, registry: ToolRegistry, *, journal: Journal | None = None,
-          rerun_unfinished: bool = False) -> Run:
+          rerun_unfinished: bool = False, sinks: Sequence[EventSink] = (), agent: str | None = None) -> Run:
     """Start the run `spec` describes: its settings checked, its context opened (and
-    journaled with a store), its machine made. `journal`: the one resume or fork continue."""
+    journaled with a store), its machine made. `journal`: the one resume or fork continue;
+    `sinks`: where its events go (`agent` tags them: a child run's agent name)."""
     check, machine = MODES[spec.mode]
     check(spec)
-    ctx = open_context(spec, policy, registry, journal, rerun_unfinished)
+    ctx = open_context(spec, policy, registry, journal, rerun_unfinished, sinks, agent)
     return Run(ctx, machine(ctx, spec))
 
 
@@ -96,6 +103,7 @@ def iter_run(
     output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
     journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
     prices: PriceSpec | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Run:
     """Start a run in the given mode; iterate it for its Steps, read `.trace` any time."""
     return start(_spec(task, mode, locals()), policy, registry)
@@ -114,6 +122,7 @@ def run(
     output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
     journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
     prices: PriceSpec | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Trace:
     """Run a task to the end in one of the modes (MODES) and return its Trace. A run always
     terminates and returns a (possibly partial) trace."""
@@ -133,6 +142,7 @@ def aiter_run(
     output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
     journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
     prices: PriceSpec | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> AsyncRun:
     """Start a run to drive from an event loop: `async for step in aiter_run(...)`, or
     `await aiter_run(...).run()`. Same arguments as `run`."""
@@ -152,11 +162,59 @@ async def arun(
     output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
     journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
     prices: PriceSpec | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Trace:
     """`run`, awaited on this event loop: async policies and tools are awaited here, sync
     ones run in threads, so the loop is never blocked. Same arguments and trace as `run`;
     cancelling the awaiting task ends the run "interrupted" (see modes/adriver.py)."""
     return await AsyncRun(start(_spec(task, mode, locals()), policy, registry)).run()
+
+def iter_events(
+    task: str, policy: Policy, registry: ToolRegistry, mode: str = "react", *,
+    max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
+    max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
+    on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
+    on_tool_error: OnToolError | None = None, max_reflections: int | None = None,
+    attempt_steps: int | None = None, evaluator: Evaluator | bool | None = None, search: Search | None = None,
+    branching: int | None = None, breadth: int | None = None, depth: int | None = None,
+    max_nodes: int | None = None, threshold: float | None = None, allow_side_effects: bool | None = None,
+    tools: Iterable[str] | None = None, approver: Approver | None = None, on_deny: OnDeny = "observe",
+    prompts: PromptSet | None = None, memory: Memory | None = None, context_tokens: int | None = None,
+    output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
+    journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
+    prices: PriceSpec | None = None,
+) -> Events:
+    """Start a run and watch it: iterate the result for its events as they happen
+    (run_started, model_delta, tool_started, tool_finished, step, approval_requested,
+    run_finished; see loopwright.events). The policy streams its text when it can. The
+    run goes on a thread of its own; `.close()` ends it "interrupted". Same arguments as `run`."""
+    spec = _spec(task, mode, locals())
+    return Events(partial(_watched, spec, policy, registry))
+
+def aiter_events(
+    task: str, policy: Policy, registry: ToolRegistry, mode: str = "react", *,
+    max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
+    max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
+    on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
+    on_tool_error: OnToolError | None = None, max_reflections: int | None = None,
+    attempt_steps: int | None = None, evaluator: Evaluator | bool | None = None, search: Search | None = None,
+    branching: int | None = None, breadth: int | None = None, depth: int | None = None,
+    max_nodes: int | None = None, threshold: float | None = None, allow_side_effects: bool | None = None,
+    tools: Iterable[str] | None = None, approver: Approver | None = None, on_deny: OnDeny = "observe",
+    prompts: PromptSet | None = None, memory: Memory | None = None, context_tokens: int | None = None,
+    output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
+    journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
+    prices: PriceSpec | None = None,
+) -> AsyncEvents:
+    """`iter_events` on an event loop: `async for ev in aiter_events(...)`; the run is a task
+    on this loop, `await .aclose()` cancels it. Same arguments as `run`."""
+    spec = _spec(task, mode, locals())
+    return AsyncEvents(partial(_watched, spec, policy, registry))
+
+
+def _watched(spec: RunSpec, policy: Policy, registry: ToolRegistry, sinks: Sequence[EventSink]) -> Run:
+    return start(spec, policy, registry, sinks=sinks)
+
 
 def iter_react(
     task: str, policy: Policy, registry: ToolRegistry, *,
@@ -168,6 +226,7 @@ def iter_react(
     memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
     store: RunStore | None = None, run_id: str | None = None, journal_meta: Mapping[str, Any] | None = None,
     tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Run:
     """Start a ReAct run; iterate the result to get each Step as it happens."""
     return start(_spec(task, "react", locals()), policy, registry)
@@ -183,6 +242,7 @@ def run_react(
     memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
     store: RunStore | None = None, run_id: str | None = None, journal_meta: Mapping[str, Any] | None = None,
     tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Trace:
     """Run ReAct to the end and return its Trace."""
     return start(_spec(task, "react", locals()), policy, registry).run()
@@ -197,6 +257,7 @@ def iter_rewoo(
     memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
     store: RunStore | None = None, run_id: str | None = None, journal_meta: Mapping[str, Any] | None = None,
     tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Run:
     """Start a ReWOO run; iterate the result to get each Step as it happens."""
     return start(_spec(task, "rewoo", locals()), policy, registry)
@@ -212,6 +273,7 @@ def run_rewoo(
     memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
     store: RunStore | None = None, run_id: str | None = None, journal_meta: Mapping[str, Any] | None = None,
     tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Trace:
     """Run ReWOO to the end and return its Trace."""
     return start(_spec(task, "rewoo", locals()), policy, registry).run()
@@ -226,6 +288,7 @@ def iter_plan_execute(
     memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
     store: RunStore | None = None, run_id: str | None = None, journal_meta: Mapping[str, Any] | None = None,
     tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Run:
     """Start a plan-execute-replan run; iterate the result to get each Step as it happens."""
     return start(_spec(task, "plan_execute", locals()), policy, registry)
@@ -241,6 +304,7 @@ def run_plan_execute(
     memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
     store: RunStore | None = None, run_id: str | None = None, journal_meta: Mapping[str, Any] | None = None,
     tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Trace:
     """Run plan-execute-replan to the end and return its Trace."""
     return start(_spec(task, "plan_execute", locals()), policy, registry).run()
@@ -257,6 +321,7 @@ def iter_reflexion(
     output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
     journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
     prices: PriceSpec | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Run:
     """Start a Reflexion run; iterate the result to get each Step as it happens."""
     return start(_spec(task, "reflexion", locals()), policy, registry)
@@ -274,6 +339,7 @@ def run_reflexion(
     output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
     journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
     prices: PriceSpec | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Trace:
     """Run Reflexion to the end and return its Trace."""
     return start(_spec(task, "reflexion", locals()), policy, registry).run()
@@ -291,6 +357,7 @@ def iter_tot(
     output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
     journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
     prices: PriceSpec | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Run:
     """Start a Tree-of-Thoughts search run; iterate the result to get each Step as it happens."""
     return start(_spec(task, "tot", locals()), policy, registry)
@@ -309,6 +376,7 @@ def run_tot(
     output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
     journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
     prices: PriceSpec | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Trace:
     """Run a Tree-of-Thoughts search to the end and return its Trace."""
     return start(_spec(task, "tot", locals()), policy, registry).run()
@@ -316,9 +384,11 @@ def run_tot(
 
 __all__ = [
     "MODES",
+    "aiter_events",
     "aiter_run",
     "arun",
     "arun_spec",
+    "iter_events",
     "iter_plan_execute",
     "iter_react",
     "iter_reflexion",

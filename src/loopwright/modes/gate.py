@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from loopwright.events import Emitter
 from loopwright.guards import call_key
 from loopwright.modes.handles import READ_OUTPUT, keep_output, read_output
 from loopwright.modes.machine import CallTool, Executed, Journal, StopRun
@@ -42,6 +43,7 @@ class Host(Protocol):
 
     registry: ToolRegistry
     trace: Trace
+    events: Emitter | None
 
     @property
     def observers(self) -> Sequence[Observer]: ...
@@ -76,6 +78,7 @@ class ToolGate:
         self.on_deny = on_deny
         self.rerun_unfinished = rerun_unfinished
         self._ledger: dict[str, tuple[str, ToolResult]] = {}
+        self.children: dict[str, str] = {}  # call key -> the child agent run it started (RunContext.adopt)
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
 
@@ -103,7 +106,13 @@ class ToolGate:
             result, kept = self._keep(call.key, recorded[1])
             if tool is not None and not tool.idempotent and result.error is None:
                 self._ledger[self._ledger_key(tool, call.args)] = (call.key, result)
-            return Executed(result, meta={"replayed": True, **(kept or {})})
+            meta: dict[str, Any] = {"replayed": True, **(kept or {})}
+            recorded_child = getattr(tool, "recorded_child", None)  # an agent tool (loopwright.agents)
+            if recorded_child is not None:
+                child = recorded_child(ctx, call.key)
+                if child is not None:
+                    meta["child_run_id"] = child
+            return Executed(result, meta=meta)
         if tool is not None and tool.requires_approval:
             decision = self._approval(call, tool)
             if decision.approved is not True:  # fail closed on anything but an approval
@@ -160,8 +169,12 @@ class ToolGate:
         return attempt
 
     def finish(self, admitted: Admitted, result: ToolResult) -> Executed:
-        """Journal the result, remember a side effect's success, tell the observers."""
+        """Journal the result, remember a side effect's success, tell the observers.
+        Raises StopRun when the call ran a child agent that paused for an approval: the
+        run pauses with it, the call not journaled as done (resume re-enters the child)."""
         key = admitted.call.key
+        if self.children and key in self.children:
+            self._child_paused(key)
         if self.journal is not None:
             self.journal.record_tool_result(key, result)  # whole
         executed = self.done(key, result)
@@ -178,11 +191,22 @@ class ToolGate:
             ctx.trace.tool_calls += 1
         for observer in ctx.observers:
             observer.tool(key, result, "action")
+        if self.children and key in self.children:  # the call ran a child agent
+            self._child_paused(key)
+            return Executed(result, meta={**(kept or {}), "child_run_id": self.children.pop(key)})
         return Executed(result, meta=kept)
 
     def _keep(self, key: str, result: ToolResult) -> tuple[ToolResult, dict[str, Any] | None]:
         """The result as placed: past the cap, kept whole in the trace and shown as a view."""
         return keep_output(self.ctx.trace.outputs, key, result, self.ctx.registry.max_observation_chars)
+
+    def _child_paused(self, key: str) -> None:
+        """Raise StopRun("paused") when call `key` ran a child agent that paused for an
+        approval: the run pauses with it (and a resume re-enters the child)."""
+        child = self.ctx.trace.children.get(self.children[key])
+        if child is not None and child.stopped_reason == "paused":
+            self.ctx.trace.meta["pending_approval"] = child.meta.get("pending_approval")
+            raise StopRun("paused", f"waiting for an approval in child agent run {self.children.pop(key)}")
 
     def _ledger_key(self, tool: Tool, args: dict[str, Any]) -> str:
         return tool.name + "\x00" + idempotency_key(tool, args)
@@ -190,6 +214,9 @@ class ToolGate:
     def _approval(self, call: CallTool, tool: Tool) -> Decision:
         request = ApprovalRequest(call.name, call.args, approval_key(call.name, call.args), call.key,
                                   tool.side_effects, tool.description, self.ctx.trace.run_id)
+        agent = getattr(self.ctx, "agent", None)
+        if agent is not None:  # a child agent's call: the person asked sees whose it is
+            request.meta["agent"] = agent
         journal = self.journal
         if journal is not None:
             known = journal.recorded_decision(request.key)
@@ -197,6 +224,9 @@ class ToolGate:
                 return known
         if self.approver is None:  # fail closed: a gated tool never runs unapproved
             return Decision(False, "this tool needs approval and the run has no approver")
+        events = self.ctx.events
+        if events is not None:  # a UI watching the run can ask a person now
+            events.approval(request)
         try:
             decision = ask(self.approver, request)
         except ApprovalPending:
