@@ -14,6 +14,7 @@ from loopwright.memory import (
     SemanticMemory,
     SummaryMemory,
     TieredMemory,
+    default_memory,
 )
 from loopwright.trace import estimate_tokens
 
@@ -55,8 +56,9 @@ def test_long_run_stays_inside_the_budget_and_recalls_an_early_fact():
     assert max(estimate_tokens(p) for p in seen) <= budget
     assert "account ID is 80-4471-23" in seen[-1]  # folded long ago, recalled now
     folds = trace.meta["folds"]
-    assert folds and all(f["prompt_tokens_after"] <= budget for f in folds)
-    assert 3 in [k for f in folds for k in f["folded_steps"]]
+    last = {f["before_step"]: f for f in folds}  # the last fold before a step leaves the prompt it is sent
+    assert folds and all(f["prompt_tokens_after"] <= budget for f in last.values())
+    assert 3 in [k for f in folds if f["kind"] == "summarise" for k in f["folded_steps"]]
     assert all(trace.prompt_for(s) == p for s, p in zip(trace.steps, seen, strict=True))
 
 
@@ -162,3 +164,99 @@ def test_text_folded_into_memory_reaches_the_prompt_inside_its_untrusted_fence(w
     for prompt in seen:
         outside = _outside_fences(prompt)
         assert "</untrusted>" not in outside and "HACKED" not in outside
+
+
+def _page_registry(pages: dict[int, str]) -> lw.ToolRegistry:
+    @lw.tool
+    def fetch(page: int) -> str:
+        """Fetch a page of the report."""
+        return pages.get(page, f"page {page} body: " + "routine figures, nothing new. " * 12)
+
+    return lw.ToolRegistry([fetch])
+
+
+LONG_THOUGHT = "I have read the page and should read the next one, keeping track of what each page says " * 2
+
+
+def test_folds_stub_old_results_first_then_drop_old_thoughts_then_summarise():
+    budget = 1_500
+    seen: list[str] = []
+
+    def policy(prompt: str) -> str:
+        seen.append(prompt)
+        if len(seen) == 40:
+            return "Thought: done\nFinal Answer: ok"
+        return f'Thought: {LONG_THOUGHT}\nAction: fetch\nAction Input: {{"page": {len(seen)}}}'
+
+    trace = lw.run("Read the report.", policy, _page_registry({}), max_steps=40, context_tokens=budget)
+    assert trace.stopped_reason == "final" and max(estimate_tokens(p) for p in seen) <= budget
+    folds = trace.meta["folds"]
+    kinds = [f["kind"] for f in folds]
+    order = ["stub_results", "drop_thoughts", "summarise"]
+    assert [kinds.index(kind) for kind in order] == sorted(kinds.index(kind) for kind in order)
+    for step in {f["before_step"] for f in folds}:  # within one fit, the same order, each kind once
+        made = [f["kind"] for f in folds if f["before_step"] == step]
+        assert made == [kind for kind in order if kind in made]
+    for fold in folds:
+        assert {"kind", "folded_steps", "prompt_tokens_before", "prompt_tokens_after", "before_step"} <= set(fold)
+        assert fold["prompt_tokens_after"] < fold["prompt_tokens_before"] and fold["folded_steps"]
+    first_drop = next(f for f in folds if f["kind"] == "drop_thoughts")
+    prompt = seen[first_drop["before_step"] - 1]  # thoughts go only once every older result is a stub
+    newest = first_drop["before_step"] - 1
+    assert all(f"page {k} body" not in prompt for k in range(1, newest))
+    assert f"page {newest} body" in prompt and prompt.count("result folded away") == newest - 1
+    assert LONG_THOUGHT.strip() in prompt.rsplit("Observation:", 1)[0].rsplit("Thought:", 1)[1]  # newest: whole
+    first_summary = next(f for f in folds if f["kind"] == "summarise")
+    assert "Memory of earlier steps:" in seen[first_summary["before_step"] - 1]
+
+
+def test_a_fact_in_a_stubbed_result_is_found_through_its_handle_and_in_memory():
+    fact = "the vault code is QX-77"
+    pages = {2: f"page 2 body: {fact}. " + "routine figures, nothing new. " * 12}
+    memory_ = default_memory(recent_turns=2)
+    seen: list[str] = []
+    stub = re.compile(r'Observation: \[result folded away \(\d+ chars\): read_output\(handle="(out-2)"\)')
+
+    def policy(prompt: str) -> str:
+        seen.append(prompt)
+        found = stub.search(prompt)
+        if seen[-2:-1] and "read it back" in seen[-1].rsplit("Thought:", 2)[-2]:  # after reading it back
+            last = prompt.rsplit("Observation:", 1)[1]
+            return f"Thought: done\nFinal Answer: {'QX-77' if 'QX-77' in last else 'lost'}"
+        if found:
+            return f'Thought: read it back\nAction: read_output\nAction Input: {{"handle": "{found.group(1)}"}}'
+        return f'Thought: read on\nAction: fetch\nAction Input: {{"page": {len(seen)}}}'
+
+    trace = lw.run("Find the vault code.", policy, _page_registry(pages), max_steps=20, memory=memory_,
+                   context_tokens=900)
+    assert trace.final_answer == "QX-77"
+    assert 2 in [k for f in trace.meta["folds"] if f["kind"] == "stub_results" for k in f["folded_steps"]]
+    assert fact in trace.outputs["out-2"] and trace.steps[-2].tool == "read_output"
+    assert fact in trace.steps[-2].observation  # read back through the handle
+    assert fact in memory_.context("What is the vault code?", 400)  # and recalled from memory
+
+
+def test_a_200_step_run_stays_under_the_budget_and_the_journal_loses_nothing(tmp_path):
+    budget = 1_200
+    seen: list[str] = []
+
+    def policy(prompt: str) -> str:
+        seen.append(prompt)
+        if len(seen) == 200:
+            return "Thought: done\nFinal Answer: ok"
+        return f'Thought: {LONG_THOUGHT}\nAction: fetch\nAction Input: {{"page": {len(seen)}}}'
+
+    registry = _page_registry({})
+    store = lw.SQLiteStore(tmp_path / "runs.db")
+    trace = lw.run("Read the report.", policy, registry, max_steps=200, context_tokens=budget, store=store,
+                   run_id="long")
+    assert trace.stopped_reason == "final" and len(trace.steps) == 200
+    assert max(estimate_tokens(p) for p in seen) <= budget
+    kinds = {f["kind"] for f in trace.meta["folds"]}
+    assert kinds == {"stub_results", "drop_thoughts", "summarise"}
+    journaled = store.trace("long")
+    assert [s.to_dict() for s in journaled.steps] == [s.to_dict() for s in trace.steps]
+    for k in range(1, 200):  # every result is whole in the journal: on its step, or under its handle
+        assert registry["fetch"](page=k) in (journaled.outputs.get(f"out-{k}"), journaled.steps[k - 1].observation)
+    assert journaled.outputs == trace.outputs and len(trace.outputs) > 150
+    store.close()

@@ -110,7 +110,7 @@ def test_every_event_is_one_row_written_before_the_run_moves_on(store):
     assert rows(store, "SELECT n, purpose, completion FROM model_calls ORDER BY n") == [
         (1, "react", REACT[0]), (2, "react", REACT[1]), (3, "react", REACT[2])]
     assert rows(store, "SELECT key, name, state, value, observation FROM tool_calls ORDER BY key") == [
-        ("1", "add", "done", "5", "5"), ("2", "multiply", "done", "50", "50")]
+        ("1", "add", "done", "5", None), ("2", "multiply", "done", "50", None)]  # the observation is the value's text
     assert rows(store, "SELECT idx, kind, tool FROM steps ORDER BY idx") == [
         (1, "action", "add"), (2, "action", "multiply"), (3, "final", None)]
 

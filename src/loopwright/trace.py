@@ -198,6 +198,10 @@ class Trace:
     output: Any = None
     """With `run(..., output_type=T)`: the final answer validated as T (after from_dict,
     its JSON data). None otherwise, or when no answer fit."""
+    outputs: dict[str, str] = field(default_factory=dict)
+    """Tool results kept whole by handle ("out-3"): those past `max_observation_chars`,
+    which the prompt showed as head and tail, and those a compacted prompt folded to a
+    stub. `read_output(handle, offset, length)` reads them during the run."""
     children: dict[str, Trace] = field(default_factory=dict)
     """The traces of the agent runs this run started through `Agent.as_tool`, by child
     run id; the step that called one names it in `meta["child_run_id"]`. Their usage and
@@ -222,6 +226,8 @@ class Trace:
         out = self._to_dict()
         if self.output is not None:
             out["output"] = _output_data(self.output)
+        if self.outputs:
+            out["outputs"] = dict(self.outputs)
         if self.children:
             out["children"] = {run_id: child.to_dict() for run_id, child in self.children.items()}
         return out
@@ -265,6 +271,7 @@ class Trace:
             meta=dict(d.get("meta") or {}),
             scratchpad=d.get("scratchpad", ""),
             output=d.get("output"),
+            outputs=dict(d.get("outputs") or {}),
             children={str(k): cls.from_dict(v) for k, v in (d.get("children") or {}).items()},
         )
 
@@ -335,6 +342,8 @@ def _check_shape(trace: Trace) -> None:
     for name in ("task", "mode", "transcript", "scratchpad"):
         if not isinstance(getattr(trace, name), str):
             raise TypeError(f"{name} must be a string")
+    if not all(isinstance(h, str) and isinstance(text, str) for h, text in trace.outputs.items()):
+        raise TypeError("outputs must map handles to strings")
     for step in trace.steps:
         where = f"step {step.index!r}"
         if not isinstance(step.index, int) or isinstance(step.index, bool):

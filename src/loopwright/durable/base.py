@@ -19,8 +19,9 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Final, Self
 
-from loopwright.durable.journal import RunJournal, _dumps
+from loopwright.durable.journal import RunJournal, _dumps, observation_of
 from loopwright.errors import StoreError, describe
+from loopwright.modes.handles import handle_for
 from loopwright.safety import ApprovalRequest, Decision
 from loopwright.tools.results import ToolError, render_observation
 from loopwright.trace import Step, Trace, Usage
@@ -257,6 +258,7 @@ class StoreBase:
                           transcript=transcript or "", started_at=started_at or record.created_at,
                           duration_s=record.duration_s, run_id=run_id,
                           meta=json.loads(meta) if meta else {}, scratchpad=scratchpad or "")
+            trace.outputs = self._outputs(run_id, steps, trace.meta)
             if record.forked_from is not None:
                 trace.meta.setdefault("forked_from", {"run_id": record.forked_from,
                                                       "at_step": record.forked_at_step})
@@ -273,6 +275,22 @@ class StoreBase:
                 except StoreError:  # a journal written elsewhere: the step still names it
                     pass
         return trace
+
+    def _outputs(self, run_id: str, steps: list[Step], meta: Mapping[str, Any]) -> dict[str, str]:
+        """The results a run kept under a handle (modes/handles.py), from the tool calls'
+        rows, which hold them whole: those past the cap (the step names the handle) and
+        those a ReAct fold stubbed (the fold names the step)."""
+        handles = {s.meta["output"] for s in steps if isinstance(s.meta.get("output"), str)}
+        for fold in meta.get("folds") or ():
+            if isinstance(fold, Mapping) and fold.get("kind") == "stub_results":
+                handles.update(handle_for(str(k)) for k in fold.get("folded_steps") or ())
+        outputs = {}
+        for handle in sorted(handles):
+            row = self._one("SELECT observation, value FROM tool_calls WHERE run_id = ? AND key = ? AND state = 'done'",
+                            (run_id, handle.removeprefix("out-")))
+            if row is not None:
+                outputs[handle] = observation_of(row[0], row[1])
+        return outputs
 
     def prompt(self, run_id: str, n: int) -> str:
         """Exactly what model call n of the run was sent."""
@@ -357,7 +375,7 @@ class StoreBase:
             err = ToolError(name, error, "exception")
             value, observation, kind, message = None, err.as_observation(), err.kind, err.message
         else:
-            value, observation, kind, message = _dumps(result), render_observation(result), None, None
+            value, observation, kind, message = _dumps(result), render_observation(result, -1), None, None
         now = time.time()
         changed = self._execute(
             "UPDATE tool_calls SET state = 'done', value = ?, observation = ?, error_kind = ?, error = ?, "

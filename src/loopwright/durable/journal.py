@@ -92,7 +92,7 @@ class RunJournal:
             if state == "done":
                 err = None if kind is None else ToolError(name, error or "", kind)
                 result = ToolResult(name, json.loads(args), None if value is None else json.loads(value),
-                                    obs or "", err, duration or 0.0)
+                                    observation_of(obs, value), err, duration or 0.0)
                 self._tools[key] = ("done", result)
             else:
                 self._tools[key] = ("started", None)
@@ -222,10 +222,16 @@ class RunJournal:
 
     def record_tool_result(self, key: str, result: ToolResult) -> None:
         err = result.error
+        value = None if err is not None else _dumps(result.value)
+        observation: str | None = result.observation
+        # A result whose observation is its value's text (a str itself, a number, a dict's
+        # JSON) is stored once, in `value`: a 5 MB result is journaled as 5 MB, not 10.
+        if value is not None and observation == (result.value if type(result.value) is str else value):
+            observation = None
         self._defer(
             "UPDATE tool_calls SET state = 'done', value = ?, observation = ?, error_kind = ?, error = ?, "
             "duration_s = ?, finished_at = ? WHERE run_id = ? AND key = ?",
-            (None if err is not None else _dumps(result.value), result.observation,
+            (value, observation,
              None if err is None else err.kind, None if err is None else err.message,
              result.duration_s, time.time(), self.run_id, key),
         )
@@ -315,6 +321,17 @@ _TOOL_CALL_COLUMNS: Final = (
 )
 _ENCODER: Final = json.JSONEncoder(default=str, ensure_ascii=False)  # one, not one per call
 _STEP_FIELDS: Final = tuple(f.name for f in fields(Step))
+
+
+def observation_of(observation: str | None, value: str | None) -> str:
+    """A done tool call's observation from its row: NULL when it is the text of the value
+    (a JSON str's content, else the JSON itself; see `record_tool_result`)."""
+    if observation is not None:
+        return observation
+    if value is None:
+        return ""
+    loaded = json.loads(value)
+    return loaded if type(loaded) is str else value
 
 
 def _dumps(value: Any) -> str:

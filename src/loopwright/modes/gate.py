@@ -5,9 +5,12 @@ tool that needs approval asks the run's approver (recorded decisions first; no a
 or anything but an approval, is a denial: the gate fails closed); a side effect that
 already ran in this run with the same idempotency key is not run again (exactly-once);
 a side effect started before a crash with no recorded outcome is refused (in doubt); the
-call is journaled before and after it runs. The driver runs the tool itself between
-`begin` and `finish`, on a thread or the event loop, and holds `lock(ledger key)` around
-a side effect so two identical concurrent ones run once.
+call is journaled before and after it runs. A result past the registry's
+`max_observation_chars` is journaled whole and placed as head and tail under a handle
+(modes/handles.py); the built-in `read_output` is answered here from the kept results,
+with no approval and no journal row (it reads what a replay rebuilds). The driver runs
+the tool itself between `begin` and `finish`, on a thread or the event loop, and holds
+`lock(ledger key)` around a side effect so two identical concurrent ones run once.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any, Literal, Protocol
 
 from loopwright.events import Emitter
 from loopwright.guards import call_key
+from loopwright.modes.handles import READ_OUTPUT, keep_output, read_output
 from loopwright.modes.machine import CallTool, Executed, Journal, StopRun
 from loopwright.modes.observers import Observer
 from loopwright.safety import (
@@ -85,6 +89,13 @@ class ToolGate:
         on_deny="stop", approval pending)."""
         ctx = self.ctx
         tool = ctx.registry.get(call.name)
+        if tool is None and call.name == READ_OUTPUT:  # the built-in (a registry's own tool of that name wins)
+            result = read_output(ctx.trace.outputs, call.args, ctx.registry.max_observation_chars)
+            with self._lock:
+                ctx.trace.tool_calls += 1
+            for observer in ctx.observers:
+                observer.tool(call.key, result, "action")
+            return Executed(result)
         journal = self.journal
         if journal is None and (tool is None or (tool.idempotent and not tool.requires_approval)):
             return None
@@ -92,15 +103,16 @@ class ToolGate:
         if recorded is not None and recorded[0] == "done" and recorded[1] is not None:
             with self._lock:
                 ctx.trace.tool_calls += 1
-            if tool is not None and not tool.idempotent and recorded[1].error is None:
-                self._ledger[self._ledger_key(tool, call.args)] = (call.key, recorded[1])
-            meta: dict[str, Any] = {"replayed": True}
+            result, kept = self._keep(call.key, recorded[1])
+            if tool is not None and not tool.idempotent and result.error is None:
+                self._ledger[self._ledger_key(tool, call.args)] = (call.key, result)
+            meta: dict[str, Any] = {"replayed": True, **(kept or {})}
             recorded_child = getattr(tool, "recorded_child", None)  # an agent tool (loopwright.agents)
             if recorded_child is not None:
                 child = recorded_child(ctx, call.key)
                 if child is not None:
                     meta["child_run_id"] = child
-            return Executed(recorded[1], meta=meta)
+            return Executed(result, meta=meta)
         if tool is not None and tool.requires_approval:
             decision = self._approval(call, tool)
             if decision.approved is not True:  # fail closed on anything but an approval
@@ -164,13 +176,16 @@ class ToolGate:
         if self.children and key in self.children:
             self._child_paused(key)
         if self.journal is not None:
-            self.journal.record_tool_result(key, result)
+            self.journal.record_tool_result(key, result)  # whole
+        executed = self.done(key, result)
         if admitted.ledger is not None and result.error is None:
-            self._ledger[admitted.ledger] = (key, result)
-        return self.done(key, result)
+            self._ledger[admitted.ledger] = (key, executed.result)
+        return executed
 
     def done(self, key: str, result: ToolResult) -> Executed:
-        """Count the call and tell the observers (all `finish` does for an ungated call)."""
+        """Keep a result past the cap, count the call and tell the observers (all `finish`
+        does after the journal for an ungated call)."""
+        result, kept = self._keep(key, result)
         ctx = self.ctx
         with self._lock:
             ctx.trace.tool_calls += 1
@@ -178,8 +193,12 @@ class ToolGate:
             observer.tool(key, result, "action")
         if self.children and key in self.children:  # the call ran a child agent
             self._child_paused(key)
-            return Executed(result, meta={"child_run_id": self.children.pop(key)})
-        return Executed(result)
+            return Executed(result, meta={**(kept or {}), "child_run_id": self.children.pop(key)})
+        return Executed(result, meta=kept)
+
+    def _keep(self, key: str, result: ToolResult) -> tuple[ToolResult, dict[str, Any] | None]:
+        """The result as placed: past the cap, kept whole in the trace and shown as a view."""
+        return keep_output(self.ctx.trace.outputs, key, result, self.ctx.registry.max_observation_chars)
 
     def _child_paused(self, key: str) -> None:
         """Raise StopRun("paused") when call `key` ran a child agent that paused for an

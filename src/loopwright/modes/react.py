@@ -14,6 +14,8 @@ from loopwright.errors import ParseError
 from loopwright.guards import RepeatDetector
 from loopwright.modes._critique import check_on_tool_error, reflect
 from loopwright.modes.context import RunContext, first_line
+from loopwright.modes.folding import MEMORY_OVERHEAD, Folding, next_label, step_block
+from loopwright.modes.handles import READ_OUTPUT, READ_OUTPUT_SCHEMA
 from loopwright.modes.machine import CallTool, PolicyFailed, StepGen
 from loopwright.modes.spec import RunSpec
 from loopwright.modes.toolsearch import SEARCH_TOOL, ToolSelection, begin, narrow, query_of
@@ -32,9 +34,8 @@ class _Scratchpad:
     """The growing prompt, in one of the text dialects, plus its chat-message twin.
 
     Without memory it is append-only. With `context_tokens` (and `memory`, or the default
-    one), `fit()` folds the oldest step blocks into memory whenever the prompt would pass
-    the budget, and the prompt becomes header + what memory recalls for the task + the
-    recent blocks.
+    one), `fit()` folds older steps whenever the prompt would pass the budget: results to
+    stubs, then thoughts dropped, then a summary (modes/folding.py).
     """
 
     def __init__(
@@ -76,30 +77,33 @@ class _Scratchpad:
             # BM25 recall of the folded steps; two recent turns, as the scratchpad itself
             # keeps the newest steps and the rest of the room goes to recall
             memory = default_memory(recent_turns=2)
-        self.memory = memory
         self.budget = context_tokens
-        self.blocks: list[tuple[int, str, str, int, str]] = []  # (step, block, readable, tokens, thought)
+        self.folding: Folding | None = None
         if memory is not None or context_tokens is not None:
             if context_tokens is None:
                 raise ValueError("memory needs context_tokens: the prompt budget it folds steps into")
             if dialect == "native":
                 raise ValueError("a context budget with memory needs a text dialect ('json' or 'brackets')")
             at = self.text.rfind(f"Question: {ctx.task}")
-            self.head, self.question = self.text[:at], self.text[at:]
-            fixed = estimate_tokens(self.head) + estimate_tokens(self.question) + _MEMORY_OVERHEAD
+            head, question = self.text[:at], self.text[at:]
+            fixed = estimate_tokens(head) + estimate_tokens(question) + MEMORY_OVERHEAD
             if fixed >= context_tokens:
                 raise ValueError(
                     f"context_tokens={context_tokens} leaves no room: the instructions, tools "
                     f"and question alone take about {fixed} tokens"
                 )
+            self.folding = Folding(dialect, ctx.task, head, question, context_tokens, memory, ctx.trace.outputs)
 
-    def append(self, k: int, thought: str, action: str, observation: str, plain: str | None = None) -> None:
+    def append(self, k: int, thought: str, action: str, observation: str, plain: str | None = None,
+               key: str | None = None, handle: str | None = None, offset: int = 0) -> None:
         """Add step k (1-based): the model's part, then the observation (as placed in the
-        prompt; `plain` is the same without its fence, for the transcript and memory)."""
+        prompt; `plain` is the same without its fence, for the transcript and memory).
+        `key`: the tool call's, when the observation is its result (a fold may stub it);
+        `handle`: where the result is kept whole, if it is (for a page read with
+        read_output: the handle it was read from, at `offset`)."""
         self.number += 1  # the bracket dialect's step number: this scratchpad's own count
         n = self.number
-        block = _block(self.dialect, n, thought, action, observation)
-        block += f"\nThought {n + 1}:" if self.dialect == "brackets" else "\nThought:"
+        block = step_block(self.dialect, n, thought, action, observation) + next_label(self.dialect, n)
         readable = f"Thought: {thought}\n{action}\nObservation: {observation if plain is None else plain}\n"
         # Grow both strings in place, without copying the whole prompt each step: with
         # the attribute cleared, the local is the only reference, and CPython extends a
@@ -111,50 +115,16 @@ class _Scratchpad:
         transcript, self.transcript = self.transcript, ""
         transcript += readable
         self.transcript = transcript
-        if self.memory is not None:
-            self.blocks.append((k, block, f"Step {k}. {readable}", estimate_tokens(block), thought))
+        if self.folding is not None:
+            self.folding.add(k, n, thought, action, observation, observation if plain is None else plain, block,
+                             key, handle, offset)
 
-    def fit(self) -> dict[str, Any] | None:
-        """Fold the oldest blocks into memory until the prompt fits the budget. Returns
-        a record of the fold, or None when the prompt already fits."""
-        budget = self.budget
-        if budget is None or estimate_tokens(self.text) <= budget:
-            return None
-        before = estimate_tokens(self.text)
-        room = budget - estimate_tokens(self.head) - estimate_tokens(self.question) - _MEMORY_OVERHEAD
-        keep = room // 4  # recent steps a quarter, an eighth to grow, recalled memory the rest
-        folded: list[int] = []
-        turns: list[str] = []
-        while self.blocks and sum(b[3] for b in self.blocks) > keep:
-            k, _text, readable, _tokens, _thought = self.blocks.pop(0)
-            folded.append(k)
-            turns.append(readable)
-        add_many = getattr(self.memory, "add_many", None)
-        if callable(add_many):  # one summarizer call per fold, one embedding batch
-            add_many(turns, [{"step": k} for k in folded])
-        else:
-            for k, turn in zip(folded, turns, strict=True):
-                self.memory.add(turn, {"step": k})
-        from loopwright.memory.tiered import context_within  # numpy: only when folding
-
-        recent = "".join(b[1] for b in self.blocks)
-        last = self.blocks[-1][4] if self.blocks else ""  # the latest thought, with the task
-        fixed = estimate_tokens(self.head) + estimate_tokens(self.question) + estimate_tokens(recent)
-        section = context_within(  # budgeted after fencing: escaping can lengthen the text
-            self.memory, f"{self.task}\n{last}", max(0, budget - fixed - 4 - room // 8),
-            lambda recalled: f"Memory of earlier steps:\n{fence(recalled, 'memory')}\n\n",
-        )
-        self.text = self.head + section + self.question + recent
-        return {"folded_steps": folded, "prompt_tokens_before": before,
-                "prompt_tokens_after": estimate_tokens(self.text), "memory_tokens": estimate_tokens(section)}
-
-
-def _block(dialect: str, k: int, thought: str, action: str, observation: str) -> str:
-    """Step k's part of the scratchpad, up to and including its observation. The thought
-    is the model's text: neutralised; `action` and `observation` come placed already."""
-    if dialect == "brackets":
-        return f" {neutralise(thought)}\nAction {k}: {action}\nObservation {k}: {observation}"
-    return f" {neutralise(thought)}\n{action}\nObservation: {observation}"
+    def fit(self) -> list[dict[str, Any]]:
+        """Fold older steps until the prompt fits the budget; a record of each fold made."""
+        if self.folding is None:
+            return []
+        self.text, folds = self.folding.fit(self.text)
+        return folds
 
 
 def _tool_fields(registry: ToolRegistry, dialect: str, budget: int, from_tools: bool) -> tuple[str, dict[str, str]]:
@@ -180,9 +150,6 @@ def _filled(registry: ToolRegistry, template: str, dialect: str, budget: int, fr
     tools, fields = _tool_fields(registry, dialect, budget, from_tools)
     parts = tuple(fill(template, f"react_{dialect}", tools=tools, task=_TASK_MARK, **fields).split(_TASK_MARK))
     return parts if len(parts) == 2 else ("",)
-
-
-_MEMORY_OVERHEAD = 64  # the "Memory of earlier steps" label, the fence, and rounding
 
 
 _to_json = json.JSONEncoder(ensure_ascii=False, default=str).encode  # built once: hot path
@@ -254,10 +221,13 @@ def _react(
                 ctx.stop("timeout")
                 return
             k = len(trace.steps) + 1
-            fold = pad.fit() if pad.budget is not None else None
-            if fold is not None:
-                fold["before_step"] = k
-                ctx.trace.meta.setdefault("folds", []).append(fold)
+            if pad.budget is not None:
+                for fold in pad.fit():
+                    fold["before_step"] = k
+                    trace.meta.setdefault("folds", []).append(fold)
+            if (trace.outputs and not plain and (not tools or tools[-1] is not READ_OUTPUT_SCHEMA)
+                    and READ_OUTPUT not in ctx.registry):  # results are kept: the model may read them
+                tools = (*tools, READ_OUTPUT_SCHEMA)  # (again when the run's tools were replaced since)
             # Append-only: the prompt is trace.scratchpad[:prompt], kept as a length. With
             # a context budget the prompt is rewritten at folds, so the step keeps a copy.
             prompt = None if copy_prompts else len(pad.text)
@@ -390,7 +360,7 @@ def _react(
             fenced = fence(observation, f"{name}#{k}")
             if (on_tool_error == "reflect" and result.error is not None and executed.kind == "action"
                     and ctx.trace.llm_calls - first_call < cap):
-                so_far = pad.text + _block(dialect, pad.number + 1, parsed.thought, _render_action(dialect, parsed),
+                so_far = pad.text + step_block(dialect, pad.number + 1, parsed.thought, _render_action(dialect, parsed),
                                            fenced)
                 prompt_text = ctx.prompts.reflect_step.format(scratchpad=so_far, error=fenced)  # tool text: fenced
                 critique = yield from reflect(ctx, prompt_text, max_tokens, {"after_step": k, "tool": name})
@@ -398,7 +368,14 @@ def _react(
                     return
                 fenced += f"\nReflection: {neutralise(critique)}"
                 observation += f"\nReflection: {critique}"
-            pad.append(k, parsed.thought, _render_action(dialect, parsed), fenced, observation)
+            key: str | None = str(k)
+            kept, offset = (executed.meta or {}).get("output"), 0
+            if name == READ_OUTPUT and READ_OUTPUT not in ctx.registry:  # the built-in: no handle of its own
+                if result.error is None:
+                    kept, offset = result.args["handle"], result.args.get("offset", 0)  # a page: its stub points back
+                else:
+                    key = None
+            pad.append(k, parsed.thought, _render_action(dialect, parsed), fenced, observation, key, kept, offset)
             if native:
                 _native_call(pad, parsed, name, args, observation)
         ctx.stop("max_steps")

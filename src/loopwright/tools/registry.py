@@ -376,7 +376,9 @@ class ToolRegistry:
         examples: Sequence[object] | None = None,
     ) -> None:
         """examples: whole runs, `[{"question", "calls": [{"tool", "args", "result"}, ...],
-        "answer"}]`, checked now against the tools' schemas; every mode's prompts show them."""
+        "answer"}]`, checked now against the tools' schemas; every mode's prompts show them.
+        max_observation_chars: the most of one result a run's prompt shows; a longer result
+        is rendered whole here and kept whole by the run under a handle (modes/handles.py)."""
         from loopwright.tools.examples import check_run_examples
         self._tools: dict[str, Tool] = {}
         self._names: tuple[str, ...] = ()
@@ -512,10 +514,10 @@ class ToolRegistry:
         """The observation for an outcome, and the ToolError if it is (or became) one."""
         if type(outcome) is not ToolError:
             try:
-                return render_observation(outcome, self.max_observation_chars), None
+                return render_observation(outcome, -1), None
             except Exception as exc:
                 outcome = _unrenderable(name, outcome, exc)
-        return render_observation(outcome.as_observation(), self.max_observation_chars), outcome
+        return render_observation(outcome.as_observation(), -1), outcome
 
     def _result(self, name: str, args: Any, outcome: Any, start: float) -> ToolResult:
         error: ToolError | None = None
@@ -523,11 +525,11 @@ class ToolRegistry:
             error = outcome
         else:
             try:  # the common case, inline: this runs on every step
-                observation = render_observation(outcome, self.max_observation_chars)
+                observation = render_observation(outcome, -1)
             except Exception as exc:
                 error = _unrenderable(name, outcome, exc)
         if error is not None:
-            observation = render_observation(error.as_observation(), self.max_observation_chars)
+            observation = render_observation(error.as_observation(), -1)
             outcome = None
         if type(args) is dict:
             args = args.copy()
@@ -548,7 +550,8 @@ class ToolRegistry:
     def execute(
         self, name: str, args: Mapping[str, Any], *, timeout_s: float | None = None
     ) -> ToolResult:
-        """Call a tool and render its observation; what the loops use."""
+        """Call a tool and render its observation in full; what the loops use (a run's
+        gate keeps a result past `max_observation_chars` under a handle)."""
         start = time.perf_counter()
         return self._result(name, args, self._call(name, args, timeout_s), start)
 
