@@ -1,0 +1,214 @@
+"""Our run events as AG-UI protocol events: a pure, stateful translation (no I/O).
+
+AG-UI wants a frame around what we stream: a step is STEP_STARTED ... STEP_FINISHED, the
+model's text of a step is one assistant message (TEXT_MESSAGE_START, a CONTENT per delta,
+END), a tool call is TOOL_CALL_START, ARGS (the arguments as JSON), END, then a
+TOOL_CALL_RESULT. Our events carry the step index on every delta and tool start, and the
+recorded Step closes the step, so `AGUIMapper` keeps what is open and closes it in order.
+A tool step that ran no tool start (denied, nudged, replayed from a journal) still shows
+as a call with its result. Approvals are CUSTOM events named `approval_requested` and
+`approval_decided`. Events of a child run (an agent used as a tool) keep their own ids,
+and say the agent in `metadata`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from ag_ui.core import (
+    BaseEvent,
+    CustomEvent,
+    RunErrorEvent,
+    RunFinishedEvent,
+    RunStartedEvent,
+    StepFinishedEvent,
+    StepStartedEvent,
+    TextMessageContentEvent,
+    TextMessageEndEvent,
+    TextMessageStartEvent,
+    TokenUsage,
+    ToolCallArgsEvent,
+    ToolCallEndEvent,
+    ToolCallResultEvent,
+    ToolCallStartEvent,
+)
+from ag_ui.core.version import PROTOCOL_VERSION
+
+from loopwright.events import (
+    ApprovalRequested,
+    Event,
+    ModelDelta,
+    RunFinished,
+    RunStarted,
+    StepEvent,
+    ToolFinished,
+    ToolStarted,
+)
+from loopwright.safety import ApprovalRequest, Decision
+from loopwright.trace import Step, Trace
+
+APPROVAL_REQUESTED: Final = "approval_requested"
+"""CUSTOM event name: a tool call waits for a person; `value` is the request's to_dict()."""
+APPROVAL_DECIDED: Final = "approval_decided"
+"""CUSTOM event name: the answer (`value`: key, approved, reason)."""
+
+
+Meta = dict[str, Any] | None
+"""An AG-UI event's metadata: here, the agent of a child run's events."""
+
+
+@dataclass
+class _Open:
+    """What one run (the top one or a child) has open on the AG-UI stream."""
+
+    step: int | None = None
+    step_name: str = ""
+    message: str | None = None  # the open text message's id
+    calls: dict[str, tuple[str, str]] = field(default_factory=dict)  # call key -> (tool, id), started
+
+
+class AGUIMapper:
+    """Translate one run's events, in order, into AG-UI events. `thread_id` is AG-UI's
+    conversation id (one per run here unless the client gave one)."""
+
+    def __init__(self, thread_id: str) -> None:
+        self.thread_id = thread_id
+        self._runs: dict[str, _Open] = {}
+        self._asked: set[str] = set()  # approval keys already announced
+        self.finished = False
+
+    def map(self, event: Event) -> list[BaseEvent]:
+        """The AG-UI events for one of ours (none for events AG-UI has no place for)."""
+        meta: Meta = {"agent": event.agent} if event.agent else None
+        run = self._runs.setdefault(event.run_id, _Open())
+        out: list[BaseEvent] = []
+        if isinstance(event, RunStarted):
+            if event.agent is None:
+                out.append(RunStartedEvent(thread_id=self.thread_id, run_id=event.run_id,
+                                           protocol_version=PROTOCOL_VERSION,
+                                           metadata={"task": event.task, "mode": event.mode}))
+        elif isinstance(event, ModelDelta):
+            out += self._enter(run, event.run_id, event.step, meta)
+            if run.message is None:
+                run.message = f"{event.run_id}:{event.step}"
+                out.append(TextMessageStartEvent(message_id=run.message, role="assistant", metadata=meta))
+            out.append(TextMessageContentEvent(message_id=run.message, delta=event.text, metadata=meta))
+        elif isinstance(event, ToolStarted):
+            out += self._enter(run, event.run_id, event.step, meta)
+            out += self._end_message(run, meta)
+            call_id = f"{event.run_id}:{event.call_key}"
+            run.calls[event.call_key] = (event.tool, call_id)
+            out += _call(call_id, event.tool, event.args, meta)
+        elif isinstance(event, ToolFinished):
+            pass  # the result comes with the recorded step
+        elif isinstance(event, StepEvent):
+            out += self._step(run, event.run_id, event.step, meta)
+        elif isinstance(event, ApprovalRequested):
+            out += self.approval_requested(event.request, agent=event.agent)
+        elif isinstance(event, RunFinished):
+            out += self._close(run, meta)
+            if event.agent is None:
+                out += self.finish(event.trace)
+        return out
+
+    def approval_requested(self, request: ApprovalRequest, agent: str | None = None) -> list[BaseEvent]:
+        """CUSTOM approval_requested, once per approval key (the app's approver and the run's
+        own ApprovalRequested event may both announce it)."""
+        if request.key in self._asked:
+            return []
+        self._asked.add(request.key)
+        return [CustomEvent(name=APPROVAL_REQUESTED, value={**request.to_dict(), "agent": agent})]
+
+    @staticmethod
+    def approval_decided(key: str, decision: Decision) -> list[BaseEvent]:
+        return [CustomEvent(name=APPROVAL_DECIDED, value={"key": key, **decision.to_dict()})]
+
+    def finish(self, trace: Trace) -> list[BaseEvent]:
+        """Close everything open, then RUN_FINISHED (RUN_ERROR when the run stopped on an
+        error: the model or the policy failed)."""
+        out: list[BaseEvent] = []
+        for run in self._runs.values():
+            out += self._close(run, None)
+        self.finished = True
+        run_id = trace.run_id or ""
+        if trace.stopped_reason == "error":
+            why = next((s.error for s in reversed(trace.steps) if s.error), None) or "the run stopped on an error"
+            return [*out, RunErrorEvent(message=why, code="error", usage=_usage(trace))]
+        result = {"answer": trace.final_answer, "stopped_reason": trace.stopped_reason,
+                  "llm_calls": trace.llm_calls, "tool_calls": trace.tool_calls}
+        return [*out, RunFinishedEvent(thread_id=self.thread_id, run_id=run_id, result=result,
+                                       usage=_usage(trace))]
+
+    def fail(self, exc: BaseException) -> list[BaseEvent]:
+        """The run raised instead of returning a trace (a bad option, a broken journal)."""
+        out: list[BaseEvent] = []
+        for run in self._runs.values():
+            out += self._close(run, None)
+        self.finished = True
+        return [*out, RunErrorEvent(message=f"{type(exc).__name__}: {exc}", code=type(exc).__name__)]
+
+    # -- keeping the frame -------------------------------------------------------------
+
+    def _enter(self, run: _Open, run_id: str, step: int, meta: Meta) -> list[BaseEvent]:
+        if run.step == step:
+            return []
+        out = self._close(run, meta)
+        run.step, run.step_name = step, f"{run_id}:step {step}"
+        out.append(StepStartedEvent(step_name=run.step_name, metadata=meta))
+        return out
+
+    def _end_message(self, run: _Open, meta: Meta) -> list[BaseEvent]:
+        if run.message is None:
+            return []
+        message, run.message = run.message, None
+        return [TextMessageEndEvent(message_id=message, metadata=meta)]
+
+    def _close(self, run: _Open, meta: Meta) -> list[BaseEvent]:
+        out = self._end_message(run, meta)
+        if run.step is not None:
+            out.append(StepFinishedEvent(step_name=run.step_name, metadata=meta))
+            run.step = None
+        return out
+
+    def _step(self, run: _Open, run_id: str, step: Step, meta: Meta) -> list[BaseEvent]:
+        out = self._enter(run, run_id, step.index, meta)
+        out += self._end_message(run, meta)
+        if step.tool is not None:
+            call_id = _started_call(run, step)
+            if call_id is None:  # no tool ran (denied, nudged, replayed): show the call the step records
+                call_id = f"{run_id}:{step.index}:{step.tool}"
+                out += _call(call_id, step.tool, step.args or {}, meta)
+            content = step.observation if step.observation is not None else (step.error or "")
+            out.append(ToolCallResultEvent(message_id=f"{call_id}:result", tool_call_id=call_id,
+                                           content=content, role="tool", metadata=meta))
+        out.append(CustomEvent(name="step", value=step.to_dict() | {"prompt": None}, metadata=meta))
+        out += self._close(run, meta)
+        return out
+
+
+def _started_call(run: _Open, step: Step) -> str | None:
+    """The started call this Step records: by its key (ReWOO's "E2", ReAct's step index),
+    else the oldest unfinished call of the same tool."""
+    keys = [k for k in (step.step_id, str(step.index)) if k in run.calls and run.calls[k][0] == step.tool]
+    key = keys[0] if keys else next((k for k, (tool, _) in run.calls.items() if tool == step.tool), None)
+    return None if key is None else run.calls.pop(key)[1]
+
+
+def _call(call_id: str, tool: str, args: Mapping[str, Any], meta: Meta) -> list[BaseEvent]:
+    return [
+        ToolCallStartEvent(tool_call_id=call_id, tool_call_name=tool, metadata=meta),
+        ToolCallArgsEvent(tool_call_id=call_id, delta=json.dumps(args, default=str), metadata=meta),
+        ToolCallEndEvent(tool_call_id=call_id, metadata=meta),
+    ]
+
+
+def _usage(trace: Trace) -> list[TokenUsage]:
+    u = trace.usage
+    return [TokenUsage(input_tokens=u.prompt_tokens, output_tokens=u.completion_tokens,
+                       total_tokens=u.prompt_tokens + u.completion_tokens)]
+
+
+__all__ = ["APPROVAL_DECIDED", "APPROVAL_REQUESTED", "AGUIMapper"]
