@@ -434,7 +434,8 @@ def _serve(args: argparse.Namespace) -> int:
     print(f"loopwright: watch runs at http://{args.host}:{args.port}/ (mode {args.mode}, model "
           f"{getattr(model, 'name', model)}, tools {', '.join(registry.names)}); Ctrl-C stops",
           file=sys.stderr, flush=True)
-    uvicorn.run(served, host=args.host, port=args.port, log_level="warning")
+    # an open event stream would hold a graceful shutdown forever: Ctrl-C gives them 2 s
+    uvicorn.run(served, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=2)
     return EXIT_ANSWERED
 
 
