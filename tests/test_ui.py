@@ -15,12 +15,19 @@ from typing import Any
 
 import httpx2
 import pytest
-from helpers.agui import answer, check_order, custom, read_stream, serving, start_run, texts, watch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import loopwright as lw
-from loopwright.events import ModelDelta, RunFinished, RunStarted, StepEvent, ToolFinished, ToolStarted
+from helpers.agui import answer, check_order, custom, read_stream, serving, start_run, texts, watch
+from loopwright.events import (
+    ModelDelta,
+    RunFinished,
+    RunStarted,
+    StepEvent,
+    ToolFinished,
+    ToolStarted,
+)
 from loopwright.trace import Step, Trace
 from loopwright.ui import AGUIMapper, app
 
@@ -231,6 +238,7 @@ def _splits(text: str) -> st.SearchStrategy[list[str]]:
 @given(data=st.data(), raw=st.text(min_size=1, max_size=80))
 def test_any_split_of_a_steps_text_rejoins_in_one_valid_message(data: st.DataObject, raw: str) -> None:
     from ag_ui.encoder import EventEncoder
+
     from helpers.agui import EVENT
 
     deltas = data.draw(_splits(raw))

@@ -87,7 +87,7 @@ __version__ = "0.1.0"
 
 _moved.install(globals())  # old module paths (loopwright.tools, loopwright.cli, ...) keep working
 
-_LAZY = {"models", "memory", "mcp", "otel", "pricing"}
+_LAZY = {"models", "memory", "mcp", "otel", "pricing", "ui"}
 
 
 def __getattr__(name: str) -> Any:
