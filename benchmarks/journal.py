@@ -75,7 +75,7 @@ def check(script: Script, answer: object) -> None:
 
 def loopwright_runners(directory: Path, pg_dsn: str | None = None) -> tuple[dict[str, Runner], list[Any]]:
     import loopwright as lw
-    from loopwright.store import SQLiteStore
+    from loopwright.durable.sqlite import SQLiteStore
 
     current: dict[str, Script] = {}
 
@@ -137,7 +137,7 @@ def bench_loopwright(ns: list[int], repeats: int, full: bool, postgres: bool) ->
 
 
 def _bench_loopwright(ns: list[int], repeats: int, full: bool, pg_dsn: str | None) -> None:
-    from loopwright.store import SQLiteStore
+    from loopwright.durable.sqlite import SQLiteStore
 
     with tempfile.TemporaryDirectory() as tmp:
         runners, stores = loopwright_runners(Path(tmp), pg_dsn)

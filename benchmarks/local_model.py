@@ -12,7 +12,7 @@ in ReWOO, with and without grammars, and in plan-execute, the parse errors of ea
 tokens evaluated / sent per mode. The cached model is not reset between tasks (a batch):
 its per-family state cache keeps the planner's and the solver's prefixes apart, and its
 peak memory is reported. The demo tools and
-the prompts built from their examples (loopwright.demo_tools) are used; answers are checked with is_correct.
+the prompts built from their examples (loopwright.interfaces.demo_tools) are used; answers are checked with is_correct.
 
 A 135M model answers few of these; the numbers are reported as they come.
 """
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import loopwright as lw
-from loopwright.demo_tools import DEMO_TASKS, demo_registry, is_correct
+from loopwright.interfaces.demo_tools import DEMO_TASKS, demo_registry, is_correct
 
 
 @dataclass

@@ -53,7 +53,7 @@ from collections.abc import Callable
 from typing import Any
 
 import loopwright as lw
-from loopwright.demo_tools import evaluate, is_correct
+from loopwright.interfaces.demo_tools import evaluate, is_correct
 from served import llama_server
 
 HAS_EXAMPLES = "examples" in inspect.signature(lw.tool).parameters

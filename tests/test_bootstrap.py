@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 
 import loopwright as lw
 from loopwright.batch.bootstrap import FORMAT, VERSION, kept_calls
-from loopwright.demo_tools import demo_registry
 from loopwright.interfaces import cli
 from loopwright.interfaces.common import apply_examples, load_tools
+from loopwright.interfaces.demo_tools import demo_registry
 
 LOOPWRIGHT = Path(sys.executable).with_name("loopwright")
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import loopwright as lw
-from loopwright import cli
+from loopwright.interfaces import cli
 
 CASSETTES = Path(__file__).parent / "cassettes"
 REACT_CASSETTE = str(CASSETTES / "react_json_17x23.jsonl")
@@ -134,7 +134,7 @@ def test_help_documents_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> No
 
 
 def test_tools_load_from_a_module_attribute(capsys: pytest.CaptureFixture[str]) -> None:
-    registry = cli.load_tools(["loopwright.demo_tools:DEMO_TOOLS", "math:sqrt"])
+    registry = cli.load_tools(["loopwright.interfaces.demo_tools:DEMO_TOOLS", "math:sqrt"])
     assert registry.names == ("calculate", "lookup", "sqrt")
     assert cli.load_tools(None).names == ("calculate", "lookup")
 

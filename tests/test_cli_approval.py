@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from loopwright import cli
+from loopwright.interfaces import cli
 from loopwright.safety import ApprovalRequest, terminal_approver
 
 sys.path.insert(0, str(Path(__file__).parent / "helpers"))

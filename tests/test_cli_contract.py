@@ -344,7 +344,7 @@ def test_resume_with_other_tools_is_refused_naming_the_difference(folder: Path) 
     added = command("runs", "resume", "r", "--db", "runs.db", "--tools", "lwt_tools:WITH_FAIL",
                     "--replay", str(full), cwd=folder)
     assert added.returncode == 2 and "added fail" in added.stderr and "--allow-tool-changes" in added.stderr
-    demo = command("runs", "resume", "r", "--db", "runs.db", "--tools", "loopwright.demo_tools:DEMO_TOOLS",
+    demo = command("runs", "resume", "r", "--db", "runs.db", "--tools", "loopwright.interfaces.demo_tools:DEMO_TOOLS",
                    "--replay", str(full), cwd=folder)
     assert demo.returncode == 2 and "added calculate, lookup" in demo.stderr and "removed list_todos" in demo.stderr
     changed = command("runs", "resume", "r", "--db", "runs.db", "--tools", "lwt_changed:TOOLS",

@@ -26,9 +26,9 @@ import loopwright as lw
 from helpers import crash_workload as work
 from helpers import payments_workload as pay
 from helpers.durable import comparable
+from loopwright.durable.resume import resume
+from loopwright.durable.sqlite import SQLiteStore
 from loopwright.interfaces.common import open_store
-from loopwright.resume import resume
-from loopwright.store import SQLiteStore
 
 pytestmark = [
     pytest.mark.slow,

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import loopwright as lw
-from loopwright.demo_tools import (
+from loopwright.interfaces.demo_tools import (
     DEMO_TASKS,
     calculate,
     demo_registry,

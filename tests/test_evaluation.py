@@ -11,9 +11,9 @@ import pytest
 import loopwright as lw
 from helpers.batch_policies import adder, either
 from loopwright.batch.evaluation import contains, exact, first_number, load_dataset, numeric
-from loopwright.cli import main
-from loopwright.demo_tools import demo_registry
 from loopwright.interfaces.batch_cli import report_html
+from loopwright.interfaces.cli import main
+from loopwright.interfaces.demo_tools import demo_registry
 
 DATASET = [
     {"task": "add 2 and 3", "answer": 5},

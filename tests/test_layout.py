@@ -1,4 +1,4 @@
-"""The package's shape: imports run one way, no circles, old import paths still work."""
+"""The package's shape: imports run one way, no circles, each room named for what it holds."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 import loopwright
-from loopwright._moved import MOVED
 
 SRC = Path(loopwright.__file__).parent
 
@@ -104,14 +103,16 @@ def test_import_graph_has_no_cycles():
 
 def test_cycle_detection_finds_a_planted_circle():
     graph = _import_graph()
-    graph["loopwright.wire.tools"].add("loopwright.durable.store")
-    assert any("loopwright.wire.tools" in c and "loopwright.durable.store" in c for c in _cycles(graph))
+    graph["loopwright.tools.registry"].add("loopwright.durable.sqlite")
+    assert any("loopwright.tools.registry" in c and "loopwright.durable.sqlite" in c for c in _cycles(graph))
 
 
 # A room may import only the rooms listed after it (and the top-level records).
 _FORBIDDEN = {
-    "loopwright.wire": ("loopwright.modes", "loopwright.models", "loopwright.memory",
-                        "loopwright.durable", "loopwright.interfaces", "loopwright.session"),
+    "loopwright.parsing": ("loopwright.tools", "loopwright.modes", "loopwright.models", "loopwright.memory",
+                           "loopwright.durable", "loopwright.interfaces", "loopwright.session"),
+    "loopwright.tools": ("loopwright.parsing", "loopwright.modes", "loopwright.models", "loopwright.memory",
+                         "loopwright.durable", "loopwright.interfaces", "loopwright.session"),
     "loopwright.models": ("loopwright.modes", "loopwright.durable", "loopwright.interfaces",
                           "loopwright.session"),
     "loopwright.memory": ("loopwright.modes", "loopwright.durable", "loopwright.interfaces",
@@ -119,8 +120,10 @@ _FORBIDDEN = {
     "loopwright.modes": ("loopwright.durable", "loopwright.interfaces", "loopwright.session"),
     "loopwright.durable": ("loopwright.interfaces",),
     "loopwright.batch": ("loopwright.interfaces", "loopwright.session"),
-    "loopwright.trace": ("loopwright.wire", "loopwright.modes", "loopwright.durable", "loopwright.interfaces"),
-    "loopwright.errors": ("loopwright.wire", "loopwright.modes", "loopwright.durable", "loopwright.interfaces"),
+    "loopwright.trace": ("loopwright.tools", "loopwright.parsing", "loopwright.modes", "loopwright.durable",
+                         "loopwright.interfaces"),
+    "loopwright.errors": ("loopwright.tools", "loopwright.parsing", "loopwright.modes", "loopwright.durable",
+                          "loopwright.interfaces"),
 }
 
 
@@ -134,20 +137,17 @@ def test_imports_run_one_way_from_interfaces_down_to_the_wire():
 
 
 def test_each_subpackage_init_says_what_lives_there():
-    for pkg in ("wire", "durable", "interfaces", "modes", "models", "memory", "batch", "mcp"):
+    for pkg in ("tools", "parsing", "durable", "interfaces", "modes", "models", "memory", "batch", "mcp"):
         doc = importlib.import_module(f"loopwright.{pkg}").__doc__ or ""
         assert len(doc.strip().splitlines()) >= 2, pkg
 
 
-@pytest.mark.parametrize("old", sorted(MOVED))
-def test_old_module_path_is_the_moved_module(old):
-    assert importlib.import_module(old) is importlib.import_module(MOVED[old])
-    assert sys.modules[MOVED[old]].__spec__.name == MOVED[old]
-
-
-def test_names_from_old_paths_still_import():
-    from loopwright.cli import main
-    from loopwright.demo_tools import demo_registry
+def test_the_rooms_export_the_facades_names():
+    from loopwright.durable.resume import resume
+    from loopwright.durable.sqlite import RunJournal, SQLiteStore
+    from loopwright.interfaces.cli import main
+    from loopwright.interfaces.demo_tools import demo_registry
+    from loopwright.interfaces.viewer import render_html
     from loopwright.parsing import (
         Action,
         parse_plan,
@@ -155,12 +155,9 @@ def test_names_from_old_paths_still_import():
         parse_tool_calls,
         substitute,
     )
-    from loopwright.plans import PlanStep
-    from loopwright.resume import resume
-    from loopwright.store import RunJournal, SQLiteStore
-    from loopwright.toolcalls import parse_tool_calls as ptc
+    from loopwright.parsing.plans import PlanStep
+    from loopwright.parsing.toolcalls import parse_tool_calls as ptc
     from loopwright.tools import Tool, ToolRegistry, tool
-    from loopwright.viewer import render_html
 
     assert parse_tool_calls is ptc is loopwright.parse_tool_calls
     assert (Tool, ToolRegistry, tool, SQLiteStore, resume) == (
@@ -170,8 +167,8 @@ def test_names_from_old_paths_still_import():
     assert Action and parse_plan and substitute and PlanStep and RunJournal
 
 
-def test_python_dash_m_runs_the_command_at_old_and_new_paths():
-    for module in ("loopwright", "loopwright.store_cli", "loopwright.interfaces.cli"):
+def test_python_dash_m_runs_the_commands():
+    for module in ("loopwright", "loopwright.interfaces.runs", "loopwright.interfaces.cli"):
         out = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, (module, out.stderr)
         assert "usage:" in out.stdout
@@ -201,11 +198,14 @@ def test_no_module_over_600_lines():
     assert long == {}
 
 
-def test_importing_an_old_path_keeps_the_package_names_it_shadows():
-    importlib.import_module("loopwright.resume")
-    import loopwright.resume
-
-    assert callable(loopwright.resume) and loopwright.resume.__name__ == "resume"
+def test_importing_every_module_keeps_the_facades_names():
+    """No module sits at a path that would shadow a facade name once imported (importing
+    `loopwright.x` sets attribute x on the package)."""
+    before = {name: getattr(loopwright, name) for name in loopwright.__all__}
+    for name in _modules():
+        if not name.endswith("__main__"):
+            importlib.import_module(name)
+    assert {name: getattr(loopwright, name) for name in loopwright.__all__} == before
 
 
 # The modes are pure step machines: they yield requests and Steps, and the drivers do the I/O.

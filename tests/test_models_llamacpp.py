@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import loopwright as lw
-from loopwright.demo_tools import DEMO_TASKS, demo_registry
+from loopwright.interfaces.demo_tools import DEMO_TASKS, demo_registry
 from loopwright.models.llamacpp import common_prefix, default_threads
 
 

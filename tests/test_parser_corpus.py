@@ -14,7 +14,7 @@ import pytest
 
 import loopwright as lw
 from loopwright.errors import ParseError
-from loopwright.parsing import (
+from loopwright.parsing.steps import (
     FORMAT_HELP_BRACKETS,
     FORMAT_HELP_JSON,
     Action,

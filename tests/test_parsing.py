@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-import loopwright.parsing as parsing_module
+import loopwright.parsing.steps as parsing_module
 from loopwright.errors import ParseError
-from loopwright.parsing import (
+from loopwright.parsing.steps import (
     FORMAT_HELP_BRACKETS,
     FORMAT_HELP_JSON,
     REF_PATTERN,

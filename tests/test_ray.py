@@ -18,7 +18,7 @@ import pytest
 import loopwright as lw
 from helpers.batch_policies import PidAdder, adder
 from loopwright.batch import task_run_id
-from loopwright.demo_tools import demo_registry
+from loopwright.interfaces.demo_tools import demo_registry
 
 HINT = "install Ray with: scripts/install.sh --dev  (the `ray` extra: pip install 'loopwright[ray]')"
 TESTS = str(Path(__file__).parent)

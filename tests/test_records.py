@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from loopwright.parsing import Action
-from loopwright.tools import ToolError, ToolResult
+from loopwright.parsing.steps import Action
+from loopwright.tools.registry import ToolError, ToolResult
 from loopwright.trace import Step, Usage
 
 SAMPLES: list[tuple[type, dict[str, Any]]] = [

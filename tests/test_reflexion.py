@@ -13,7 +13,7 @@ import loopwright as lw
 from conftest import act, final, make_registry
 from helpers.durable import comparable
 from loopwright.durable.resume import resume
-from loopwright.durable.store import SQLiteStore
+from loopwright.durable.sqlite import SQLiteStore
 
 CRITIQUE = "I multiplied before adding; add 2 and 3 first, then multiply by 10."
 

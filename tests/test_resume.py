@@ -15,12 +15,12 @@ import loopwright as lw
 from conftest import STORE_KINDS, act, final, make_registry, open_journal
 from helpers import rekill
 from helpers.durable import comparable
+from loopwright.durable.resume import iter_resume, resume
+from loopwright.durable.sqlite import SQLiteStore
 from loopwright.interfaces.common import open_store
 from loopwright.interfaces.runs import runs_main
-from loopwright.resume import iter_resume, resume
 from loopwright.safety import ApprovalPending, ApprovalRequest, Decision, approval_key
-from loopwright.store import SQLiteStore
-from loopwright.wire.toolset import tool_set
+from loopwright.tools.toolset import tool_set
 
 HELPERS = Path(__file__).parent / "helpers"
 
@@ -416,7 +416,7 @@ def test_resume_compares_only_the_tools_the_run_was_scoped_to(store):
 def test_a_journal_written_before_tool_sets_were_recorded_resumes_with_any_tools(tmp_path: Path):
     import shutil
 
-    from loopwright.demo_tools import demo_registry
+    from loopwright.interfaces.demo_tools import demo_registry
 
     db = tmp_path / "old.db"
     shutil.copy(PRE_TOOLSET_JOURNAL, db)
@@ -441,7 +441,7 @@ JOURNAL_84CC605 = Path(__file__).parent / "fixtures" / "journal_84cc605.db"
 def test_a_journal_written_by_84cc605_resumes_in_every_mode(tmp_path: Path, mode: str, rest: list[str], calls: int):
     import shutil
 
-    from loopwright.demo_tools import demo_registry
+    from loopwright.interfaces.demo_tools import demo_registry
 
     db = tmp_path / "old.db"
     shutil.copy(JOURNAL_84CC605, db)
@@ -459,7 +459,7 @@ def test_a_journal_written_by_84cc605_resumes_in_every_mode(tmp_path: Path, mode
 def test_the_recorded_settings_of_an_84cc605_journal_hold_on_resume(tmp_path: Path):
     import shutil
 
-    from loopwright.demo_tools import demo_registry
+    from loopwright.interfaces.demo_tools import demo_registry
 
     db = tmp_path / "old.db"
     shutil.copy(JOURNAL_84CC605, db)

@@ -11,7 +11,7 @@ import pytest
 
 import loopwright as lw
 from conftest import act, final
-from loopwright.durable.store import SQLiteStore
+from loopwright.durable.sqlite import SQLiteStore
 from loopwright.safety import (
     ApprovalPending,
     ApprovalRequest,

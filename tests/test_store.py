@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 
 import loopwright as lw
 from conftest import STORE_KINDS, act, final, make_registry, open_journal
-from loopwright import store as store_module
+from loopwright.durable import sqlite as store_module
+from loopwright.durable.sqlite import APPLICATION_ID, SQLiteStore
 from loopwright.policy import Completion, ModelRequest, ToolCall
-from loopwright.store import APPLICATION_ID, SQLiteStore
-from loopwright.tools import ToolError, ToolResult
+from loopwright.tools.registry import ToolError, ToolResult
 
 REACT = [act("add", '{"x": 2, "y": 3}'), act("multiply", '{"x": 5, "y": 10}'), final("50")]
 PLAN = json.dumps({"plan": [

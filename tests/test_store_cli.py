@@ -12,9 +12,9 @@ import pytest
 
 import loopwright as lw
 from conftest import act, final, make_registry
+from loopwright.durable.sqlite import SQLiteStore
+from loopwright.interfaces.runs import runs_main
 from loopwright.safety import ApprovalPending, approval_key
-from loopwright.store import SQLiteStore
-from loopwright.store_cli import runs_main
 
 REACT = [act("add", '{"x": 2, "y": 3}'), act("multiply", '{"x": 5, "y": 10}'), final("50")]
 
@@ -139,8 +139,9 @@ def test_resume_builds_model_and_tools_as_loopwright_run_does(tmp_path):
     """Through the `loopwright` command: the demo tools with their prompts, the model
     from the same flags (here a cassette of an uninterrupted run, which answers only
     prompts identical to the ones that run sent)."""
-    from loopwright import cli, store_cli
-    from loopwright.demo_tools import demo_registry
+    from loopwright.interfaces import cli
+    from loopwright.interfaces import runs as store_cli
+    from loopwright.interfaces.demo_tools import demo_registry
 
     script = [act("calculate", '{"expression": "17 * 23"}'), final("391")]
     cassette, path = tmp_path / "calls.jsonl", tmp_path / "runs.db"
@@ -158,7 +159,7 @@ def test_resume_builds_model_and_tools_as_loopwright_run_does(tmp_path):
 
 
 def test_runs_module_runs_as_a_command(db):
-    out = subprocess.run([sys.executable, "-m", "loopwright.store_cli", "list", "--db", str(db)],
+    out = subprocess.run([sys.executable, "-m", "loopwright.interfaces.runs", "list", "--db", str(db)],
                          capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 0 and "interrupted" in out.stdout
 

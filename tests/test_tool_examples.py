@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import loopwright as lw
 from loopwright.prompts import with_examples, worked_examples
-from loopwright.wire.examples import short_answer, synthesise_args
+from loopwright.tools.examples import short_answer, synthesise_args
 
 
 def _convert(value: float, from_unit: str, to_unit: str) -> float:
@@ -308,7 +308,7 @@ Thought 1:''')
 
 
 def test_examples_sharing_a_question_make_one_chained_task_in_dependency_order() -> None:
-    from loopwright.demo_tools import demo_registry
+    from loopwright.interfaces.demo_tools import demo_registry
 
     text = worked_examples(list(demo_registry()), "json")
     first = text.split("\n\n")[0]
@@ -437,7 +437,7 @@ def test_loopwright_run_with_a_user_module_gets_prompts_from_its_tool_examples(
 ) -> None:
     from pathlib import Path
 
-    from loopwright import cli
+    from loopwright.interfaces import cli
 
     folder = Path(str(tmp_path))
     (folder / "shop_tools.py").write_text('''

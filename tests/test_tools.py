@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 from typing_extensions import TypedDict
 
 from loopwright.errors import LoopwrightError, ToolDefinitionError
-from loopwright.tools import (
+from loopwright.tools.registry import (
     Tool,
     ToolArgumentError,
     ToolError,

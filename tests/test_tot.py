@@ -16,7 +16,7 @@ import loopwright as lw
 from conftest import make_registry
 from helpers.durable import comparable
 from loopwright.durable.resume import resume
-from loopwright.durable.store import SQLiteStore
+from loopwright.durable.sqlite import SQLiteStore
 from loopwright.modes.tot import parse_candidates, parse_value
 
 _STEP = re.compile(r"^Step \d+: (.*)$", re.MULTILINE)

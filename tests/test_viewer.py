@@ -24,8 +24,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import loopwright as lw
+from loopwright.interfaces.viewer import load_trace, render_html, view_main, write_html
 from loopwright.trace import Step, Trace, Usage, estimate_tokens
-from loopwright.viewer import load_trace, render_html, view_main, write_html
 
 HOSTILE = '</script><img src=x onerror="alert(1)"><svg onload=alert(2)>&amp;</details>'
 
@@ -434,7 +434,7 @@ def test_view_main_reports_a_missing_file(tmp_path: Path, capsys: Any) -> None:
 
 def test_view_main_renders_a_journaled_run_by_its_id(tmp_path: Path, capsys: Any,
                                                      monkeypatch: Any) -> None:
-    from loopwright.store import SQLiteStore
+    from loopwright.durable.sqlite import SQLiteStore
 
     db = tmp_path / "runs.db"
     policy = lw.ScriptedPolicy(['Thought: add\nAction: _add\nAction Input: {"x": 2, "y": 3}',

@@ -10,13 +10,12 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from loopwright import _moved
 from loopwright.batch import PolicyFactory, arun_many, policy_factory, run_many
 from loopwright.calls import CallInfo, current_call
 from loopwright.durable.fork import fork
 from loopwright.durable.postgres import PostgresStore
 from loopwright.durable.resume import resume
-from loopwright.durable.store import SQLiteStore
+from loopwright.durable.sqlite import SQLiteStore
 from loopwright.errors import (
     ExamplesError,
     LoopwrightError,
@@ -61,11 +60,7 @@ from loopwright.modes import (
     run_rewoo,
     run_tot,
 )
-from loopwright.policy import Completion, Model, ModelRequest, Policy, ScriptedPolicy, ToolCall
-from loopwright.prompts import PromptSet
-from loopwright.trace import STOP_REASONS, Step, Trace, Usage
-from loopwright.wire.examples import CallExample, RunExample
-from loopwright.wire.parsing import (
+from loopwright.parsing import (
     Action,
     FinalAnswer,
     PlanStep,
@@ -74,7 +69,9 @@ from loopwright.wire.parsing import (
     parse_tool_calls,
     substitute,
 )
-from loopwright.wire.tools import (
+from loopwright.policy import Completion, Model, ModelRequest, Policy, ScriptedPolicy, ToolCall
+from loopwright.prompts import PromptSet
+from loopwright.tools import (
     Tool,
     ToolError,
     ToolExample,
@@ -82,10 +79,10 @@ from loopwright.wire.tools import (
     ToolResult,
     tool,
 )
+from loopwright.tools.examples import CallExample, RunExample
+from loopwright.trace import STOP_REASONS, Step, Trace, Usage
 
 __version__ = "0.1.0"
-
-_moved.install(globals())  # old module paths (loopwright.tools, loopwright.cli, ...) keep working
 
 _LAZY = {"models", "memory", "mcp", "otel", "pricing", "ui"}
 

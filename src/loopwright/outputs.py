@@ -39,7 +39,7 @@ class OutputSpec:
         """The validated value of a final answer, or OutputValidationError saying why."""
         data = _json_in(answer)
         if self._adapter is None:
-            from loopwright.wire.toolschema import _strict_validator
+            from loopwright.tools.schema import _strict_validator
 
             validator = _strict_validator()(self.schema)
             problems = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
@@ -99,7 +99,7 @@ def output_spec(output_type: Any) -> OutputSpec | None:
     if isinstance(output_type, OutputSpec):
         return output_type
     if isinstance(output_type, Mapping):
-        from loopwright.wire.toolschema import _strict_validator
+        from loopwright.tools.schema import _strict_validator
 
         schema = dict(output_type)
         try:
@@ -110,7 +110,7 @@ def output_spec(output_type: Any) -> OutputSpec | None:
     from pydantic import TypeAdapter
 
     try:
-        from loopwright.wire.toolschema import _clean_schema
+        from loopwright.tools.schema import _clean_schema
 
         adapter = TypeAdapter(output_type)
         schema = _clean_schema(adapter.json_schema())

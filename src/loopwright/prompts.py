@@ -28,9 +28,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from loopwright.tools.examples import RunExample, ToolExample, short_answer, synthesise_args
+from loopwright.tools.results import render_observation
 from loopwright.untrusted import fence, neutralise
-from loopwright.wire.examples import RunExample, ToolExample, short_answer, synthesise_args
-from loopwright.wire.results import render_observation
 
 REACT_JSON = """\
 Answer the question using the tools below. Reply in exactly this format:

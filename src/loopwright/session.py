@@ -16,9 +16,9 @@ from loopwright.memory import default_memory as _default_memory
 from loopwright.memory.sqlite import MemoryStore
 from loopwright.modes import MODES, run
 from loopwright.policy import Policy
+from loopwright.tools.registry import ToolRegistry
 from loopwright.trace import Trace, estimate_tokens
 from loopwright.untrusted import fence
-from loopwright.wire.tools import ToolRegistry
 
 SESSION_TASK = """\
 {task}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from loopwright.wire.parsing import FORMAT_HELP_BRACKETS, FORMAT_HELP_JSON, FORMAT_HELP_PLAN
+from loopwright.parsing.steps import FORMAT_HELP_BRACKETS, FORMAT_HELP_JSON, FORMAT_HELP_PLAN
 
 __all__ = ["escape_untrusted", "fence", "neutralise"]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import loopwright as lw
-from loopwright.demo_tools import demo_registry
+from loopwright.interfaces.demo_tools import demo_registry
 
 HERE = Path(__file__).parent
 

@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 
 import loopwright as lw
-from loopwright.resume import resume
+from loopwright.durable.resume import resume
+from loopwright.durable.sqlite import SQLiteStore
 from loopwright.safety import ApprovalPending, ApprovalRequest
-from loopwright.store import SQLiteStore
 
 SCRIPT = [
     'Thought: clean up\nAction: delete_file\nAction Input: {"path": "/tmp/report.txt"}',

@@ -29,8 +29,8 @@ import crash_workload as work
 import payments_workload as pay
 
 import loopwright as lw
+from loopwright.durable.sqlite import SQLiteStore
 from loopwright.interfaces.common import open_store
-from loopwright.store import SQLiteStore
 
 
 def payments_child(request: dict, fd: int) -> None:

@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import loopwright as lw
+from loopwright.durable.resume import resume
 from loopwright.interfaces.common import open_store
-from loopwright.resume import resume
 
 TASK = "Write a, then b."
 SCRIPT = [

@@ -26,9 +26,9 @@ from loopwright.batch.evaluation import load_dataset
 from loopwright.errors import ExamplesError, ToolDefinitionError
 from loopwright.modes import run
 from loopwright.policy import Policy
+from loopwright.tools.examples import CallExample, RunExample, ToolExample
+from loopwright.tools.registry import ToolRegistry
 from loopwright.trace import Trace
-from loopwright.wire.examples import CallExample, RunExample, ToolExample
-from loopwright.wire.tools import ToolRegistry
 
 __all__ = ["FORMAT", "PLACEMENTS", "VERSION", "BootstrapResult", "bootstrap_examples", "kept_calls", "whole_run"]
 

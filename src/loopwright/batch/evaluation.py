@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from loopwright.batch.runner import PolicySource, Progress, arun_many
+from loopwright.tools.registry import ToolRegistry
 from loopwright.trace import Trace
-from loopwright.wire.tools import ToolRegistry
 
 Scorer = Callable[[str | None, Any], "bool | float"]
 _NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?|[-+]?\.\d+")

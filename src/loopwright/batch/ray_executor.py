@@ -40,7 +40,7 @@ class _Worker:
         if store_path is not None:
             from dataclasses import replace
 
-            from loopwright.durable.store import SQLiteStore
+            from loopwright.durable.sqlite import SQLiteStore
 
             spec = replace(spec, store=SQLiteStore(store_path))
         self.spec = spec

@@ -41,11 +41,11 @@ from loopwright.offload import run_until_complete
 from loopwright.policy import Policy
 from loopwright.prompts import PromptSet
 from loopwright.safety import Approver
+from loopwright.tools.registry import ToolRegistry
 from loopwright.trace import Step, Trace
-from loopwright.wire.tools import ToolRegistry
 
 if TYPE_CHECKING:
-    from loopwright.durable.store import SQLiteStore
+    from loopwright.durable.sqlite import SQLiteStore
     from loopwright.memory.tiered import Memory
 
 RUN_KEYWORDS: Final = frozenset(RunSpec.__dataclass_fields__) - {"task", "mode", "store"}

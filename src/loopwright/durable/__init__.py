@@ -8,6 +8,6 @@ from loopwright.durable.base import RunRecord, UnsettledCall
 from loopwright.durable.fork import fork
 from loopwright.durable.postgres import PostgresStore
 from loopwright.durable.resume import resume
-from loopwright.durable.store import SQLiteStore
+from loopwright.durable.sqlite import SQLiteStore
 
 __all__ = ["PostgresStore", "RunRecord", "SQLiteStore", "UnsettledCall", "fork", "resume"]

@@ -22,8 +22,8 @@ from typing import Any, Final, Self
 from loopwright.durable.journal import RunJournal, _dumps
 from loopwright.errors import StoreError, describe
 from loopwright.safety import ApprovalRequest, Decision
+from loopwright.tools.results import ToolError, render_observation
 from loopwright.trace import Step, Trace, Usage
-from loopwright.wire.results import ToolError, render_observation
 
 RESUMABLE: Final = frozenset({"running", "paused", "interrupted", "blocked"})
 SCHEMA_NAME: Final = "loopwright-journal"

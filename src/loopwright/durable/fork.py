@@ -31,9 +31,9 @@ from loopwright.modes.spec import (
 from loopwright.policy import Policy
 from loopwright.prompts import PromptSet
 from loopwright.safety import Approver, Decision
+from loopwright.tools.registry import ToolRegistry
+from loopwright.tools.toolset import tool_set
 from loopwright.trace import Trace
-from loopwright.wire.tools import ToolRegistry
-from loopwright.wire.toolset import tool_set
 
 if TYPE_CHECKING:
     from loopwright.memory.tiered import Memory

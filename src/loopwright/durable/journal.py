@@ -22,8 +22,8 @@ from typing import Any, Final, Literal, Protocol
 from loopwright.errors import StoreError
 from loopwright.policy import Completion, ModelRequest, ToolCall
 from loopwright.safety import ApprovalRequest, Decision
+from loopwright.tools.registry import ToolError, ToolResult
 from loopwright.trace import Step, Trace, Usage
-from loopwright.wire.tools import ToolError, ToolResult
 
 RunStatus = Literal["running", "paused", "interrupted", "blocked", "finished"]
 """Where a journaled run stands: `blocked` waits for a person (a side effect of unknown outcome)."""

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from typing import Any, Final, Literal
 
 from loopwright.durable.base import DEFAULT_LEASE_S, SCHEMA_NAME, StoreBase
-from loopwright.durable.store import _SCHEMA_V1, _SCHEMA_V2, _statements, check_lease
+from loopwright.durable.sqlite import _SCHEMA_V1, _SCHEMA_V2, _statements, check_lease
 from loopwright.errors import StoreError
 
 _LOCK_ID: Final = 0x4C57524A  # the advisory lock two workers opening a new journal take in turn

@@ -14,7 +14,7 @@ worker runs or resumes is refused with a StoreError. A call left in doubt can in
 settled by a person (`store.settle`), after which the run goes on from its outcome.
 
 A resume runs with the tools the run started with: the journal records each tool's name
-and schema fingerprint (`loopwright.wire.toolset`), and a registry that differs (a tool
+and schema fingerprint (`loopwright.tools.toolset`), and a registry that differs (a tool
 added, removed or changed) is a ToolSetChangedError naming the difference, before
 anything is replayed, unless `allow_tool_changes=True` (the trace's meta["tool_changes"]
 then says what changed; the recorded set stays the original one). A journal written
@@ -49,9 +49,9 @@ from loopwright.modes.spec import (
 from loopwright.policy import Policy
 from loopwright.prompts import PromptSet
 from loopwright.safety import Approver, Decision, decisions_approver
+from loopwright.tools.registry import ToolRegistry
+from loopwright.tools.toolset import ToolSetDiff, diff_tool_sets, tool_set
 from loopwright.trace import Trace
-from loopwright.wire.tools import ToolRegistry
-from loopwright.wire.toolset import ToolSetDiff, diff_tool_sets, tool_set
 
 if TYPE_CHECKING:
     from loopwright.memory.tiered import Memory

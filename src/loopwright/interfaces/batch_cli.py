@@ -192,7 +192,7 @@ class _Bar:
 def _store(args: argparse.Namespace) -> Any:
     if not args.db:
         return None
-    from loopwright.durable.store import SQLiteStore
+    from loopwright.durable.sqlite import SQLiteStore
 
     return SQLiteStore(args.db)
 

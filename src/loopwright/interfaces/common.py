@@ -49,7 +49,7 @@ def open_store(target: str, *, must_exist: bool = False) -> Any:
     """The run journal `--db` names: a `postgresql://` DSN (PostgresStore) or a SQLite
     file path. must_exist: a missing SQLite file is a StoreError instead of a new journal."""
     from loopwright.durable.postgres import PostgresStore, is_postgres_dsn
-    from loopwright.durable.store import SQLiteStore
+    from loopwright.durable.sqlite import SQLiteStore
     from loopwright.errors import StoreError
 
     if is_postgres_dsn(target):

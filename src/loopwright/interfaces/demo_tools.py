@@ -19,7 +19,7 @@ from importlib import resources
 from typing import Any, Final
 
 from loopwright.batch.evaluation import is_correct
-from loopwright.wire.tools import Tool, ToolRegistry, tool
+from loopwright.tools.registry import Tool, ToolRegistry, tool
 
 __all__ = ["DEMO_TASKS", "DEMO_TOOLS", "calculate", "demo_registry", "evaluate", "is_correct", "lookup"]
 

@@ -51,7 +51,7 @@ from loopwright.interfaces.common import (
 from loopwright.interfaces.common import add_model_args as _model_flags
 from loopwright.policy import Policy
 from loopwright.safety import Decision
-from loopwright.wire.tools import ToolRegistry
+from loopwright.tools.registry import ToolRegistry
 
 PolicyFactory = Callable[[argparse.Namespace], Policy]
 RegistryFactory = Callable[[argparse.Namespace], ToolRegistry]

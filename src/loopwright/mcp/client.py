@@ -36,7 +36,7 @@ from typing import IO, Any, Final, TypeVar
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from loopwright.errors import LoopwrightError
-from loopwright.wire.tools import SideEffects, Tool
+from loopwright.tools.registry import SideEffects, Tool
 
 __all__ = ["MCPError", "MCPServer", "MCPToolError", "safety_from_annotations"]
 

@@ -20,7 +20,7 @@ from typing import Any
 import mcp.types as types
 from mcp.server.lowlevel.server import Server
 
-from loopwright.wire.tools import Tool, ToolRegistry
+from loopwright.tools.registry import Tool, ToolRegistry
 
 __all__ = ["annotations_for", "build_server", "serve_http", "serve_stdio"]
 

@@ -34,8 +34,8 @@ from loopwright.modes.machine import (
 )
 from loopwright.offload import acall_in_thread, guard
 from loopwright.policy import ModelRequest, acall_policy, is_async_policy, policy_reply
+from loopwright.tools.registry import ToolResult
 from loopwright.trace import Step, Trace
-from loopwright.wire.tools import ToolResult
 
 if TYPE_CHECKING:  # imported where used: a sync run never loads asyncio (see loopwright.offload)
     import asyncio

@@ -21,9 +21,9 @@ from loopwright.outputs import output_spec
 from loopwright.policy import Completion, ModelRequest, Policy
 from loopwright.prompts import DEFAULT_PROMPTS, PromptSet
 from loopwright.safety import Approver
+from loopwright.tools.registry import ToolRegistry
+from loopwright.tools.toolset import tool_set
 from loopwright.trace import Step, Trace, Usage
-from loopwright.wire.tools import ToolRegistry
-from loopwright.wire.toolset import tool_set
 
 
 class RunContext:

@@ -33,8 +33,8 @@ from loopwright.modes.machine import (
 )
 from loopwright.offload import call_in_thread
 from loopwright.policy import ModelRequest, policy_reply
+from loopwright.tools.registry import ToolResult
 from loopwright.trace import Step, Trace
-from loopwright.wire.tools import ToolResult
 
 
 def call_model(ctx: RunContext, request: ModelRequest) -> ModelCall:

@@ -35,8 +35,8 @@ from loopwright.modes.spec import (
 from loopwright.policy import Policy
 from loopwright.prompts import PromptSet
 from loopwright.safety import Approver
+from loopwright.tools.registry import ToolRegistry
 from loopwright.trace import Trace
-from loopwright.wire.tools import ToolRegistry
 
 if TYPE_CHECKING:
     from loopwright.memory.tiered import Memory

@@ -29,8 +29,8 @@ from loopwright.safety import (
     ask,
     denial_observation,
 )
+from loopwright.tools.registry import Tool, ToolError, ToolRegistry, ToolResult
 from loopwright.trace import Step, Trace
-from loopwright.wire.tools import Tool, ToolError, ToolRegistry, ToolResult
 
 
 class Host(Protocol):

@@ -18,8 +18,8 @@ from typing import Any, Protocol, TypeVar
 
 from loopwright.policy import Completion, ModelRequest
 from loopwright.safety import ApprovalRequest, Decision
+from loopwright.tools.registry import ToolResult
 from loopwright.trace import Step, Trace, Usage
-from loopwright.wire.tools import ToolResult
 
 R = TypeVar("R")
 

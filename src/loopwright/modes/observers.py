@@ -13,8 +13,8 @@ from typing import Any, Protocol
 from loopwright import pricing
 from loopwright.modes.machine import Journal
 from loopwright.policy import Completion, ModelRequest
+from loopwright.tools.registry import ToolResult
 from loopwright.trace import Step, Trace, Usage
-from loopwright.wire.tools import ToolResult
 
 
 class Observer(Protocol):

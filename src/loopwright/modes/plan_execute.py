@@ -17,10 +17,10 @@ from loopwright.modes.context import RunContext
 from loopwright.modes.machine import CallTool, Machine, StepGen
 from loopwright.modes.rewoo import plan_call, plan_examples
 from loopwright.modes.spec import RunSpec
+from loopwright.parsing.steps import PlanStep, substitute
 from loopwright.prompts import describe_tools, fill, render_evidence
 from loopwright.trace import Step
 from loopwright.untrusted import fence, neutralise
-from loopwright.wire.parsing import PlanStep, substitute
 
 
 def check(spec: RunSpec) -> None:

@@ -16,13 +16,13 @@ from loopwright.modes._critique import check_on_tool_error, reflect
 from loopwright.modes.context import RunContext, first_line
 from loopwright.modes.machine import CallModel, CallTool, PolicyFailed, StepGen
 from loopwright.modes.spec import RunSpec
+from loopwright.parsing.steps import Action, FinalAnswer, parse_react_step
+from loopwright.parsing.toolcalls import parse_tool_calls
 from loopwright.policy import ModelRequest
 from loopwright.prompts import describe_tools, example_call, fill, worked_examples
+from loopwright.tools.registry import ToolRegistry
 from loopwright.trace import Step, estimate_tokens
 from loopwright.untrusted import fence, neutralise
-from loopwright.wire.parsing import Action, FinalAnswer, parse_react_step
-from loopwright.wire.toolcalls import parse_tool_calls
-from loopwright.wire.tools import ToolRegistry
 
 DIALECTS = ("json", "brackets", "native")
 

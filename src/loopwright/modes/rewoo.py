@@ -24,11 +24,11 @@ from loopwright.modes.machine import (
     StepGen,
 )
 from loopwright.modes.spec import RunSpec
+from loopwright.parsing.steps import PlanStep, parse_plan, substitute
 from loopwright.policy import ModelRequest, Purpose
 from loopwright.prompts import describe_tools, fill, render_evidence, worked_examples
 from loopwright.trace import Step
 from loopwright.untrusted import neutralise
-from loopwright.wire.parsing import PlanStep, parse_plan, substitute
 
 
 def check(spec: RunSpec) -> None:

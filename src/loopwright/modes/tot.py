@@ -30,12 +30,12 @@ from loopwright.errors import ParseError
 from loopwright.modes.context import RunContext
 from loopwright.modes.machine import CallModel, CallTool, Machine, PolicyFailed, StepGen
 from loopwright.modes.spec import RunSpec
+from loopwright.parsing.steps import Action, FinalAnswer, parse_react_step
 from loopwright.policy import ModelRequest, Purpose
 from loopwright.prompts import describe_tools
+from loopwright.tools.registry import ToolRegistry
 from loopwright.trace import Step
 from loopwright.untrusted import fence, neutralise
-from loopwright.wire.parsing import Action, FinalAnswer, parse_react_step
-from loopwright.wire.tools import ToolRegistry
 
 SEARCHES: Final = ("bfs", "dfs")
 LABELS: Final = {"sure": 1.0, "likely": 0.5, "impossible": 0.0}

@@ -41,7 +41,7 @@ import loopwright as lw
 from loopwright.policy import Policy
 from loopwright.safety import ApprovalRequest, Decision
 from loopwright.ui.agui import AGUIMapper
-from loopwright.wire.tools import ToolRegistry
+from loopwright.tools import ToolRegistry
 
 PAGE_FILES: Final = {"/": ("serve.html", "text/html; charset=utf-8"),
                      "/serve.js": ("serve.js", "text/javascript; charset=utf-8"),

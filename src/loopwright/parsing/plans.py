@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from loopwright.errors import ParseError, describe
-from loopwright.wire.decoding import _DECODER, TOOL_NAME_PATTERN, _Bad, _json_type, _where
+from loopwright.parsing.decoding import _DECODER, TOOL_NAME_PATTERN, _Bad, _json_type, _where
 
 __all__ = ["FORMAT_HELP_PLAN", "REF_PATTERN", "PlanStep", "find_refs", "parse_plan", "substitute"]
 

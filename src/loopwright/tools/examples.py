@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from loopwright.errors import ToolDefinitionError, describe
-from loopwright.wire.results import render_observation
+from loopwright.tools.results import render_observation
 
 __all__ = [
     "CallExample",
@@ -333,7 +333,7 @@ def eg_value(description: object, spec: Mapping[str, Any]) -> tuple[bool, Any]:
 def fits(value: Any, spec: Mapping[str, Any]) -> bool:
     """Whether `value` is valid for the JSON Schema `spec` (strict numbers: True is no
     integer)."""
-    from loopwright.wire.toolschema import _strict_validator
+    from loopwright.tools.schema import _strict_validator
 
     try:
         return bool(_strict_validator()(dict(spec)).is_valid(value))

@@ -24,7 +24,7 @@ import re
 from typing import Any, Final, Literal
 
 from loopwright.errors import ParseError, describe
-from loopwright.wire.decoding import (
+from loopwright.parsing.decoding import (
     _DECODER,
     _FENCE_LINE,
     _SCAN_JSON,
@@ -37,7 +37,7 @@ from loopwright.wire.decoding import (
     _unescape,
     _unescape_deep,
 )
-from loopwright.wire.plans import (
+from loopwright.parsing.plans import (
     FORMAT_HELP_PLAN,
     REF_PATTERN,
     PlanStep,
@@ -45,7 +45,7 @@ from loopwright.wire.plans import (
     parse_plan,
     substitute,
 )
-from loopwright.wire.toolcalls import parse_tool_calls
+from loopwright.parsing.toolcalls import parse_tool_calls
 
 __all__ = [
     "FORMAT_HELP_BRACKETS",

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from loopwright._slots import slot_writers
-from loopwright.wire.toolrun import Timeout
-from loopwright.wire.toolschema import ToolArgumentError
+from loopwright.tools.run import Timeout
+from loopwright.tools.schema import ToolArgumentError
 
 __all__ = ["ToolError", "ToolErrorKind", "ToolResult", "render_observation"]
 

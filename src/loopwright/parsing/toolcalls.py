@@ -1,7 +1,7 @@
 """Native tool calls: an OpenAI-style assistant message's `tool_calls` (a JSON arguments
 string each) read into the same Action the ReAct parser returns. Same boundary, same
 rules: tolerant of what servers really send, ParseError for anything malformed. Also
-importable from `loopwright.wire.parsing`."""
+importable from `loopwright.parsing.steps`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from loopwright.errors import ParseError, describe
-from loopwright.wire.decoding import (
+from loopwright.parsing.decoding import (
     _FENCE_LINE,
     TOOL_NAME_PATTERN,
     Action,

@@ -45,7 +45,7 @@ from pydantic_core import core_schema
 from typing_extensions import TypedDict
 
 from loopwright.errors import LoopwrightError, ToolDefinitionError, describe
-from loopwright.wire.docstrings import parse_docstring as parse_docstring  # re-exported
+from loopwright.tools.docstrings import parse_docstring as parse_docstring  # re-exported
 
 _MAX_PROBLEMS: Final = 6
 

@@ -26,9 +26,14 @@ from typing import Any, Final, Literal, TypeVar, overload
 
 from loopwright.errors import ToolDefinitionError, describe
 from loopwright.offload import acall_in_thread
-from loopwright.wire.docstrings import docstring_examples
-from loopwright.wire.examples import ToolExample, check_examples, eg_value, parse_docstring_examples
-from loopwright.wire.results import (
+from loopwright.tools.docstrings import docstring_examples
+from loopwright.tools.examples import (
+    ToolExample,
+    check_examples,
+    eg_value,
+    parse_docstring_examples,
+)
+from loopwright.tools.results import (
     ToolError,
     ToolErrorKind,
     ToolResult,
@@ -37,8 +42,8 @@ from loopwright.wire.results import (
     _unrenderable,
     render_observation,
 )
-from loopwright.wire.toolrun import Outcome, Timeout, call_within, guard, run_coroutine, run_job
-from loopwright.wire.toolschema import (
+from loopwright.tools.run import Outcome, Timeout, call_within, guard, run_coroutine, run_job
+from loopwright.tools.schema import (
     ArgumentSpec,
     ToolArgumentError,
     argument_dict,
@@ -372,7 +377,7 @@ class ToolRegistry:
     ) -> None:
         """examples: whole runs, `[{"question", "calls": [{"tool", "args", "result"}, ...],
         "answer"}]`, checked now against the tools' schemas; every mode's prompts show them."""
-        from loopwright.wire.examples import check_run_examples
+        from loopwright.tools.examples import check_run_examples
         self._tools: dict[str, Tool] = {}
         self._names: tuple[str, ...] = ()
         self._memo: dict[Hashable, Any] = {}

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from loopwright.wire.tools import ToolRegistry
+from loopwright.tools.registry import ToolRegistry
 
 
 def schema_fingerprint(schema: Mapping[str, Any]) -> str:
