@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 if TYPE_CHECKING:
     from loopwright.policy import Completion, ModelRequest
     from loopwright.safety import ApprovalRequest
+    from loopwright.tools.results import ToolResult
     from loopwright.trace import Step, Trace, Usage
-    from loopwright.wire.results import ToolResult
 
 EventKind = Literal[
     "run_started", "model_delta", "tool_started", "tool_finished", "step", "run_finished", "approval_requested"

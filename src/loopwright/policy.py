@@ -3,12 +3,17 @@
 (stop strings, a grammar, chat messages and tool schemas for native tool calling)
 implement `complete(request)`; the loops always build the full ModelRequest, so every
 backend sees the same prompt the trace records.
+
+A model may also stream: `stream(request)` (or `astream`) yields the text as str deltas
+as it is produced and may end with a Completion carrying the usage, tool calls and meta
+(its text empty, or the whole text). A run streams only when someone watches it
+(`lw.iter_events`, a sink); `stream_reply` is the one place a stream is read.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from types import FunctionType
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -80,6 +85,14 @@ class Model(Protocol):
     def complete(self, request: ModelRequest) -> Completion | str: ...
 
 
+@runtime_checkable
+class StreamingModel(Model, Protocol):
+    """A Model that can also give its text as it is produced: str deltas, then
+    optionally a Completion (usage, tool calls, meta; its text empty or the deltas joined)."""
+
+    def stream(self, request: ModelRequest) -> Iterator[str | Completion]: ...
+
+
 Policy = Callable[[str], "str | Completion"] | Model
 """Any callable str -> str (or Completion), or a Model."""
 
@@ -140,6 +153,86 @@ def as_completion(out: Any) -> Completion:
     )
 
 
+Emit = Callable[[str], None]
+"""Where `stream_reply` pushes each delta as it arrives."""
+
+
+def stream_reply(policy: Policy, request: ModelRequest, emit: Emit) -> str | Completion:
+    """`policy_reply`, with the text pushed to `emit` as it is produced: read from the
+    policy's `stream` (or `astream`, on a private loop) when it has one, else one delta
+    holding the whole answer. The answer's text is the deltas joined."""
+    if type(policy) is not FunctionType:
+        stream = getattr(policy, "stream", None)
+        if callable(stream):
+            parts: list[str] = []
+            end: Completion | None = None
+            items = stream(request)
+            try:
+                for item in items:
+                    end = _take(item, parts, emit, end)
+            finally:
+                close = getattr(items, "close", None)
+                if callable(close):  # a stream left early (an error, a cancelled run) ends here
+                    close()
+            return _streamed(parts, end, emit)
+        if callable(getattr(policy, "astream", None)):
+            return run_until_complete(astream_reply(policy, request, emit))
+    reply = policy_reply(policy, request)
+    emit(reply if type(reply) is str else reply.text)  # type: ignore[union-attr]
+    return reply
+
+
+async def astream_reply(policy: Policy, request: ModelRequest, emit: Emit) -> Completion | str:
+    """`stream_reply` for an async policy, on this loop: its `astream` when it has one,
+    else one delta holding the whole answer."""
+    astream = getattr(policy, "astream", None)
+    if not callable(astream):
+        reply = await acall_policy(policy, request)
+        emit(reply.text)
+        return reply
+    parts: list[str] = []
+    end: Completion | None = None
+    items: AsyncIterator[str | Completion] = astream(request)
+    try:
+        async for item in items:
+            end = _take(item, parts, emit, end)
+    finally:
+        aclose = getattr(items, "aclose", None)
+        if callable(aclose):
+            await aclose()
+    return _streamed(parts, end, emit)
+
+
+def _take(item: Any, parts: list[str], emit: Emit, end: Completion | None) -> Completion | None:
+    """One item of a stream: a delta is kept and pushed; a Completion is the stream's end."""
+    if type(item) is str or isinstance(item, str):
+        if item:
+            text = str(item)
+            parts.append(text)
+            emit(text)
+        return end
+    if isinstance(item, Completion):
+        return item
+    raise TypeError(f"a policy's stream must yield str deltas and a final loopwright.Completion, "
+                    f"got {type(item).__name__}")
+
+
+def _streamed(parts: list[str], end: Completion | None, emit: Emit) -> str | Completion:
+    """The answer a stream gave. A final Completion's text, when it is not empty, must
+    continue the deltas (the rest is pushed as one more delta), so the deltas joined are
+    always the answer's text."""
+    text = "".join(parts)
+    if end is None:
+        return text
+    if end.text and end.text != text:
+        if not end.text.startswith(text):
+            raise ValueError(f"a stream ended with a Completion whose text {end.text[:80]!r} does not "
+                             f"continue its deltas {text[:80]!r}")
+        emit(end.text[len(text):])
+        return end
+    return end if end.text == text else Completion(text, end.usage, end.tool_calls, end.meta)
+
+
 def is_async_policy(policy: Any) -> bool:
     """Whether the policy answers with a coroutine: it has `acomplete`, or its
     `complete` or `__call__` is an `async def`."""
@@ -158,7 +251,8 @@ def is_async_policy(policy: Any) -> bool:
 class ScriptedPolicy:
     """A deterministic policy for tests: returns scripted outputs in order.
 
-    Each entry is a str, a Completion, an exception instance (raised when reached), or a
+    Each entry is a str, a Completion, an exception instance (raised when reached), a
+    tuple of str (the deltas `stream` yields; `complete` returns them joined), or a
     callable taking the prompt and returning one of those. Strict: a call past the end
     raises ScriptExhaustedError; `assert_consumed()` fails if outputs are left over.
     `prompts` records every prompt it was sent.
@@ -180,6 +274,22 @@ class ScriptedPolicy:
         return len(self._outputs) - self._next
 
     def complete(self, request: ModelRequest) -> Completion | str:
+        item = self._take(request)
+        return "".join(item) if isinstance(item, tuple) else item
+
+    def stream(self, request: ModelRequest) -> Iterator[str | Completion]:
+        """The next entry as a stream: a tuple's deltas, a str whole, a Completion's
+        text and then the Completion."""
+        item = self._take(request)
+        if isinstance(item, tuple):
+            yield from item
+        elif isinstance(item, Completion):
+            yield item.text
+            yield item
+        else:
+            yield item
+
+    def _take(self, request: ModelRequest) -> Completion | str | tuple[str, ...]:
         self.prompts.append(request.prompt)
         self.requests.append(request)
         if self._next >= len(self._outputs):
@@ -189,11 +299,13 @@ class ScriptedPolicy:
             )
         item = self._outputs[self._next]
         self._next += 1
-        if callable(item) and not isinstance(item, (str, Completion)):
+        if callable(item) and not isinstance(item, (str, Completion, tuple)):
             item = item(request.prompt)
         if isinstance(item, BaseException):
             raise item
         if isinstance(item, (str, Completion)):
+            return item
+        if isinstance(item, tuple) and all(isinstance(part, str) for part in item):
             return item
         raise TypeError(f"{self.name}: scripted item {self._next} is {type(item).__name__}")
 

@@ -2,7 +2,7 @@
 plan-execute-replan, Reflexion and Tree-of-Thoughts as pure step machines (machine.py),
 the two drivers that run them (driver.py on a thread, adriver.py on an event loop), what
 the drivers share (the run context, the tool gate, the observers), and the front door
-(front.py) that starts a run from a RunSpec (spec.py)."""
+(front.py) that starts a run from a RunSpec (spec.py), and watching a run's events (watch.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ from loopwright.modes.adriver import AsyncRun
 from loopwright.modes.driver import Run
 from loopwright.modes.front import (
     MODES,
+    aiter_events,
     aiter_run,
     arun,
+    iter_events,
     iter_plan_execute,
     iter_react,
     iter_reflexion,
@@ -26,14 +28,19 @@ from loopwright.modes.front import (
     run_tot,
 )
 from loopwright.modes.spec import RunSpec
+from loopwright.modes.watch import AsyncEvents, Events
 
 __all__ = [
     "MODES",
+    "AsyncEvents",
     "AsyncRun",
+    "Events",
     "Run",
     "RunSpec",
+    "aiter_events",
     "aiter_run",
     "arun",
+    "iter_events",
     "iter_plan_execute",
     "iter_react",
     "iter_reflexion",

@@ -33,7 +33,14 @@ from loopwright.modes.machine import (
     StopRun,
 )
 from loopwright.offload import acall_in_thread, guard
-from loopwright.policy import ModelRequest, acall_policy, is_async_policy, policy_reply
+from loopwright.policy import (
+    ModelRequest,
+    acall_policy,
+    astream_reply,
+    is_async_policy,
+    policy_reply,
+    stream_reply,
+)
 from loopwright.tools.registry import ToolResult
 from loopwright.trace import Step, Trace
 
@@ -44,12 +51,22 @@ if TYPE_CHECKING:  # imported where used: a sync run never loads asyncio (see lo
 async def acall_model(ctx: RunContext, request: ModelRequest) -> ModelCall:
     """`driver.call_model`, awaited."""
     recorded = ctx.begin_model()
+    events = ctx.events  # someone watches: the policy streams, its deltas go out as they come
     if recorded is not None:
+        if events is not None:
+            events.delta(ctx.next_index, recorded.text)
         return recorded
     start = time.perf_counter()
     remaining = ctx.deadline.remaining()
     try:
-        if is_async_policy(ctx.policy):
+        if events is not None:
+            emit = partial(events.delta, ctx.next_index)
+            if is_async_policy(ctx.policy):
+                ok, reply = await guard(astream_reply(ctx.policy, request, emit), remaining)
+            else:  # a sync stream is read on a thread; the sink hears it from there
+                ok, reply = await acall_in_thread(partial(stream_reply, ctx.policy, request, emit), remaining,
+                                                  "policy")  # fmt: skip
+        elif is_async_policy(ctx.policy):
             ok, reply = await guard(acall_policy(ctx.policy, request), remaining)
         else:
             ok, reply = await acall_in_thread(partial(policy_reply, ctx.policy, request), remaining, "policy")
@@ -133,11 +150,17 @@ class AsyncRun:
         call = admitted.call
         token = CURRENT_CALL.set((ctx, call.key, attempt, call.name))  # for lw.current_call()
         ctx.in_flight[call.key] = (call.name, call.args, time.perf_counter())
+        events = ctx.events
+        if events is not None:
+            step = ctx.next_index
+            events.tool_started(step, call.name, call.args, call.key)
         try:
             result = await ctx.registry.aexecute(call.name, call.args, timeout_s=ctx.deadline.remaining())
         finally:
             CURRENT_CALL.reset(token)
         ctx.in_flight.pop(call.key, None)  # kept when the run was cancelled: the trace says so
+        if events is not None:
+            events.tool_finished(step, call.key, result)
         return result
 
     async def _finished(self, call: CallTool) -> Finished:

@@ -32,7 +32,7 @@ from loopwright.modes.machine import (
     StopRun,
 )
 from loopwright.offload import call_in_thread
-from loopwright.policy import ModelRequest, policy_reply
+from loopwright.policy import ModelRequest, policy_reply, stream_reply
 from loopwright.tools.registry import ToolResult
 from loopwright.trace import Step, Trace
 
@@ -40,15 +40,19 @@ from loopwright.trace import Step, Trace
 def call_model(ctx: RunContext, request: ModelRequest) -> ModelCall:
     """One model call. Raises PolicyFailed when the policy raises or outlives the run."""
     recorded = ctx.begin_model()
+    events = ctx.events  # someone watches: the policy streams, its deltas go out as they come
     if recorded is not None:
+        if events is not None:
+            events.delta(ctx.next_index, recorded.text)
         return recorded
+    answer = policy_reply if events is None else partial(stream_reply, emit=partial(events.delta, ctx.next_index))
     start = time.perf_counter()
     remaining = ctx.deadline.remaining()
     try:
         if remaining is None:
-            reply = policy_reply(ctx.policy, request)
+            reply = answer(ctx.policy, request)
         else:
-            ok, reply = call_in_thread(partial(policy_reply, ctx.policy, request), remaining, "policy")
+            ok, reply = call_in_thread(partial(answer, ctx.policy, request), remaining, "policy")
             if not ok:
                 raise reply
     except Exception as exc:  # the choke point: any policy failure ends the run cleanly
@@ -75,11 +79,17 @@ def _run_tool(ctx: RunContext, admitted: Admitted) -> ToolResult:
     token = CURRENT_CALL.set((ctx, call.key, attempt, call.name))  # for lw.current_call()
     in_flight = ctx.in_flight
     in_flight[call.key] = (call.name, call.args, time.perf_counter())
+    events = ctx.events
+    if events is not None:
+        step = ctx.next_index
+        events.tool_started(step, call.name, call.args, call.key)
     try:
         result = ctx.registry.execute(call.name, call.args, timeout_s=ctx.deadline.remaining())
     finally:
         CURRENT_CALL.reset(token)
     in_flight.pop(call.key, None)  # kept when Ctrl-C cut the call: the trace says what was running
+    if events is not None:
+        events.tool_finished(step, call.key, result)
     return result
 
 

@@ -1,4 +1,5 @@
-"""The front door: `run`, `iter_run`, `arun`, `aiter_run` and the per-mode `run_*` / `iter_*`.
+"""The front door: `run`, `iter_run`, `arun`, `aiter_run`, `iter_events`, `aiter_events` and the
+per-mode `run_*` / `iter_*`.
 
 Each takes typed keywords (the limits, same names in every mode; Reflexion's and
 Tree-of-Thoughts' own settings; the run options), makes the RunSpec a run starts from,
@@ -13,6 +14,7 @@ run's config under "meta"), tracer, cost_budget_usd, prices.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
 from loopwright.events import EventSink
@@ -32,6 +34,7 @@ from loopwright.modes.spec import (
     RunStore,
     Search,
 )
+from loopwright.modes.watch import AsyncEvents, Events
 from loopwright.policy import Policy
 from loopwright.prompts import PromptSet
 from loopwright.safety import Approver
@@ -146,6 +149,53 @@ async def arun(
     ones run in threads, so the loop is never blocked. Same arguments and trace as `run`;
     cancelling the awaiting task ends the run "interrupted" (see modes/adriver.py)."""
     return await AsyncRun(start(_spec(task, mode, locals()), policy, registry)).run()
+
+def iter_events(
+    task: str, policy: Policy, registry: ToolRegistry, mode: str = "react", *,
+    max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
+    max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
+    on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
+    on_tool_error: OnToolError | None = None, max_reflections: int | None = None,
+    attempt_steps: int | None = None, evaluator: Evaluator | bool | None = None, search: Search | None = None,
+    branching: int | None = None, breadth: int | None = None, depth: int | None = None,
+    max_nodes: int | None = None, threshold: float | None = None, allow_side_effects: bool | None = None,
+    tools: Iterable[str] | None = None, approver: Approver | None = None, on_deny: OnDeny = "observe",
+    prompts: PromptSet | None = None, memory: Memory | None = None, context_tokens: int | None = None,
+    output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
+    journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
+    prices: PriceSpec | None = None,
+) -> Events:
+    """Start a run and watch it: iterate the result for its events as they happen
+    (run_started, model_delta, tool_started, tool_finished, step, approval_requested,
+    run_finished; see loopwright.events). The policy streams its text when it can. The
+    run goes on a thread of its own; `.close()` ends it "interrupted". Same arguments as `run`."""
+    spec = _spec(task, mode, locals())
+    return Events(partial(_watched, spec, policy, registry))
+
+def aiter_events(
+    task: str, policy: Policy, registry: ToolRegistry, mode: str = "react", *,
+    max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
+    max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
+    on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
+    on_tool_error: OnToolError | None = None, max_reflections: int | None = None,
+    attempt_steps: int | None = None, evaluator: Evaluator | bool | None = None, search: Search | None = None,
+    branching: int | None = None, breadth: int | None = None, depth: int | None = None,
+    max_nodes: int | None = None, threshold: float | None = None, allow_side_effects: bool | None = None,
+    tools: Iterable[str] | None = None, approver: Approver | None = None, on_deny: OnDeny = "observe",
+    prompts: PromptSet | None = None, memory: Memory | None = None, context_tokens: int | None = None,
+    output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
+    journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
+    prices: PriceSpec | None = None,
+) -> AsyncEvents:
+    """`iter_events` on an event loop: `async for ev in aiter_events(...)`; the run is a task
+    on this loop, `await .aclose()` cancels it. Same arguments as `run`."""
+    spec = _spec(task, mode, locals())
+    return AsyncEvents(partial(_watched, spec, policy, registry))
+
+
+def _watched(spec: RunSpec, policy: Policy, registry: ToolRegistry, sinks: Sequence[EventSink]) -> Run:
+    return start(spec, policy, registry, sinks=sinks)
+
 
 def iter_react(
     task: str, policy: Policy, registry: ToolRegistry, *,
@@ -305,8 +355,10 @@ def run_tot(
 
 __all__ = [
     "MODES",
+    "aiter_events",
     "aiter_run",
     "arun",
+    "iter_events",
     "iter_plan_execute",
     "iter_react",
     "iter_reflexion",

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from loopwright.events import Emitter
 from loopwright.guards import call_key
 from loopwright.modes.machine import CallTool, Executed, Journal, StopRun
 from loopwright.modes.observers import Observer
@@ -38,6 +39,7 @@ class Host(Protocol):
 
     registry: ToolRegistry
     trace: Trace
+    events: Emitter | None
 
     @property
     def observers(self) -> Sequence[Observer]: ...
@@ -173,6 +175,9 @@ class ToolGate:
                 return known
         if self.approver is None:  # fail closed: a gated tool never runs unapproved
             return Decision(False, "this tool needs approval and the run has no approver")
+        events = self.ctx.events
+        if events is not None:  # a UI watching the run can ask a person now
+            events.approval(request)
         try:
             decision = ask(self.approver, request)
         except ApprovalPending:
