@@ -64,13 +64,15 @@ def test_page_shows_tokens_as_they_arrive_and_approves_with_its_button(tmp_path:
             browser.wait_for("document.readyState === 'complete'")
             first = "document.querySelector('pre.text')"
             seen: list[str] = []
+            mid = tmp_path / "streaming.png"
             while len(seen) < 200 and (not seen or seen[-1] != DELETE):  # the first step's text, as it grows
                 text = browser.eval(f"{first} ? {first}.textContent : ''")
                 if text and (not seen or text != seen[-1]):
                     seen.append(text)
+                    if len(text) > len(DELETE) // 2 and not mid.exists():
+                        browser.screenshot(mid)  # half the step's text is in
                 time.sleep(0.02)
-            mid = browser.screenshot(tmp_path / "streaming.png")
-            browser.wait_for("document.querySelector('.approval button.approve')")
+            browser.wait_for("!!document.querySelector('.approval button.approve')")
             assert ran == []  # the tool waits for the button
             browser.eval("document.querySelector('.approval button.approve').click()")
             browser.wait_for("document.getElementById('state').dataset.state === 'finished'")

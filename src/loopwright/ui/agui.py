@@ -78,6 +78,7 @@ class AGUIMapper:
         self.thread_id = thread_id
         self._runs: dict[str, _Open] = {}
         self._asked: set[str] = set()  # approval keys already announced
+        self._messages = 0
         self.finished = False
 
     def map(self, event: Event) -> list[BaseEvent]:
@@ -93,7 +94,8 @@ class AGUIMapper:
         elif isinstance(event, ModelDelta):
             out += self._enter(run, event.run_id, event.step, meta)
             if run.message is None:
-                run.message = f"{event.run_id}:{event.step}"
+                self._messages += 1  # a step's text cut by an approval goes on in a new message
+                run.message = f"{event.run_id}:{event.step}:{self._messages}"
                 out.append(TextMessageStartEvent(message_id=run.message, role="assistant", metadata=meta))
             out.append(TextMessageContentEvent(message_id=run.message, delta=event.text, metadata=meta))
         elif isinstance(event, ToolStarted):
@@ -120,7 +122,9 @@ class AGUIMapper:
         if request.key in self._asked:
             return []
         self._asked.add(request.key)
-        return [CustomEvent(name=APPROVAL_REQUESTED, value={**request.to_dict(), "agent": agent})]
+        run = self._runs.get(request.run_id or "")
+        out = [] if run is None else self._end_message(run, {"agent": agent} if agent else None)
+        return [*out, CustomEvent(name=APPROVAL_REQUESTED, value={**request.to_dict(), "agent": agent})]
 
     @staticmethod
     def approval_decided(key: str, decision: Decision) -> list[BaseEvent]:

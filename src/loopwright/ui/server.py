@@ -40,8 +40,8 @@ from starlette.routing import Route
 import loopwright as lw
 from loopwright.policy import Policy
 from loopwright.safety import ApprovalRequest, Decision
-from loopwright.ui.agui import AGUIMapper
 from loopwright.tools import ToolRegistry
+from loopwright.ui.agui import AGUIMapper
 
 PAGE_FILES: Final = {"/": ("serve.html", "text/html; charset=utf-8"),
                      "/serve.js": ("serve.js", "text/javascript; charset=utf-8"),
