@@ -214,6 +214,19 @@ def test_bad_requests_get_a_status_and_a_reason(registry: lw.ToolRegistry) -> No
     assert page.status_code == 200 and 'id="task-form"' in page.text
 
 
+def test_only_the_most_recent_finished_runs_are_kept(registry: lw.ToolRegistry) -> None:
+    with serving(app(lw.ScriptedPolicy([FINAL, FINAL, FINAL]), registry, keep_runs=2)) as base:
+        first = start_run(base, "a")
+        watch(base, first)
+        second = start_run(base, "b")
+        watch(base, second)
+        third = start_run(base, "c")
+        watch(base, third)  # three finished, two kept: the first goes
+        gone = httpx2.get(f"{base}/runs/{first}/events")
+        kept = watch(base, second)
+    assert gone.status_code == 404 and kept[-1]["type"] == "RUN_FINISHED"
+
+
 def test_app_checks_run_options_when_it_is_made(registry: lw.ToolRegistry) -> None:
     policy = lw.ScriptedPolicy([])
     with pytest.raises(TypeError, match="max_stepz"):

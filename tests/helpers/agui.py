@@ -67,8 +67,11 @@ def read_stream(response: Any, on_event: Callable[[dict[str, Any]], None] | None
     return events
 
 
-def watch(base: str, run_id: str, on_event: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
-    with httpx2.stream("GET", f"{base}/runs/{run_id}/events", timeout=30) as response:
+def watch(base: str, run_id: str, on_event: Callable[[dict[str, Any]], None] | None = None,
+          read_timeout: float = 30.0) -> list[dict[str, Any]]:
+    """The run's whole stream; `read_timeout`: the longest wait for the next bytes."""
+    timeout = httpx2.Timeout(10.0, read=read_timeout)
+    with httpx2.stream("GET", f"{base}/runs/{run_id}/events", timeout=timeout) as response:
         return read_stream(response, on_event)
 
 

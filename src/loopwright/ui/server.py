@@ -115,7 +115,6 @@ class RunServer:
         run_id = run_id or uuid.uuid4().hex[:16]
         if run_id in self.runs:
             raise ValueError(f"run id {run_id!r} is already taken on this server")
-        self._forget_finished()
         live = LiveRun(run_id, thread_id or run_id, AGUIMapper(thread_id or run_id))
         self.runs[run_id] = live
         loop = asyncio.get_running_loop()
@@ -141,6 +140,7 @@ class RunServer:
                 if future.cancel():  # the approver thread sees a denial
                     live.pending.pop(key, None)
             live.close()
+            self._forget_finished()
 
     def _approver(self, live: LiveRun, loop: asyncio.AbstractEventLoop) -> Any:
         timeout = self.approval_timeout_s
@@ -168,8 +168,9 @@ class RunServer:
         return approver
 
     def _forget_finished(self) -> None:
+        """As a run ends: keep the `keep_runs` most recent finished runs, drop older ones."""
         finished = [rid for rid, live in self.runs.items() if live.done]
-        for rid in finished[: max(0, len(finished) - self.keep_runs + 1)]:
+        for rid in finished[: max(0, len(finished) - self.keep_runs)]:
             del self.runs[rid]
 
     async def shutdown(self) -> None:
