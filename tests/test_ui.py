@@ -51,7 +51,8 @@ DELETE = 'Thought: delete it\nAction: delete\nAction Input: {"name": "notes.txt"
 
 
 def test_a_run_streams_as_valid_agui_events_in_order(registry: lw.ToolRegistry) -> None:
-    policy = lw.ScriptedPolicy([ADD, FINAL])
+    chunks = (ADD[:9], ADD[9:20], ADD[20:41], ADD[41:])  # the model streams step 1 in four deltas
+    policy = lw.ScriptedPolicy([chunks, FINAL])
     with serving(app(policy, registry, max_steps=4)) as base:
         run_id = start_run(base, "What is 2 + 3?")
         events = watch(base, run_id)
@@ -60,9 +61,10 @@ def test_a_run_streams_as_valid_agui_events_in_order(registry: lw.ToolRegistry) 
     assert events[0]["runId"] == run_id and events[0]["protocolVersion"]
     # step 1: the model's text, then the call, its args, its result; step 2: the answer
     step1 = types[types.index("STEP_STARTED"):types.index("STEP_FINISHED") + 1]
-    assert step1 == ["STEP_STARTED", "TEXT_MESSAGE_START", *["TEXT_MESSAGE_CONTENT"] * step1.count(
-        "TEXT_MESSAGE_CONTENT"), "TEXT_MESSAGE_END", "TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END",
-        "TOOL_CALL_RESULT", "CUSTOM", "STEP_FINISHED"]
+    assert step1 == ["STEP_STARTED", "TEXT_MESSAGE_START", *["TEXT_MESSAGE_CONTENT"] * 4, "TEXT_MESSAGE_END",
+                     "TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END", "TOOL_CALL_RESULT", "CUSTOM",
+                     "STEP_FINISHED"]
+    assert [e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT"][:4] == list(chunks)
     assert types.count("STEP_STARTED") == 2
     steps = custom(events, "step")
     assert [s["kind"] for s in steps] == ["action", "final"]
