@@ -134,6 +134,25 @@ def test_denial_by_post_keeps_the_call_from_running_and_the_model_sees_why() -> 
     assert "keep my notes" in policy.prompts[1]  # the model saw the denial
 
 
+def test_the_same_call_asked_again_is_asked_again() -> None:
+    ran: list[str] = []
+    policy = lw.ScriptedPolicy([DELETE, DELETE, "Thought: done\nFinal Answer: deleted"])
+    with serving(app(policy, _gated(ran), max_steps=4)) as base:
+        run_id = start_run(base, "Delete notes.txt")
+        answers = iter([False, True])
+
+        def on_event(e: dict[str, Any]) -> None:
+            if e["type"] == "CUSTOM" and e["name"] == "approval_requested":
+                assert answer(base, run_id, e["value"]["key"], next(answers)).status_code == 200
+
+        events = watch(base, run_id, on_event)
+    check_order(events)
+    asked = custom(events, "approval_requested")
+    assert len(asked) == 2 and asked[0]["key"] == asked[1]["key"]  # one call, two questions
+    assert [d["approved"] for d in custom(events, "approval_decided")] == [False, True]
+    assert ran == ["notes.txt"]
+
+
 def test_an_unanswered_approval_is_denied_after_the_timeout() -> None:
     ran: list[str] = []
     policy = lw.ScriptedPolicy([DELETE, "Thought: no answer\nFinal Answer: kept"])
@@ -279,6 +298,17 @@ def test_a_tool_step_with_no_tool_started_still_shows_its_call_and_result() -> N
            for e in mapper.map(ev)]
     assert out == ["RUN_STARTED", "STEP_STARTED", "TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END",
                    "TOOL_CALL_RESULT", "CUSTOM", "STEP_FINISHED"]
+
+
+def test_the_runs_approval_requests_map_to_custom_events_unless_the_app_announces_them() -> None:
+    from loopwright.events import ApprovalRequested
+    from loopwright.safety import ApprovalRequest
+
+    request = ApprovalRequest("delete", {"name": "a"}, "k1", "1", "destructive", "", "r")
+    asked = ApprovalRequested("r", None, request)
+    [event] = AGUIMapper("t").map(asked)
+    assert event.type.value == "CUSTOM" and event.name == "approval_requested" and event.value["key"] == "k1"
+    assert AGUIMapper("t", stream_approvals=False).map(asked) == []
 
 
 def test_a_child_agents_events_say_the_agent_and_do_not_end_the_run() -> None:

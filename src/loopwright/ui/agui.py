@@ -72,12 +72,14 @@ class _Open:
 
 class AGUIMapper:
     """Translate one run's events, in order, into AG-UI events. `thread_id` is AG-UI's
-    conversation id (one per run here unless the client gave one)."""
+    conversation id (one per run here unless the client gave one). `stream_approvals`:
+    map the run's ApprovalRequested events; the app turns it off, since its approver
+    announces each request itself (through `approval_requested`) as it starts to wait."""
 
-    def __init__(self, thread_id: str) -> None:
+    def __init__(self, thread_id: str, *, stream_approvals: bool = True) -> None:
         self.thread_id = thread_id
+        self.stream_approvals = stream_approvals
         self._runs: dict[str, _Open] = {}
-        self._asked: set[str] = set()  # approval keys already announced
         self._messages = 0
         self.finished = False
 
@@ -108,7 +110,7 @@ class AGUIMapper:
             pass  # the result comes with the recorded step
         elif isinstance(event, StepEvent):
             out += self._step(run, event.run_id, event.step, meta)
-        elif isinstance(event, ApprovalRequested):
+        elif isinstance(event, ApprovalRequested) and self.stream_approvals:
             out += self.approval_requested(event.request, agent=event.agent)
         elif isinstance(event, RunFinished):
             out += self._close(run, meta)
@@ -117,11 +119,7 @@ class AGUIMapper:
         return out
 
     def approval_requested(self, request: ApprovalRequest, agent: str | None = None) -> list[BaseEvent]:
-        """CUSTOM approval_requested, once per approval key (the app's approver and the run's
-        own ApprovalRequested event may both announce it)."""
-        if request.key in self._asked:
-            return []
-        self._asked.add(request.key)
+        """CUSTOM approval_requested (the text message open in the asking run ends first)."""
         run = self._runs.get(request.run_id or "")
         out = [] if run is None else self._end_message(run, {"agent": agent} if agent else None)
         return [*out, CustomEvent(name=APPROVAL_REQUESTED, value={**request.to_dict(), "agent": agent})]

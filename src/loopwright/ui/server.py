@@ -115,7 +115,7 @@ class RunServer:
         run_id = run_id or uuid.uuid4().hex[:16]
         if run_id in self.runs:
             raise ValueError(f"run id {run_id!r} is already taken on this server")
-        live = LiveRun(run_id, thread_id or run_id, AGUIMapper(thread_id or run_id))
+        live = LiveRun(run_id, thread_id or run_id, AGUIMapper(thread_id or run_id, stream_approvals=False))
         self.runs[run_id] = live
         loop = asyncio.get_running_loop()
         live.task = loop.create_task(self._drive(live, task, self._approver(live, loop)))
@@ -149,7 +149,8 @@ class RunServer:
             """Called by the driver in a worker thread: announce the request, wait for a POST."""
             future: concurrent.futures.Future[Decision] = concurrent.futures.Future()
             live.pending[request.key] = future
-            loop.call_soon_threadsafe(lambda: live.publish(live.mapper.approval_requested(request)))
+            agent = request.meta.get("agent")  # a child agent's request names it
+            loop.call_soon_threadsafe(lambda: live.publish(live.mapper.approval_requested(request, agent)))
             try:
                 decision = future.result(timeout=timeout)
             except concurrent.futures.TimeoutError:
