@@ -254,6 +254,8 @@ def test_app_checks_run_options_when_it_is_made(registry: lw.ToolRegistry) -> No
         app(policy, registry, max_stepz=3)
     with pytest.raises(TypeError, match="approver"):
         app(policy, registry, approver=lambda request: True)
+    with pytest.raises(ValueError, match="unknown mode 'bogus'"):
+        app(policy, registry, "bogus")
     with pytest.raises(ValueError, match="approval_timeout_s"):
         app(policy, registry, approval_timeout_s=0)
     without_page = app(policy, registry, page=False)

@@ -38,8 +38,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 import loopwright as lw
+from loopwright.modes import MODES
 from loopwright.policy import Policy
-from loopwright.safety import ApprovalRequest, Decision
+from loopwright.safety import ApprovalRequest, Approver, Decision
 from loopwright.tools import ToolRegistry
 from loopwright.ui.agui import AGUIMapper
 
@@ -121,7 +122,7 @@ class RunServer:
         live.task = loop.create_task(self._drive(live, task, self._approver(live, loop)))
         return live
 
-    async def _drive(self, live: LiveRun, task: str, approver: Any) -> None:
+    async def _drive(self, live: LiveRun, task: str, approver: Approver) -> None:
         """Run the task to its end, publishing its events; the one place a run's failure
         becomes RUN_ERROR."""
         try:
@@ -142,7 +143,7 @@ class RunServer:
             live.close()
             self._forget_finished()
 
-    def _approver(self, live: LiveRun, loop: asyncio.AbstractEventLoop) -> Any:
+    def _approver(self, live: LiveRun, loop: asyncio.AbstractEventLoop) -> Approver:
         timeout = self.approval_timeout_s
 
         def approver(request: ApprovalRequest) -> Decision:
@@ -192,6 +193,8 @@ def app(policy: Policy, registry: ToolRegistry, mode: str = "react", *, approval
     approvals: a gated tool waits up to `approval_timeout_s` for a POST, then is denied)
     and each run's id. `page`: also serve the page that watches a run at `/`. The
     `keep_runs` most recent finished runs stay readable."""
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; the modes are {', '.join(sorted(MODES))}")
     for name in _APP_OWNS:
         if name in options:
             raise TypeError(f"loopwright.ui.app sets {name!r} itself; it is not a run option here")
