@@ -19,7 +19,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import loopwright as lw
-from helpers.agui import answer, check_order, custom, read_stream, serving, start_run, texts, watch
+from helpers.agui import (
+    EVENT,
+    answer,
+    check_order,
+    custom,
+    read_stream,
+    serving,
+    start_run,
+    texts,
+    watch,
+)
 from loopwright.events import (
     ModelDelta,
     RunFinished,
@@ -275,8 +285,6 @@ def _splits(text: str) -> st.SearchStrategy[list[str]]:
 def test_any_split_of_a_steps_text_rejoins_in_one_valid_message(data: st.DataObject, raw: str) -> None:
     from ag_ui.encoder import EventEncoder
 
-    from helpers.agui import EVENT
-
     deltas = data.draw(_splits(raw))
     trace = Trace(task="t", mode="react", run_id="r")
     step = Step(index=1, kind="action", raw=raw, tool="add", args={"x": 1}, observation="2")
@@ -313,16 +321,21 @@ def test_the_runs_approval_requests_map_to_custom_events_unless_the_app_announce
     assert AGUIMapper("t", stream_approvals=False).map(asked) == []
 
 
-def test_a_child_agents_events_say_the_agent_and_do_not_end_the_run() -> None:
+def test_a_child_agents_run_is_an_agui_subagent_and_does_not_end_the_run() -> None:
     mapper = AGUIMapper("t")
-    child = Trace(task="sub", mode="react", run_id="c")
+    child = Trace(task="sub", mode="react", run_id="c", final_answer="42", stopped_reason="final")
     out = [e for ev in (RunStarted("r", None, "t", "react"), RunStarted("c", "helper", "sub", "react"),
                         ModelDelta("c", "helper", 1, "hi"), RunFinished("c", "helper", child))
            for e in mapper.map(ev)]
-    assert [e.type.value for e in out] == ["RUN_STARTED", "STEP_STARTED", "TEXT_MESSAGE_START",
-                                           "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END", "STEP_FINISHED"]
-    assert all(e.metadata == {"agent": "helper"} for e in out[1:])
+    assert [e.type.value for e in out] == ["RUN_STARTED", "SUBAGENT_STARTED", "STEP_STARTED", "TEXT_MESSAGE_START",
+                                           "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END", "STEP_FINISHED",
+                                           "SUBAGENT_FINISHED"]
+    assert out[1].name == "helper" and out[1].subagent_run_id == "c"
+    assert all(e.subagent_run_id == "c" and e.metadata == {"agent": "helper"} for e in out[2:7])
+    assert out[-1].result == {"answer": "42", "stopped_reason": "final"}
     assert not mapper.finished
+    for e in out:
+        EVENT.validate_python(json.loads(e.model_dump_json(by_alias=True)))
 
 
 # -- where it sits ----------------------------------------------------------------------

@@ -7,8 +7,9 @@ TOOL_CALL_RESULT. Our events carry the step index on every delta and tool start,
 recorded Step closes the step, so `AGUIMapper` keeps what is open and closes it in order.
 A tool step that ran no tool start (denied, nudged, replayed from a journal) still shows
 as a call with its result. Approvals are CUSTOM events named `approval_requested` and
-`approval_decided`. Events of a child run (an agent used as a tool) keep their own ids,
-and say the agent in `metadata`.
+`approval_decided`. A child run (an agent used as a tool) is an AG-UI subagent: SUBAGENT_STARTED
+(named for the agent) and SUBAGENT_FINISHED frame it, and its events carry its run id as
+`subagentRunId` and the agent in `metadata`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from ag_ui.core import (
     RunStartedEvent,
     StepFinishedEvent,
     StepStartedEvent,
+    SubagentFinishedEvent,
+    SubagentStartedEvent,
     TextMessageContentEvent,
     TextMessageEndEvent,
     TextMessageStartEvent,
@@ -56,10 +59,6 @@ APPROVAL_DECIDED: Final = "approval_decided"
 """CUSTOM event name: the answer (`value`: key, approved, reason)."""
 
 
-Meta = dict[str, Any] | None
-"""An AG-UI event's metadata: here, the agent of a child run's events."""
-
-
 @dataclass
 class _Open:
     """What one run (the top one or a child) has open on the AG-UI stream."""
@@ -68,6 +67,7 @@ class _Open:
     step_name: str = ""
     message: str | None = None  # the open text message's id
     calls: dict[str, tuple[str, str]] = field(default_factory=dict)  # call key -> (tool, id), started
+    tag: dict[str, Any] = field(default_factory=dict)  # a child run's: subagent_run_id and metadata.agent
 
 
 class AGUIMapper:
@@ -85,43 +85,52 @@ class AGUIMapper:
 
     def map(self, event: Event) -> list[BaseEvent]:
         """The AG-UI events for one of ours (none for events AG-UI has no place for)."""
-        meta: Meta = {"agent": event.agent} if event.agent else None
-        run = self._runs.setdefault(event.run_id, _Open())
+        run = self._runs.get(event.run_id)
+        if run is None:
+            tag = {"subagent_run_id": event.run_id, "metadata": {"agent": event.agent}} if event.agent else {}
+            run = self._runs[event.run_id] = _Open(tag=tag)
         out: list[BaseEvent] = []
         if isinstance(event, RunStarted):
             if event.agent is None:
                 out.append(RunStartedEvent(thread_id=self.thread_id, run_id=event.run_id,
                                            protocol_version=PROTOCOL_VERSION,
                                            metadata={"task": event.task, "mode": event.mode}))
+            else:  # an agent called as a tool: its events carry its run id as subagentRunId
+                out.append(SubagentStartedEvent(subagent_run_id=event.run_id, name=event.agent,
+                                                metadata={"task": event.task, "mode": event.mode}))
         elif isinstance(event, ModelDelta):
-            out += self._enter(run, event.run_id, event.step, meta)
+            out += self._enter(run, event.run_id, event.step)
             if run.message is None:
                 self._messages += 1  # a step's text cut by an approval goes on in a new message
                 run.message = f"{event.run_id}:{event.step}:{self._messages}"
-                out.append(TextMessageStartEvent(message_id=run.message, role="assistant", metadata=meta))
-            out.append(TextMessageContentEvent(message_id=run.message, delta=event.text, metadata=meta))
+                out.append(TextMessageStartEvent(message_id=run.message, role="assistant", **run.tag))
+            out.append(TextMessageContentEvent(message_id=run.message, delta=event.text, **run.tag))
         elif isinstance(event, ToolStarted):
-            out += self._enter(run, event.run_id, event.step, meta)
-            out += self._end_message(run, meta)
+            out += self._enter(run, event.run_id, event.step)
+            out += self._end_message(run)
             call_id = f"{event.run_id}:{event.call_key}"
             run.calls[event.call_key] = (event.tool, call_id)
-            out += _call(call_id, event.tool, event.args, meta)
+            out += _call(call_id, event.tool, event.args, run.tag)
         elif isinstance(event, ToolFinished):
             pass  # the result comes with the recorded step
         elif isinstance(event, StepEvent):
-            out += self._step(run, event.run_id, event.step, meta)
+            out += self._step(run, event.run_id, event.step)
         elif isinstance(event, ApprovalRequested) and self.stream_approvals:
             out += self.approval_requested(event.request, agent=event.agent)
         elif isinstance(event, RunFinished):
-            out += self._close(run, meta)
+            out += self._close(run)
             if event.agent is None:
                 out += self.finish(event.trace)
+            else:
+                trace = event.trace
+                out.append(SubagentFinishedEvent(subagent_run_id=event.run_id, result={
+                    "answer": trace.final_answer, "stopped_reason": trace.stopped_reason}))
         return out
 
     def approval_requested(self, request: ApprovalRequest, agent: str | None = None) -> list[BaseEvent]:
         """CUSTOM approval_requested (the text message open in the asking run ends first)."""
         run = self._runs.get(request.run_id or "")
-        out = [] if run is None else self._end_message(run, {"agent": agent} if agent else None)
+        out = [] if run is None else self._end_message(run)
         return [*out, CustomEvent(name=APPROVAL_REQUESTED, value={**request.to_dict(), "agent": agent})]
 
     @staticmethod
@@ -133,7 +142,7 @@ class AGUIMapper:
         error: the model or the policy failed)."""
         out: list[BaseEvent] = []
         for run in self._runs.values():
-            out += self._close(run, None)
+            out += self._close(run)
         self.finished = True
         run_id = trace.run_id or ""
         if trace.stopped_reason == "error":
@@ -148,46 +157,46 @@ class AGUIMapper:
         """The run raised instead of returning a trace (a bad option, a broken journal)."""
         out: list[BaseEvent] = []
         for run in self._runs.values():
-            out += self._close(run, None)
+            out += self._close(run)
         self.finished = True
         return [*out, RunErrorEvent(message=f"{type(exc).__name__}: {exc}", code=type(exc).__name__)]
 
     # -- keeping the frame -------------------------------------------------------------
 
-    def _enter(self, run: _Open, run_id: str, step: int, meta: Meta) -> list[BaseEvent]:
+    def _enter(self, run: _Open, run_id: str, step: int) -> list[BaseEvent]:
         if run.step == step:
             return []
-        out = self._close(run, meta)
+        out = self._close(run)
         run.step, run.step_name = step, f"{run_id}:step {step}"
-        out.append(StepStartedEvent(step_name=run.step_name, metadata=meta))
+        out.append(StepStartedEvent(step_name=run.step_name, **run.tag))
         return out
 
-    def _end_message(self, run: _Open, meta: Meta) -> list[BaseEvent]:
+    def _end_message(self, run: _Open) -> list[BaseEvent]:
         if run.message is None:
             return []
         message, run.message = run.message, None
-        return [TextMessageEndEvent(message_id=message, metadata=meta)]
+        return [TextMessageEndEvent(message_id=message, **run.tag)]
 
-    def _close(self, run: _Open, meta: Meta) -> list[BaseEvent]:
-        out = self._end_message(run, meta)
+    def _close(self, run: _Open) -> list[BaseEvent]:
+        out = self._end_message(run)
         if run.step is not None:
-            out.append(StepFinishedEvent(step_name=run.step_name, metadata=meta))
+            out.append(StepFinishedEvent(step_name=run.step_name, **run.tag))
             run.step = None
         return out
 
-    def _step(self, run: _Open, run_id: str, step: Step, meta: Meta) -> list[BaseEvent]:
-        out = self._enter(run, run_id, step.index, meta)
-        out += self._end_message(run, meta)
+    def _step(self, run: _Open, run_id: str, step: Step) -> list[BaseEvent]:
+        out = self._enter(run, run_id, step.index)
+        out += self._end_message(run)
         if step.tool is not None:
             call_id = _started_call(run, step)
             if call_id is None:  # no tool ran (denied, nudged, replayed): show the call the step records
                 call_id = f"{run_id}:{step.index}:{step.tool}"
-                out += _call(call_id, step.tool, step.args or {}, meta)
+                out += _call(call_id, step.tool, step.args or {}, run.tag)
             content = step.observation if step.observation is not None else (step.error or "")
             out.append(ToolCallResultEvent(message_id=f"{call_id}:result", tool_call_id=call_id,
-                                           content=content, role="tool", metadata=meta))
-        out.append(CustomEvent(name="step", value=step.to_dict() | {"prompt": None}, metadata=meta))
-        out += self._close(run, meta)
+                                           content=content, role="tool", **run.tag))
+        out.append(CustomEvent(name="step", value=step.to_dict() | {"prompt": None}, **run.tag))
+        out += self._close(run)
         return out
 
 
@@ -199,11 +208,11 @@ def _started_call(run: _Open, step: Step) -> str | None:
     return None if key is None else run.calls.pop(key)[1]
 
 
-def _call(call_id: str, tool: str, args: Mapping[str, Any], meta: Meta) -> list[BaseEvent]:
+def _call(call_id: str, tool: str, args: Mapping[str, Any], tag: dict[str, Any]) -> list[BaseEvent]:
     return [
-        ToolCallStartEvent(tool_call_id=call_id, tool_call_name=tool, metadata=meta),
-        ToolCallArgsEvent(tool_call_id=call_id, delta=json.dumps(args, default=str), metadata=meta),
-        ToolCallEndEvent(tool_call_id=call_id, metadata=meta),
+        ToolCallStartEvent(tool_call_id=call_id, tool_call_name=tool, **tag),
+        ToolCallArgsEvent(tool_call_id=call_id, delta=json.dumps(args, default=str), **tag),
+        ToolCallEndEvent(tool_call_id=call_id, **tag),
     ]
 
 
