@@ -4,6 +4,12 @@ in the same process, at N = 10 and N = 200 steps.
 
     .venv/bin/python benchmarks/overhead.py [--repeats 9]
 
+Then events (issue 24): the same loopwright run with nobody watching (no sink: no event
+is built) against it watched by a sink that drops each event, and by `lw.iter_events`
+(its thread and queue): the ratio per step and the cost per event. Whether the unwatched
+run costs what it did before: `--against OTHER/src` times the same unwatched run on this
+tree and on another (CPU time in alternating subprocesses; a busy machine moves wall time).
+
 The policy is the same cheap function for both: it answers from the step count, so
 what is measured is the runtime, not the model. The two alternate round by round (each
 sample about 2,000 steps) and the ratio reported is the median of the per-round ratios,
@@ -93,7 +99,11 @@ def compare(run_bare, run_lw, n: int, repeats: int) -> tuple[float, float, float
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=9, help="rounds per N (median)")
+    parser.add_argument("--against", metavar="SRC", help="another tree's src/: its unwatched run against this one's")
     args = parser.parse_args()
+    if args.against:
+        against(args.against, args.repeats)
+        return
     registry = lw.ToolRegistry([lw.tool(add)])
 
     def run_bare(n: int) -> int:
@@ -120,6 +130,7 @@ def main() -> None:
           f"loop: {relative:.2f}x (flat is 1.0; the second is steadier on a busy machine)")
     print("target: within 5x of the bare loop at both N, flat in N")
     parse_alone(args.repeats)
+    events_cost(registry, args.repeats)
 
 
 def parse_alone(repeats: int) -> None:
@@ -142,6 +153,93 @@ def parse_alone(repeats: int) -> None:
         ratios.append((b, o, o / b))
     b, o, r = sorted(ratios, key=lambda row: row[2])[len(ratios) // 2]
     print(f"parse alone: parse_react_step {o:.2f} us, bare regex + json.loads {b:.2f} us: {r:.1f}x")
+
+
+_CPU_PER_STEP = """
+import sys, time
+sys.path.insert(0, sys.argv[1])
+sys.path.insert(0, sys.argv[2])
+import loopwright as lw
+from overhead import add, make_policy
+registry = lw.ToolRegistry([lw.tool(add)])
+n = 200
+lw.run("sum", make_policy(10), registry, max_steps=11)
+start = time.process_time()
+steps = sum(lw.run("sum", make_policy(n), registry, max_steps=n + 1, on_repeat="nudge").llm_calls for _ in range(10))
+print((time.process_time() - start) / steps * 1e6)
+"""
+
+
+def against(other_src: str, repeats: int) -> None:
+    """CPU µs a step of an unwatched run (N = 200) on this tree and on `other_src`, each
+    round in fresh subprocesses, alternating; the median of the per-round ratios."""
+    import os
+    import subprocess
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    this_src = os.path.join(os.path.dirname(here), "src")
+
+    def cpu(src: str) -> float:
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        out = subprocess.run([sys.executable, "-c", _CPU_PER_STEP, here, os.path.abspath(src)], env=env,
+                             capture_output=True, text=True, check=True)
+        return float(out.stdout.strip())
+
+    ours, theirs = [], []
+    for _ in range(repeats):
+        ours.append(cpu(this_src))
+        theirs.append(cpu(other_src))
+    ratio = statistics.median(o / t for o, t in zip(ours, theirs, strict=True))
+    print(f"unwatched run, N=200, CPU us/step: this tree {statistics.median(ours):.1f}, "
+          f"{other_src} {statistics.median(theirs):.1f}: {ratio:.2f}x (median of {repeats} alternating rounds)")
+
+
+def events_cost(registry: lw.ToolRegistry, repeats: int, n: int = 200) -> None:
+    """A run nobody watches against the same run watched (a sink that drops each event;
+    lw.iter_events), alternating round by round: per-step ratios and µs per event."""
+    from loopwright.modes.front import start
+
+    counted = {"events": 0}
+
+    def drop(event: object) -> None:
+        counted["events"] += 1
+
+    def plain(n: int) -> int:
+        return lw.run("sum", make_policy(n), registry, max_steps=n + 1, on_repeat="nudge").llm_calls
+
+    def sink(n: int) -> int:
+        spec = lw.RunSpec("sum", max_steps=n + 1, on_repeat="nudge")
+        return start(spec, make_policy(n), registry, sinks=(drop,)).run().llm_calls
+
+    def iterated(n: int) -> int:
+        events = list(lw.iter_events("sum", make_policy(n), registry, max_steps=n + 1, on_repeat="nudge"))
+        return events[-1].trace.llm_calls
+
+    for fn in (plain, sink, iterated):
+        fn(10)
+    counted["events"] = 0
+    sink(n)
+    per_run = counted["events"]
+    batch = max(1, 2000 // n)
+
+    def cpu_per_step(fn) -> float:  # CPU time, all threads: iter_events runs the run on its own
+        start = time.process_time()
+        steps = sum(fn(n) for _ in range(batch))
+        return (time.process_time() - start) / steps * 1e6
+
+    rows: dict[str, list[float]] = {"plain": [], "sink": [], "iter_events": []}
+    for _ in range(repeats):
+        for name, fn in (("plain", plain), ("sink", sink), ("iter_events", iterated)):
+            rows[name].append(cpu_per_step(fn))
+    base = statistics.median(rows["plain"])
+    print(f"events (N={n}, {per_run} events a run, {per_run / (n + 1):.1f} a step):")
+    print(f"  nobody watching {base:.1f} CPU us/step")
+    for name in ("sink", "iter_events"):
+        ratios = [w / p for w, p in zip(rows[name], rows["plain"], strict=True)]
+        watched = statistics.median(rows[name])
+        per_event = (watched - base) * (n + 1) / per_run
+        print(f"  {name:<11} {watched:.1f} CPU us/step ({statistics.median(ratios):.2f}x), {per_event:.2f} us an event")
 
 
 if __name__ == "__main__":

@@ -410,6 +410,46 @@ def test_the_live_line_names_the_tool_in_flight_on_a_terminal(folder: Path) -> N
     assert process.returncode == 0 and out == "waited\n"
 
 
+@pytest.mark.skipif(os.name != "posix", reason="a pseudo-terminal")
+def test_the_models_text_shows_live_on_a_terminal_and_not_in_a_pipe(folder: Path) -> None:
+    import pty
+
+    gate = folder / "gate"
+    argv = ["Wait?", "--tools", "lwt_tools:WAIT"]
+    gate.write_text("open")  # the recording run must not wait
+    cassette = record(folder / "c.jsonl", argv, [act("wait_for", {"path": str(gate)}), final("waited")])
+    gate.unlink()
+    master, slave = pty.openpty()
+    process = subprocess.Popen([str(LOOPWRIGHT), "run", *argv, "--replay", str(cassette)], cwd=folder,
+                               stdout=subprocess.PIPE, stderr=slave, text=True,
+                               env={**os.environ, "TERM": "xterm-256color", "COLUMNS": "200"})
+    os.close(slave)
+    seen = b""
+    try:
+        deadline = time.monotonic() + 120
+        while b"Action Input:" not in seen and time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 1.0)
+            if ready:
+                try:
+                    seen += os.read(master, 65536)
+                except OSError:  # the command ended: the terminal is gone
+                    break
+        # the model's own text (its "Action Input:" line, which a printed step never shows),
+        # on the terminal while the tool it asked for still waits
+        assert b"Action Input:" in seen and process.poll() is None, seen[-3000:]
+        gate.write_text("open")
+        out, _ = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        os.close(master)
+    assert process.returncode == 0 and out == "waited\n"
+    piped = command("run", *argv, "--replay", str(cassette), cwd=folder)
+    assert piped.returncode == 0 and piped.stdout == "waited\n"
+    assert "Action Input" not in piped.stderr and "\x1b[" not in piped.stderr  # nothing live when not a terminal
+
+
 @pytest.mark.skipif(os.name != "posix", reason="SIGINT delivery")
 def test_ctrl_c_during_a_tool_call_records_the_call_in_flight(folder: Path) -> None:
     marker, saved = folder / "started", folder / "trace.json"

@@ -329,3 +329,38 @@ def test_planner_and_solver_prompts_in_a_batch_evaluate_their_shared_prefix_once
     assert plans[0].evaluated_tokens == plans[0].prompt_tokens
     assert all(u.evaluated_tokens < 0.15 * u.prompt_tokens for u in plans[1:])
     assert model.peak_state_bytes <= model.state_cache_bytes
+
+
+# ------------------------------------------------------------------ streaming (a watched run)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["react"])
+def test_a_watched_run_streams_token_by_token_the_same_steps_and_usage_as_an_unwatched_one(mode: str) -> None:
+    task = DEMO_TASKS[3][0]
+    plain = lw.run(task, lw.models.LlamaCpp(n_ctx=1024, max_tokens=48), demo_registry(), mode=mode, max_steps=2)
+    events = list(lw.iter_events(task, lw.models.LlamaCpp(n_ctx=1024, max_tokens=48), demo_registry(), mode=mode,
+                                 max_steps=2))
+    watched = events[-1].trace  # type: ignore[union-attr]
+    assert [(s.kind, s.raw) for s in watched.steps] == [(s.kind, s.raw) for s in plain.steps]
+    assert [s.usage for s in watched.steps] == [s.usage for s in plain.steps]  # evaluated and completion tokens too
+    for step in watched.steps:
+        deltas = [e.text for e in events if isinstance(e, lw.ModelDelta) and e.step == step.index]
+        assert "".join(deltas) == step.raw
+        if step.raw:
+            assert len(deltas) > 3  # token by token, not one delta at the end
+
+
+@pytest.mark.slow
+def test_a_stream_left_early_leaves_the_kv_cache_usable(model: Any) -> None:
+    prompt = "Question: what is the capital of France?\nThought:"
+    request = lw.ModelRequest(prompt, ("\n\n",), max_tokens=24)
+    stream = model.stream(request)
+    assert isinstance(next(stream), str)
+    stream.close()  # the lock is released and the cache holds what was evaluated
+    whole = model.complete(request)
+    assert whole.usage.evaluated_tokens < whole.usage.prompt_tokens
+    streamed = list(model.stream(request))
+    assert "".join(p for p in streamed if isinstance(p, str)) == whole.text
+    end = streamed[-1]
+    assert isinstance(end, lw.Completion) and end.usage.completion_tokens == whole.usage.completion_tokens

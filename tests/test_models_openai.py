@@ -545,3 +545,166 @@ def test_acomplete_sends_the_grammar_and_falls_back_like_complete(stub: Any) -> 
     assert server.requests[0]["grammar"] == lw.models.grammar_for(lw.ModelRequest(STEP, tools=(CALC,)))
     assert "grammar" not in server.requests[1]
     assert out.meta["constrain"] == "off" and out.meta["constrain_rejected"] == ["grammar"]
+
+
+# -- streaming (server-sent events) -----------------------------------------------------
+
+
+class SSEStub:
+    """An HTTP server answering each POST with the next scripted list of chunks as
+    server-sent events, then `[DONE]`."""
+
+    def __init__(self, streams: list[list[dict[str, Any]]]) -> None:
+        self.streams = list(streams)
+        self.requests: list[dict[str, Any]] = []
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", 0))
+                stub.requests.append({"path": self.path, **json.loads(self.rfile.read(length))})
+                chunks = stub.streams.pop(0)
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                for chunk in chunks:
+                    self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                    self.wfile.flush()
+                self.wfile.write(b"data: [DONE]\n\n")
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def text_chunk(text: str, finish: str | None = None) -> dict[str, Any]:
+    return {"id": "c", "object": "text_completion", "created": 0, "model": "m",
+            "choices": [{"text": text, "index": 0, "finish_reason": finish, "logprobs": None}]}
+
+
+def chat_chunk(content: str | None = None, calls: list[dict[str, Any]] | None = None,
+               finish: str | None = None) -> dict[str, Any]:
+    delta: dict[str, Any] = {"role": "assistant"}
+    if content is not None:
+        delta["content"] = content
+    if calls is not None:
+        delta["tool_calls"] = calls
+    return {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+USAGE_CHUNK = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m", "choices": [],
+               "usage": {"prompt_tokens": 30, "completion_tokens": 5, "total_tokens": 35}}
+
+
+@pytest.fixture
+def sse() -> Iterator[Any]:
+    made: list[SSEStub] = []
+
+    def make(*streams: list[dict[str, Any]]) -> SSEStub:
+        made.append(SSEStub(list(streams)))
+        return made[-1]
+
+    yield make
+    for s in made:
+        s.close()
+
+
+def test_stream_yields_text_deltas_then_a_completion_with_the_servers_usage(sse: Any) -> None:
+    server = sse([text_chunk("Thought: a"), text_chunk("dd\nFinal"), text_chunk(" Answer: 3", "stop"), USAGE_CHUNK])
+    model = lw.models.OpenAICompatible(server.url, "m", constrain="off")
+    items = list(model.stream(lw.ModelRequest("Q:", ("\n\n",))))
+    assert items[:-1] == ["Thought: a", "dd\nFinal", " Answer: 3"]
+    end = items[-1]
+    assert isinstance(end, lw.Completion) and end.text == ""
+    assert end.usage == lw.Usage(30, 30, 5) and end.meta["finish_reason"] == "stop"
+    sent = server.requests[0]
+    assert sent["stream"] is True and sent["stream_options"] == {"include_usage": True} and sent["stop"] == ["\n\n"]
+
+
+def test_chat_stream_assembles_native_tool_call_arguments_from_their_deltas(sse: Any) -> None:
+    pieces = [
+        chat_chunk(calls=[{"index": 0, "id": "call_1", "type": "function",
+                           "function": {"name": "math_add", "arguments": ""}}]),
+        chat_chunk(calls=[{"index": 0, "function": {"arguments": '{"x": 2'}}]),
+        chat_chunk(calls=[{"index": 1, "id": "call_2", "type": "function",
+                           "function": {"name": "math_add", "arguments": '{"x": 5, '}}]),
+        chat_chunk(calls=[{"index": 0, "function": {"arguments": ', "y": 3}'}}]),
+        chat_chunk(calls=[{"index": 1, "function": {"arguments": '"y": 1}'}}], finish="tool_calls"),
+        USAGE_CHUNK,
+    ]
+    server = sse(pieces)
+    model = lw.models.OpenAICompatible(server.url, "m", mode="chat", constrain="off")
+    request = lw.ModelRequest("Q", tools=(ADD,), messages=({"role": "user", "content": "2+3?"},), dialect="native")
+    end = list(model.stream(request))[-1]
+    assert isinstance(end, lw.Completion)
+    assert end.tool_calls == (lw.ToolCall("math.add", '{"x": 2, "y": 3}', "call_1"),
+                              lw.ToolCall("math.add", '{"x": 5, "y": 1}', "call_2"))
+    assert end.meta["finish_reason"] == "tool_calls"
+
+
+def test_a_native_react_run_watched_through_a_chat_stream_calls_the_tool(sse: Any) -> None:
+    calls = [chat_chunk(calls=[{"index": 0, "id": "c1", "type": "function",
+                                "function": {"name": "math_add", "arguments": '{"x": 2, '}}]),
+             chat_chunk(calls=[{"index": 0, "function": {"arguments": '"y": 3}'}}], finish="tool_calls")]
+    answer = [chat_chunk("The answer "), chat_chunk("is 5.", finish="stop")]
+    server = sse(calls, answer)
+
+    @lw.tool(name="math.add")
+    def add(x: int, y: int) -> int:
+        """Add two integers."""
+        return x + y
+
+    model = lw.models.OpenAICompatible(server.url, "m", mode="chat", constrain="off")
+    events = list(lw.iter_events("2+3?", model, lw.ToolRegistry([add]), dialect="native", max_steps=2))
+    trace = events[-1].trace  # type: ignore[union-attr]
+    assert trace.steps[0].tool == "math.add" and trace.steps[0].observation == "5"
+    assert trace.final_answer == "The answer is 5."
+    assert [e.text for e in events if isinstance(e, lw.ModelDelta)] == ["The answer ", "is 5."]
+
+
+def test_astream_matches_stream(sse: Any) -> None:
+    chunks = [text_chunk("Final"), text_chunk(" Answer: 1", "stop")]
+    server = sse(chunks, chunks)
+    model = lw.models.OpenAICompatible(server.url, "m", constrain="off")
+    request = lw.ModelRequest("Q:")
+
+    async def collect() -> list[Any]:
+        return [item async for item in model.astream(request)]
+
+    sync = list(model.stream(request))
+    together = asyncio.run(collect())
+    assert together[:-1] == sync[:-1] == ["Final", " Answer: 1"]
+    assert together[-1].usage == sync[-1].usage  # estimated alike: this server sends no usage
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["completion", "chat"])
+def test_real_server_streams_what_it_completes(llama_server: str, mode: str) -> None:
+    model = lw.models.OpenAICompatible(llama_server, "smollm2", mode=mode, max_tokens=24)
+    request = lw.ModelRequest("Count to ten.\n1, 2, 3, 4,", (" 8",),
+                              messages=({"role": "user", "content": "Count to ten: 1, 2, 3,"},))
+    whole = model.complete(request)
+    items = list(model.stream(request))
+    deltas = [i for i in items if isinstance(i, str)]
+    assert len(deltas) > 3 and "".join(deltas) == whole.text
+    end = items[-1]
+    assert isinstance(end, lw.Completion) and end.usage is not None and end.meta["finish_reason"] == "stop"
+    # this server sends no usage chunk (stream_options is not honoured): the loop's estimate
+    assert end.usage.estimated or end.usage == whole.usage
+
+
+@pytest.mark.slow
+def test_real_server_watched_react_run_rejoins_its_deltas(llama_server: str) -> None:
+    model = lw.models.OpenAICompatible(llama_server, "smollm2", max_tokens=48)
+    events = list(lw.iter_events("What is 17 * 23?", model, lw.ToolRegistry([]), max_steps=1))
+    trace = events[-1].trace  # type: ignore[union-attr]
+    deltas = [e.text for e in events if isinstance(e, lw.ModelDelta)]
+    assert trace.steps[0].raw and len(deltas) > 1 and "".join(deltas) == trace.steps[0].raw

@@ -6,8 +6,9 @@
     loopwright serve --tools mytools:registry --port 8000   a page that watches runs live
 
 The answer goes to stdout, alone (`--json`: the whole trace as JSON instead); the header,
-each step as it happens, a live line naming the call in flight (when stderr is a
-terminal), the summary and errors go to stderr. `--quiet` leaves only stdout.
+each step as it happens, a live line naming the call in flight with the model's text as it
+is produced (when stderr is a terminal: the run then streams), the summary and errors go to
+stderr. `--quiet` leaves only stdout.
 Exit codes: 0 the run answered (stop "final", a non-empty answer); 1 it stopped without
 an answer (a limit, an error, Ctrl-C); 2 usage error (bad arguments, an empty task,
 unknown tools, a model that does not load, an existing --run-id), always one line on
@@ -57,8 +58,9 @@ from loopwright.interfaces.common import (
     open_store,
     output_path,
 )
-from loopwright.interfaces.live import LiveLine, describe_in_flight
+from loopwright.interfaces.live import LiveLine, ModelText, describe_in_flight
 from loopwright.modes import MODES
+from loopwright.modes.front import start
 from loopwright.trace import Step, Trace
 
 
@@ -288,8 +290,11 @@ def _run(args: argparse.Namespace) -> int:
         if args.run_id:
             limits["run_id"] = args.run_id
     started = time.perf_counter()
+    # not with --approve: its questions use the terminal, which the live line redraws
+    live = not (args.quiet or args.approve) and console.is_terminal
+    text = ModelText() if live else None  # the model's text as it comes: the run streams
     try:  # starting the run journals it: a run id the journal refuses is a usage error
-        run = lw.iter_run(args.task, model, registry, mode=args.mode, **limits)
+        run = start(lw.RunSpec(args.task, args.mode, **limits), model, registry, sinks=() if text is None else (text,))
     except LoopwrightError as exc:
         if store is not None:
             store.close()
@@ -303,8 +308,7 @@ def _run(args: argparse.Namespace) -> int:
         )
     interrupted = False
     try:
-        # not with --approve: its questions use the terminal, which the live line redraws
-        with LiveLine(console, run, enabled=not (args.quiet or args.approve)):
+        with LiveLine(console, run, enabled=live, text=text):
             for step in run:
                 if not args.quiet:
                     print_step(console, step)

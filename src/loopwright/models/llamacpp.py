@@ -12,7 +12,8 @@ every switch. So the evaluated state of each family's latest prompt is kept too 
 cache, bounded in bytes, least recently used out first) and loaded back when a prompt
 shares a longer prefix with it than with the live cache: a family's shared instructions
 and worked examples are evaluated once per run, and once across the runs of a batch. By default each ReAct step and each plan is constrained by a GBNF
-grammar built from the tool schemas (see grammar.py).
+grammar built from the tool schemas (see grammar.py). `stream` gives the same completion
+token by token, for a run someone watches.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -178,6 +179,7 @@ class LlamaCpp:
         self.name = self.model_path.name
         self._llm: Llama | None = None
         self._eval_sizes: list[int] = []
+        self._sampled: list[int] = []
         self._grammars: dict[str, LlamaGrammar] = {}
         self._pieces: dict[int, bytes] = {}
         # One llama.cpp context: calls from runs sharing this model (run_many, arun,
@@ -222,6 +224,17 @@ class LlamaCpp:
             inner(tokens)
 
         setattr(llm, "eval", counting_eval)  # noqa: B010 - mypy forbids assigning a method
+        # And the tokens each call samples: a stream's usage is counted from them (the
+        # streaming API reports none).
+        sample: Callable[..., int] = llm.sample
+        sampled = self._sampled
+
+        def counting_sample(*args: Any, **kwargs: Any) -> int:
+            token = sample(*args, **kwargs)
+            sampled.append(token)
+            return token
+
+        setattr(llm, "sample", counting_sample)  # noqa: B010
         return llm
 
     def tokenize(self, text: str) -> list[int]:
@@ -397,33 +410,39 @@ class LlamaCpp:
             self._pieces[token] = piece
         return piece
 
-    def complete(self, request: ModelRequest) -> Completion:
-        """One raw completion of request.prompt with its stop strings (and its grammar
-        when grammars are on)."""
+    def _prepare(self, request: ModelRequest) -> tuple[str | None, LlamaGrammar | None, list[int], int]:
+        """A call's grammar (its text and compiled), prompt tokens and max_tokens, with the
+        KV cache (or a saved state) made ready for the tokens. Called holding the lock."""
         gbnf = (
             grammar_for(request, plan_max_steps=self.plan_max_steps, exclude_known=self.exclude_known)
             if self.grammar
             else None
         )
+        llm = self.llm
+        grammar = self.compiled_grammar(gbnf) if gbnf else None
+        if not self.prefix_cache:
+            llm.reset()  # type: ignore[no-untyped-call]
+        tokens = self._tokens_for(request.prompt)
+        room = self.n_ctx - len(tokens)
+        if room < 2:
+            raise ModelError(
+                f"the prompt has {len(tokens)} tokens and does not fit the context "
+                f"window of {self.n_ctx}; raise n_ctx or lower max_steps"
+            )
+        wanted = request.max_tokens or self.max_tokens
+        if grammar is not None:
+            wanted = max(wanted, CONSTRAINED_MIN_TOKENS.get(request.purpose, 0))
+        self._eval_sizes.clear()
+        self._sampled.clear()
+        return gbnf, grammar, tokens, min(wanted, room - 1)
+
+    def complete(self, request: ModelRequest) -> Completion:
+        """One raw completion of request.prompt with its stop strings (and its grammar
+        when grammars are on)."""
         with self._lock:
-            llm = self.llm
-            grammar = self.compiled_grammar(gbnf) if gbnf else None
-            if not self.prefix_cache:
-                llm.reset()  # type: ignore[no-untyped-call]
-            tokens = self._tokens_for(request.prompt)
-            room = self.n_ctx - len(tokens)
-            if room < 2:
-                raise ModelError(
-                    f"the prompt has {len(tokens)} tokens and does not fit the context "
-                    f"window of {self.n_ctx}; raise n_ctx or lower max_steps"
-                )
-            wanted = request.max_tokens or self.max_tokens
-            if grammar is not None:
-                wanted = max(wanted, CONSTRAINED_MIN_TOKENS.get(request.purpose, 0))
-            max_tokens = min(wanted, room - 1)
-            self._eval_sizes.clear()
+            gbnf, grammar, tokens, max_tokens = self._prepare(request)
             started = time.perf_counter()
-            out: Any = llm.create_completion(
+            out: Any = self.llm.create_completion(
                 tokens,
                 max_tokens=max_tokens,
                 temperature=self.temperature,
@@ -449,3 +468,50 @@ class LlamaCpp:
                 "model_s": round(elapsed, 6),
             },
         )
+
+    def stream(self, request: ModelRequest) -> Iterator[str | Completion]:
+        """`complete`, token by token: the text as llama.cpp produces it (same grammar,
+        stop strings and KV cache), then a Completion with the usage and meta (its text
+        empty: the deltas joined are the text). The model is held for the whole stream."""
+        with self._lock:
+            gbnf, grammar, tokens, max_tokens = self._prepare(request)
+            started = time.perf_counter()
+            finish_reason = None
+            chunks: Any = self.llm.create_completion(
+                tokens,
+                max_tokens=max_tokens,
+                temperature=self.temperature,
+                stop=list(request.stop),
+                seed=self.seed,
+                grammar=grammar,
+                stream=True,
+            )
+            for chunk in chunks:
+                choice = chunk["choices"][0]
+                text = choice["text"]
+                if text:
+                    yield text
+                finish_reason = choice.get("finish_reason") or finish_reason
+            elapsed = time.perf_counter() - started
+            evaluated = self._eval_sizes[0] if self._eval_sizes else 0
+            generated = self._generated()
+        yield Completion(
+            text="",
+            usage=Usage(prompt_tokens=len(tokens), evaluated_tokens=evaluated, completion_tokens=generated),
+            meta={
+                "model": self.name,
+                "grammar": gbnf is not None,
+                "finish_reason": finish_reason,
+                "model_s": round(elapsed, 6),
+            },
+        )
+
+    def _generated(self) -> int:
+        """Tokens the last call generated, counted as llama-cpp-python's own usage counts
+        them: every token sampled but an end-of-generation one."""
+        import llama_cpp
+
+        sampled = self._sampled
+        if sampled and llama_cpp.llama_vocab_is_eog(self.llm._model.vocab, sampled[-1]):
+            return len(sampled) - 1
+        return len(sampled)

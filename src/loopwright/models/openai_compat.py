@@ -52,7 +52,7 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from loopwright.errors import ModelError
@@ -64,6 +64,7 @@ from loopwright.models.constrain import (
     strict_schema,
 )
 from loopwright.models.grammar import CONSTRAINED_MIN_TOKENS, grammar_for
+from loopwright.models.sse import StreamedResponse
 from loopwright.policy import Completion, ModelRequest, ToolCall
 from loopwright.trace import Usage
 
@@ -178,18 +179,7 @@ class OpenAICompatible:
         """One completion (mode "completion"), or one chat turn with tools (mode "chat",
         and any request in the "native" dialect, which only chat can serve)."""
         chat = self.mode == "chat" or request.dialect == "native"
-        server = self.server_kind()
-        create = self.client.chat.completions.create if chat else self.client.completions.create
-        refused: list[str] = []
-        while True:
-            kind = self._kind(request, chat, server, refused)
-            try:
-                response, retries, elapsed = self._call(create, self._kwargs(request, chat, kind, server))
-                break
-            except ModelError as exc:
-                if kind == "off" or not _is_rejection(exc):
-                    raise
-                refused.append(kind)
+        response, retries, elapsed, kind, refused = self._send(request, chat, self.client, stream=False)
         return self._completion(request, chat, response, retries, elapsed, kind, refused)
 
     async def acomplete(self, request: ModelRequest) -> Completion:
@@ -197,6 +187,28 @@ class OpenAICompatible:
         client (one per event loop, its connections kept alive between calls); what
         `lw.arun` and `lw.run_many` use."""
         chat = self.mode == "chat" or request.dialect == "native"
+        response, retries, elapsed, kind, refused = await self._asend(request, chat, stream=False)
+        return self._completion(request, chat, response, retries, elapsed, kind, refused)
+
+    def _send(self, request: ModelRequest, chat: bool, client: Any, stream: bool) -> tuple[Any, int, float, str, list[str]]:
+        """Send the request with the strongest constraint the server takes (a refused one
+        falls back to the next weaker): (response or stream, retries, seconds, the kind
+        sent, the kinds refused)."""
+        server = self.server_kind()
+        create = client.chat.completions.create if chat else client.completions.create
+        refused: list[str] = []
+        while True:
+            kind = self._kind(request, chat, server, refused)
+            try:
+                response, retries, elapsed = self._call(create, self._kwargs(request, chat, kind, server, stream))
+                return response, retries, elapsed, kind, refused
+            except ModelError as exc:
+                if kind == "off" or not _is_rejection(exc):
+                    raise
+                refused.append(kind)
+
+    async def _asend(self, request: ModelRequest, chat: bool, stream: bool) -> tuple[Any, int, float, str, list[str]]:
+        """`_send`, awaited, through the pooled async client."""
         server = self.server if self.server is not None or self.constrain == "off" else None
         if server is None:
             server = await asyncio.to_thread(self.server_kind)
@@ -206,13 +218,65 @@ class OpenAICompatible:
         while True:
             kind = self._kind(request, chat, server, refused)
             try:
-                response, retries, elapsed = await self._acall(create, self._kwargs(request, chat, kind, server))
-                break
+                response, retries, elapsed = await self._acall(create, self._kwargs(request, chat, kind, server, stream))
+                return response, retries, elapsed, kind, refused
             except ModelError as exc:
                 if kind == "off" or not _is_rejection(exc):
                     raise
                 refused.append(kind)
-        return self._completion(request, chat, response, retries, elapsed, kind, refused)
+
+    def stream(self, request: ModelRequest) -> Iterator[str | Completion]:
+        """`complete`, streamed (server-sent events): the text as it arrives, then a
+        Completion with the tool calls assembled from their deltas, the usage and the
+        meta (its text empty: the deltas joined are the text). Retries and constraint
+        fallbacks happen before the first delta; a failure mid-stream is a ModelError."""
+        chat = self.mode == "chat" or request.dialect == "native"
+        chunks, retries, _, kind, refused = self._send(request, chat, self.client, stream=True)
+        started = time.perf_counter()
+        streamed = StreamedResponse(chat)
+        parts: list[str] = []
+        try:
+            for chunk in chunks:
+                text = streamed.add(chunk)
+                if text:
+                    parts.append(text)
+                    yield text
+        except Exception as exc:  # the choke point for the stream's own failures
+            raise ModelError(f"{self.base_url}: stream broke off: {type(exc).__name__}: {exc}") from exc
+        finally:
+            chunks.close()
+        yield self._streamed(request, streamed, "".join(parts), retries, time.perf_counter() - started, kind, refused)
+
+    async def astream(self, request: ModelRequest) -> AsyncIterator[str | Completion]:
+        """`stream` on the running event loop, through the pooled async client."""
+        chat = self.mode == "chat" or request.dialect == "native"
+        chunks, retries, _, kind, refused = await self._asend(request, chat, stream=True)
+        started = time.perf_counter()
+        streamed = StreamedResponse(chat)
+        parts: list[str] = []
+        try:
+            async for chunk in chunks:
+                text = streamed.add(chunk)
+                if text:
+                    parts.append(text)
+                    yield text
+        except Exception as exc:  # the choke point for the stream's own failures
+            raise ModelError(f"{self.base_url}: stream broke off: {type(exc).__name__}: {exc}") from exc
+        finally:
+            await chunks.close()
+        yield self._streamed(request, streamed, "".join(parts), retries, time.perf_counter() - started, kind, refused)
+
+    def _streamed(
+        self, request: ModelRequest, streamed: StreamedResponse, text: str, retries: int, elapsed: float,
+        kind: str, refused: Sequence[str],
+    ) -> Completion:
+        """The Completion that ends a stream (text empty: the deltas are the text)."""
+        names = api_tool_names([str(t["name"]) for t in request.tools])
+        calls = tuple(ToolCall(names.get(name, name), arguments, call_id)
+                      for name, arguments, call_id in streamed.tool_calls())  # fmt: skip
+        out = Completion("", _usage(streamed, request.prompt, text), calls,
+                         self._meta(retries, elapsed, streamed.finish_reason))  # fmt: skip
+        return self._constrained(out, streamed.chat, kind, refused)
 
     def server_kind(self) -> str:
         """The configured `server`, else the probed one (probed once, then cached);
@@ -246,7 +310,7 @@ class OpenAICompatible:
             return "json_schema"
         return "off"
 
-    def _kwargs(self, request: ModelRequest, chat: bool, kind: str, server: str) -> dict[str, Any]:
+    def _kwargs(self, request: ModelRequest, chat: bool, kind: str, server: str, stream: bool = False) -> dict[str, Any]:
         if not chat:
             kwargs = self._text_kwargs(request)
         else:
@@ -258,6 +322,9 @@ class OpenAICompatible:
             kwargs["extra_body"] = grammar_fields(server, gbnf)
             wanted = request.max_tokens or self.max_tokens
             kwargs["max_tokens"] = max(wanted, CONSTRAINED_MIN_TOKENS.get(request.purpose, 0))
+        if stream:  # usage comes in a last chunk when the server honours include_usage
+            kwargs["stream"] = True
+            kwargs["stream_options"] = {"include_usage": True}
         return kwargs
 
     def _completion(
@@ -267,6 +334,9 @@ class OpenAICompatible:
         """The Completion, with the constraint sent recorded; kinds refused on the way
         are remembered now that a weaker one went through."""
         out = (self._chat_completion if chat else self._text_completion)(request, response, retries, elapsed)
+        return self._constrained(out, chat, kind, refused)
+
+    def _constrained(self, out: Completion, chat: bool, kind: str, refused: Sequence[str]) -> Completion:
         out.meta["constrain"] = kind
         if refused:
             out.meta["constrain_rejected"] = list(refused)

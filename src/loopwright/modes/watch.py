@@ -147,8 +147,11 @@ class AsyncEvents(AsyncIterator[Event]):
             return
         if threading.get_ident() == self._loop_thread:
             wake.set()
-        else:
-            loop.call_soon_threadsafe(wake.set)
+        elif not loop.is_closed():  # a call abandoned by a cancelled run may outlive the loop
+            try:
+                loop.call_soon_threadsafe(wake.set)
+            except RuntimeError:  # closed meanwhile: nobody is left to wake
+                pass
 
     def __aiter__(self) -> AsyncEvents:
         return self
