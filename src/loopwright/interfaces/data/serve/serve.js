@@ -115,7 +115,7 @@ function handle(ev) {
 
 function custom(name, value, agent) {
   if (name === "step") {
-    const box = stack.find((b) => b.dataset.step.endsWith(":step " + value.index)) || currentStep();
+    const box = currentStep();  // the recorded Step comes inside its own step, before STEP_FINISHED
     box.querySelector(".kind").textContent = value.kind;
     if (value.kind === "final" && !box.querySelector("pre.text") && value.raw) {
       box.append(el("pre", "text", value.raw));
