@@ -80,19 +80,24 @@ class LiveRun:
             queue.put_nowait(None)
 
     async def watch(self) -> AsyncIterator[str]:
-        """Every frame from the start, then the live ones until the run ends."""
+        """Every frame from the start, then the live ones until the run ends. Frames that
+        are ready together go out as one write (a fast stream is not a write per token)."""
         queue: asyncio.Queue[str | None] = asyncio.Queue()
-        backlog = list(self.frames)  # taken with the subscription, on one thread: no gap
-        if not self.done:
+        backlog = "".join(self.frames)  # taken with the subscription, on one thread: no gap
+        ended = self.done
+        if not ended:
             self.watchers.append(queue)
         try:
-            for frame in backlog:
-                yield frame
-            while not self.done or not queue.empty():
-                item = await queue.get()
-                if item is None:
-                    break
-                yield item
+            if backlog:
+                yield backlog
+            while not ended:
+                ready = [await queue.get()]
+                while not queue.empty():
+                    ready.append(queue.get_nowait())
+                ended = ready[-1] is None  # close() puts None last
+                text = "".join(frame for frame in ready if frame is not None)
+                if text:
+                    yield text
         finally:
             if queue in self.watchers:
                 self.watchers.remove(queue)
