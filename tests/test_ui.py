@@ -95,7 +95,11 @@ def test_a_late_watcher_gets_the_whole_run_from_its_start(registry: lw.ToolRegis
         run_id = start_run(base, "What is 2 + 3?")
         first = watch(base, run_id)
         again = watch(base, run_id)  # the run is over: its frames are kept
+        resumed = watch(base, run_id, last_event_id=4)  # an EventSource reconnecting after frame 4
+        raw = httpx2.get(f"{base}/runs/{run_id}/events").text
     assert again == first and first[-1]["type"] == "RUN_FINISHED"
+    assert resumed == first[5:]
+    assert raw.startswith("id: 0\ndata: ") and f"id: {len(first) - 1}\ndata: " in raw
 
 
 def test_approval_by_post_runs_the_call() -> None:

@@ -56,7 +56,7 @@ def read_stream(response: Any, on_event: Callable[[dict[str, Any]], None] | None
     assert response.headers["content-type"].startswith("text/event-stream")
     events: list[dict[str, Any]] = []
     for line in response.iter_lines():
-        if not line:
+        if not line or line.startswith("id: "):
             continue
         assert line.startswith("data: "), line
         event = json.loads(line[len("data: "):])
@@ -68,10 +68,12 @@ def read_stream(response: Any, on_event: Callable[[dict[str, Any]], None] | None
 
 
 def watch(base: str, run_id: str, on_event: Callable[[dict[str, Any]], None] | None = None,
-          read_timeout: float = 30.0) -> list[dict[str, Any]]:
-    """The run's whole stream; `read_timeout`: the longest wait for the next bytes."""
+          read_timeout: float = 30.0, last_event_id: int | None = None) -> list[dict[str, Any]]:
+    """The run's whole stream (after `last_event_id`, as a reconnecting EventSource asks);
+    `read_timeout`: the longest wait for the next bytes."""
     timeout = httpx2.Timeout(10.0, read=read_timeout)
-    with httpx2.stream("GET", f"{base}/runs/{run_id}/events", timeout=timeout) as response:
+    headers = {} if last_event_id is None else {"Last-Event-ID": str(last_event_id)}
+    with httpx2.stream("GET", f"{base}/runs/{run_id}/events", timeout=timeout, headers=headers) as response:
         return read_stream(response, on_event)
 
 

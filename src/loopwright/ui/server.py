@@ -3,7 +3,9 @@ answer its approvals by POST.
 
     POST /runs                        {"task": "..."} -> 201 {"run_id", "thread_id", "events"}
     GET  /runs/{run_id}/events        text/event-stream: every AG-UI event of the run from its
-                                      start (a late or second watcher misses nothing), then live
+                                      start (a late or second watcher misses nothing), then live;
+                                      each has an SSE id, and a reconnect with Last-Event-ID
+                                      resumes after it
     POST /runs/{run_id}/approvals/{key}   {"approved": true|false, "reason": "..."} -> 200
     POST /agui                        an AG-UI RunAgentInput (the last user message is the task);
                                       the response is the run's event stream (AG-UI's HttpAgent)
@@ -69,7 +71,7 @@ class LiveRun:
     def publish(self, events: Iterable[BaseEvent]) -> None:
         """Encode and keep each event, and hand it to every watcher (on the loop thread)."""
         for event in events:
-            frame = _ENCODER.encode(event)
+            frame = f"id: {len(self.frames)}\n{_ENCODER.encode(event)}"  # a reconnect resumes after it
             self.frames.append(frame)
             for queue in self.watchers:
                 queue.put_nowait(frame)
@@ -79,11 +81,11 @@ class LiveRun:
         for queue in self.watchers:
             queue.put_nowait(None)
 
-    async def watch(self) -> AsyncIterator[str]:
-        """Every frame from the start, then the live ones until the run ends. Frames that
-        are ready together go out as one write (a fast stream is not a write per token)."""
+    async def watch(self, start: int = 0) -> AsyncIterator[str]:
+        """Every frame from number `start`, then the live ones until the run ends. Frames
+        that are ready together go out as one write (a fast stream is not a write per token)."""
         queue: asyncio.Queue[str | None] = asyncio.Queue()
-        backlog = "".join(self.frames)  # taken with the subscription, on one thread: no gap
+        backlog = "".join(self.frames[start:])  # taken with the subscription, on one thread: no gap
         ended = self.done
         if not ended:
             self.watchers.append(queue)
@@ -225,7 +227,8 @@ def app(policy: Policy, registry: ToolRegistry, mode: str = "react", *, approval
         live = server.runs.get(request.path_params["run_id"])
         if live is None:
             return JSONResponse({"error": f"no run {request.path_params['run_id']!r}"}, status_code=404)
-        return _stream(live)
+        last = request.headers.get("last-event-id", "")  # an EventSource reconnecting
+        return _stream(live, int(last) + 1 if last.isdigit() else 0)
 
     async def answer(request: Request) -> Response:
         live = server.runs.get(request.path_params["run_id"])
@@ -278,8 +281,8 @@ def app(policy: Policy, registry: ToolRegistry, mode: str = "react", *, approval
     return built
 
 
-def _stream(live: LiveRun) -> StreamingResponse:
-    return StreamingResponse(live.watch(), media_type=_ENCODER.get_content_type(),
+def _stream(live: LiveRun, start: int = 0) -> StreamingResponse:
+    return StreamingResponse(live.watch(start), media_type=_ENCODER.get_content_type(),
                              headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
 
