@@ -177,6 +177,12 @@ async function start(task) {
   runId = body.run_id;
   source = new EventSource(base + "runs/" + encodeURIComponent(runId) + "/events");
   source.onmessage = (message) => handle(JSON.parse(message.data));
+  source.onerror = () => {  // a drop reconnects by itself (Last-Event-ID); a refusal does not
+    if (source && source.readyState === EventSource.CLOSED) {
+      state("error", "the stream was refused");
+      done();
+    }
+  };
 }
 
 $("task-form").addEventListener("submit", (e) => {
