@@ -50,6 +50,7 @@ from loopwright.modes import (
     aiter_events,
     aiter_run,
     arun,
+    arun_spec,
     iter_events,
     iter_plan_execute,
     iter_react,
@@ -62,6 +63,7 @@ from loopwright.modes import (
     run_react,
     run_reflexion,
     run_rewoo,
+    run_spec,
     run_tot,
 )
 from loopwright.parsing import (
@@ -175,6 +177,7 @@ __all__ = [
     "aiter_events",
     "aiter_run",
     "arun",
+    "arun_spec",
     "arun_many",
     "bootstrap_examples",
     "evaluate",
@@ -196,6 +199,7 @@ __all__ = [
     "run_react",
     "run_reflexion",
     "run_rewoo",
+    "run_spec",
     "run_tot",
     "substitute",
     "tool",

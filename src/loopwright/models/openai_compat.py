@@ -179,7 +179,7 @@ class OpenAICompatible:
         """One completion (mode "completion"), or one chat turn with tools (mode "chat",
         and any request in the "native" dialect, which only chat can serve)."""
         chat = self.mode == "chat" or request.dialect == "native"
-        response, retries, elapsed, kind, refused = self._send(request, chat, self.client, stream=False)
+        response, retries, elapsed, kind, refused = self._send(request, chat, stream=False)
         return self._completion(request, chat, response, retries, elapsed, kind, refused)
 
     async def acomplete(self, request: ModelRequest) -> Completion:
@@ -190,48 +190,13 @@ class OpenAICompatible:
         response, retries, elapsed, kind, refused = await self._asend(request, chat, stream=False)
         return self._completion(request, chat, response, retries, elapsed, kind, refused)
 
-    def _send(self, request: ModelRequest, chat: bool, client: Any, stream: bool) -> tuple[Any, int, float, str, list[str]]:
-        """Send the request with the strongest constraint the server takes (a refused one
-        falls back to the next weaker): (response or stream, retries, seconds, the kind
-        sent, the kinds refused)."""
-        server = self.server_kind()
-        create = client.chat.completions.create if chat else client.completions.create
-        refused: list[str] = []
-        while True:
-            kind = self._kind(request, chat, server, refused)
-            try:
-                response, retries, elapsed = self._call(create, self._kwargs(request, chat, kind, server, stream))
-                return response, retries, elapsed, kind, refused
-            except ModelError as exc:
-                if kind == "off" or not _is_rejection(exc):
-                    raise
-                refused.append(kind)
-
-    async def _asend(self, request: ModelRequest, chat: bool, stream: bool) -> tuple[Any, int, float, str, list[str]]:
-        """`_send`, awaited, through the pooled async client."""
-        server = self.server if self.server is not None or self.constrain == "off" else None
-        if server is None:
-            server = await asyncio.to_thread(self.server_kind)
-        client = self._async_client()
-        create = client.chat.completions.create if chat else client.completions.create
-        refused: list[str] = []
-        while True:
-            kind = self._kind(request, chat, server, refused)
-            try:
-                response, retries, elapsed = await self._acall(create, self._kwargs(request, chat, kind, server, stream))
-                return response, retries, elapsed, kind, refused
-            except ModelError as exc:
-                if kind == "off" or not _is_rejection(exc):
-                    raise
-                refused.append(kind)
-
     def stream(self, request: ModelRequest) -> Iterator[str | Completion]:
         """`complete`, streamed (server-sent events): the text as it arrives, then a
         Completion with the tool calls assembled from their deltas, the usage and the
         meta (its text empty: the deltas joined are the text). Retries and constraint
         fallbacks happen before the first delta; a failure mid-stream is a ModelError."""
         chat = self.mode == "chat" or request.dialect == "native"
-        chunks, retries, _, kind, refused = self._send(request, chat, self.client, stream=True)
+        chunks, retries, _, kind, refused = self._send(request, chat, stream=True)
         started = time.perf_counter()
         streamed = StreamedResponse(chat)
         parts: list[str] = []
@@ -266,6 +231,41 @@ class OpenAICompatible:
             await chunks.close()
         yield self._streamed(request, streamed, "".join(parts), retries, time.perf_counter() - started, kind, refused)
 
+    def _send(self, request: ModelRequest, chat: bool, stream: bool) -> tuple[Any, int, float, str, list[str]]:
+        """Send the request with the strongest constraint the server takes (a refused one
+        falls back to the next weaker): (the response's JSON object, or the stream of its
+        chunks; retries; seconds; the kind sent; the kinds refused)."""
+        server = self.server_kind()
+        refused: list[str] = []
+        while True:
+            kind = self._kind(request, chat, server, refused)
+            try:
+                response, retries, elapsed = self._call(self.client, chat, self._body(request, chat, kind, server,
+                                                                                      stream), stream)  # fmt: skip
+                return response, retries, elapsed, kind, refused
+            except ModelError as exc:
+                if kind == "off" or not _is_rejection(exc):
+                    raise
+                refused.append(kind)
+
+    async def _asend(self, request: ModelRequest, chat: bool, stream: bool) -> tuple[Any, int, float, str, list[str]]:
+        """`_send`, awaited, through the pooled async client."""
+        server = self.server if self.server is not None or self.constrain == "off" else None
+        if server is None:
+            server = await asyncio.to_thread(self.server_kind)
+        client = self._async_client()
+        refused: list[str] = []
+        while True:
+            kind = self._kind(request, chat, server, refused)
+            try:
+                response, retries, elapsed = await self._acall(client, chat, self._body(request, chat, kind, server,
+                                                                                        stream), stream)  # fmt: skip
+                return response, retries, elapsed, kind, refused
+            except ModelError as exc:
+                if kind == "off" or not _is_rejection(exc):
+                    raise
+                refused.append(kind)
+
     def _streamed(
         self, request: ModelRequest, streamed: StreamedResponse, text: str, retries: int, elapsed: float,
         kind: str, refused: Sequence[str],
@@ -274,7 +274,7 @@ class OpenAICompatible:
         names = api_tool_names([str(t["name"]) for t in request.tools])
         calls = tuple(ToolCall(names.get(name, name), arguments, call_id)
                       for name, arguments, call_id in streamed.tool_calls())  # fmt: skip
-        out = Completion("", _usage(streamed, request.prompt, text), calls,
+        out = Completion("", _usage({"usage": streamed.usage}, request.prompt, text), calls,
                          self._meta(retries, elapsed, streamed.finish_reason))  # fmt: skip
         return self._constrained(out, streamed.chat, kind, refused)
 
@@ -310,16 +310,17 @@ class OpenAICompatible:
             return "json_schema"
         return "off"
 
-    def _kwargs(self, request: ModelRequest, chat: bool, kind: str, server: str, stream: bool = False) -> dict[str, Any]:
+    def _body(self, request: ModelRequest, chat: bool, kind: str, server: str, stream: bool = False) -> dict[str, Any]:
+        """The request's JSON body, as sent."""
         if not chat:
-            kwargs = self._text_kwargs(request)
+            kwargs = self._text_body(request)
         else:
-            kwargs = self._chat_kwargs(request, strict=kind == "json_schema", tools=kind != "grammar")
+            kwargs = self._chat_body(request, strict=kind == "json_schema", tools=kind != "grammar")
             if kind == "json_schema" and request.output_schema is not None:
                 kwargs["response_format"] = response_format(server, request.output_schema)
         if kind == "grammar":
             gbnf = self._gbnf(request) or ""
-            kwargs["extra_body"] = grammar_fields(server, gbnf)
+            kwargs.update(grammar_fields(server, gbnf))
             wanted = request.max_tokens or self.max_tokens
             kwargs["max_tokens"] = max(wanted, CONSTRAINED_MIN_TOKENS.get(request.purpose, 0))
         if stream:  # usage comes in a last chunk when the server honours include_usage
@@ -328,7 +329,7 @@ class OpenAICompatible:
         return kwargs
 
     def _completion(
-        self, request: ModelRequest, chat: bool, response: Any, retries: int, elapsed: float,
+        self, request: ModelRequest, chat: bool, response: dict[str, Any], retries: int, elapsed: float,
         kind: str, refused: Sequence[str],
     ) -> Completion:
         """The Completion, with the constraint sent recorded; kinds refused on the way
@@ -350,10 +351,11 @@ class OpenAICompatible:
             import openai
             from openai._constants import DEFAULT_CONNECTION_LIMITS
 
-            # up to pool_size connections, but openai's own cap on idle ones (100): the pool
-            # checks every idle connection on each request, and at 256 runs in flight keeping
-            # one per run cost ~2 ms of CPU a run (15%) more than reconnecting (benchmarks/batch.py)
-            idle = min(self.pool_size, DEFAULT_CONNECTION_LIMITS.max_keepalive_connections or 100)
+            # up to pool_size connections, but at most _IDLE_CONNECTIONS kept idle: the pool
+            # checks every idle connection (a poll each) on every request. At 256 runs in
+            # flight, one idle per run cost ~2 ms of CPU a run more than reconnecting, and
+            # openai's cap of 100 ~10% more than 32 (benchmarks/batch.py)
+            idle = min(self.pool_size, _IDLE_CONNECTIONS)
             pool = type(DEFAULT_CONNECTION_LIMITS)(
                 max_connections=max(self.pool_size, 1), max_keepalive_connections=max(idle, 1)
             )
@@ -364,15 +366,21 @@ class OpenAICompatible:
             self._aclients[loop] = client
         return client
 
-    async def _acall(self, create: Callable[..., Any], kwargs: dict[str, Any]) -> tuple[Any, int, float]:
+    async def _acall(self, client: Any, chat: bool, body: dict[str, Any], stream: bool = False) -> tuple[Any, int, float]:
         """`_call`, awaited: the same retries, with asyncio.sleep between them."""
         import openai
 
         retries = 0
         started = time.perf_counter()
+        path = _CHAT_PATH if chat else _TEXT_PATH
         while True:
             try:
-                return await create(**kwargs), retries, time.perf_counter() - started
+                if stream:  # the connection is open and the answer's status read: no retry after this
+                    chunks = await client.post(path, body=body, cast_to=object, stream=True,
+                                               stream_cls=openai.AsyncStream[object])
+                    return chunks, retries, time.perf_counter() - started
+                response = await client.post(path, body=body, cast_to=object)
+                return _json_object(response, self.base_url), retries, time.perf_counter() - started
             except openai.OpenAIError as exc:
                 if not _is_transient(exc):
                     raise ModelError(f"{self.base_url}: {type(exc).__name__}: {exc}") from exc
@@ -383,7 +391,7 @@ class OpenAICompatible:
                 await asyncio.sleep(self.backoff_s * 2**retries)
                 retries += 1
 
-    def _text_kwargs(self, request: ModelRequest) -> dict[str, Any]:
+    def _text_body(self, request: ModelRequest) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
             "model": self.model,
             "prompt": request.prompt,
@@ -396,16 +404,17 @@ class OpenAICompatible:
             kwargs["seed"] = self.seed
         return kwargs
 
-    def _text_completion(self, request: ModelRequest, response: Any, retries: int, elapsed: float) -> Completion:
-        choice = response.choices[0]
-        text = choice.text or ""
+    def _text_completion(self, request: ModelRequest, response: dict[str, Any], retries: int,
+                         elapsed: float) -> Completion:
+        choice = _first_choice(response, self.base_url)
+        text = choice.get("text") or ""
         return Completion(
             text=text,
             usage=_usage(response, request.prompt, text),
-            meta=self._meta(retries, elapsed, choice.finish_reason),
+            meta=self._meta(retries, elapsed, choice.get("finish_reason")),
         )
 
-    def _chat_kwargs(self, request: ModelRequest, *, strict: bool = False, tools: bool = True) -> dict[str, Any]:
+    def _chat_body(self, request: ModelRequest, *, strict: bool = False, tools: bool = True) -> dict[str, Any]:
         names = api_tool_names([str(t["name"]) for t in request.tools])
         to_api = {v: k for k, v in names.items()}
         messages = [_api_message(m, to_api) for m in request.messages] or [
@@ -427,36 +436,46 @@ class OpenAICompatible:
             kwargs["tool_choice"] = _api_tool_choice(choice_name, to_api)
         return kwargs
 
-    def _chat_completion(self, request: ModelRequest, response: Any, retries: int, elapsed: float) -> Completion:
+    def _chat_completion(self, request: ModelRequest, response: dict[str, Any], retries: int,
+                         elapsed: float) -> Completion:
         names = api_tool_names([str(t["name"]) for t in request.tools])
-        choice = response.choices[0]
-        message = choice.message
-        text = message.content or ""
+        choice = _first_choice(response, self.base_url)
+        message = choice.get("message") or {}
+        text = message.get("content") or ""
         calls = tuple(
-            ToolCall(
-                names.get(call.function.name, call.function.name),
-                call.function.arguments or "",
-                getattr(call, "id", None),
-            )
-            for call in (message.tool_calls or ())
-            if getattr(call, "function", None) is not None
+            ToolCall(names.get(name, name), function.get("arguments") or "", call.get("id"))
+            for call in (message.get("tool_calls") or ())
+            if isinstance(call, dict) and isinstance(function := call.get("function"), dict)
+            and isinstance(name := function.get("name"), str)
         )
         return Completion(
             text=text,
             usage=_usage(response, request.prompt, text),
             tool_calls=calls,
-            meta=self._meta(retries, elapsed, choice.finish_reason),
+            meta=self._meta(retries, elapsed, choice.get("finish_reason")),
         )
 
-    def _call(self, create: Callable[..., Any], kwargs: dict[str, Any]) -> tuple[Any, int, float]:
-        """create(**kwargs) with retries on transient errors: (response, retries, seconds)."""
+    def _call(self, client: Any, chat: bool, body: dict[str, Any], stream: bool = False) -> tuple[Any, int, float]:
+        """POST the body to the completions (or chat completions) endpoint, with retries on
+        transient errors: (the response's JSON object, or with `stream` the stream of its
+        chunks as JSON objects; retries; seconds).
+
+        Through the client's own `post`, which keeps its base URL, headers, auth, timeouts
+        and error types, but with the body as it is and the JSON answer as a dict: the
+        typed `create` re-walks the arguments against their TypedDicts and builds pydantic
+        response models, a third of a call's CPU, for fields this reads four of."""
         import openai
 
         retries = 0
         started = time.perf_counter()
+        path = _CHAT_PATH if chat else _TEXT_PATH
         while True:
             try:
-                return create(**kwargs), retries, time.perf_counter() - started
+                if stream:  # the connection is open and the answer's status read: no retry after this
+                    chunks = client.post(path, body=body, cast_to=object, stream=True, stream_cls=openai.Stream[object])
+                    return chunks, retries, time.perf_counter() - started
+                response = client.post(path, body=body, cast_to=object)
+                return _json_object(response, self.base_url), retries, time.perf_counter() - started
             except openai.OpenAIError as exc:
                 if not _is_transient(exc):
                     raise ModelError(f"{self.base_url}: {type(exc).__name__}: {exc}") from exc
@@ -531,13 +550,32 @@ def _api_message(message: Mapping[str, Any], to_api: Mapping[str, str]) -> dict[
     return out
 
 
-def _usage(response: Any, prompt: str, text: str) -> Usage:
+_IDLE_CONNECTIONS = 32
+_TEXT_PATH = "/completions"
+_CHAT_PATH = "/chat/completions"
+
+
+def _json_object(response: Any, where: str) -> dict[str, Any]:
+    """The response body as a JSON object; anything else is a ModelError."""
+    if not isinstance(response, dict):
+        raise ModelError(f"{where}: the server's answer is not a JSON object: {str(response)[:200]!r}")
+    return response
+
+
+def _first_choice(response: dict[str, Any], where: str) -> dict[str, Any]:
+    choices = response.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise ModelError(f"{where}: the server's answer has no choices: {str(response)[:200]!r}")
+    return choices[0]
+
+
+def _usage(response: dict[str, Any], prompt: str, text: str) -> Usage:
     """Usage as the server reports it; cached prompt tokens, when reported, are not
     counted as evaluated. Estimated when the server reports nothing."""
-    usage = getattr(response, "usage", None)
-    if usage is None or usage.prompt_tokens is None:
+    usage = response.get("usage")
+    if not isinstance(usage, dict) or usage.get("prompt_tokens") is None:
         return Usage.estimate(prompt, text)
-    details = getattr(usage, "prompt_tokens_details", None)
-    cached = int(getattr(details, "cached_tokens", 0) or 0) if details is not None else 0
-    sent = int(usage.prompt_tokens)
-    return Usage(sent, max(sent - cached, 0), int(usage.completion_tokens or 0))
+    details = usage.get("prompt_tokens_details")
+    cached = int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
+    sent = int(usage["prompt_tokens"])
+    return Usage(sent, max(sent - cached, 0), int(usage.get("completion_tokens") or 0))

@@ -1,6 +1,6 @@
 """A streamed OpenAI-style response put back together: the chunks of `/v1/completions` or
 `/v1/chat/completions` with `stream=True` (server-sent events, read by the `openai`
-client), as the text deltas to pass on and, at the end, what a whole response holds.
+client as JSON objects), as the text deltas to pass on and, at the end, what a whole response holds.
 
 Chat tool calls arrive in pieces: each chunk's `delta.tool_calls` carries an `index`, the
 call's id and name in its first piece, and a fragment of the JSON arguments string; the
@@ -30,38 +30,39 @@ class StreamedResponse:
     def __init__(self, chat: bool) -> None:
         self.chat = chat
         self.finish_reason: Any = None
-        self.usage: Any = None  # read as a response's `.usage` (openai_compat._usage)
+        self.usage: Any = None  # the usage object of the last chunk that had one
         self._calls: dict[int, _PartialCall] = {}
 
     def add(self, chunk: Any) -> str:
-        """Take one chunk; its text ("" when it carries none)."""
-        usage = getattr(chunk, "usage", None)
-        if usage is not None:
+        """Take one chunk (a JSON object); its text ("" when it carries none)."""
+        if not isinstance(chunk, dict):
+            return ""
+        usage = chunk.get("usage")
+        if usage:
             self.usage = usage
-        choices = getattr(chunk, "choices", None)
-        if not choices:
+        choices = chunk.get("choices")
+        if not choices or not isinstance(choices[0], dict):
             return ""
         choice = choices[0]
-        if choice.finish_reason is not None:
-            self.finish_reason = choice.finish_reason
+        if choice.get("finish_reason") is not None:
+            self.finish_reason = choice["finish_reason"]
         if not self.chat:
-            return str(choice.text or "")
-        delta = choice.delta
-        if delta is None:
+            return str(choice.get("text") or "")
+        delta = choice.get("delta")
+        if not isinstance(delta, dict):
             return ""
-        for piece in getattr(delta, "tool_calls", None) or ():
-            index = piece.index if piece.index is not None else len(self._calls)
-            call = self._calls.setdefault(index, _PartialCall())
-            if piece.id:
-                call.id = piece.id
-            function = piece.function
-            if function is not None:
-                if function.name and function.name != call.name:
-                    call.name = call.name + function.name if call.name and not function.name.startswith(call.name) \
-                        else function.name
-                if function.arguments:
-                    call.arguments.append(function.arguments)
-        return str(delta.content or "")
+        for piece in delta.get("tool_calls") or ():
+            index = piece.get("index")
+            call = self._calls.setdefault(len(self._calls) if index is None else int(index), _PartialCall())
+            if piece.get("id"):
+                call.id = piece["id"]
+            function = piece.get("function") or {}
+            name = function.get("name")
+            if name and name != call.name:  # sent once in the first piece (some servers repeat it whole)
+                call.name = name if not call.name or name.startswith(call.name) else call.name + name
+            if function.get("arguments"):
+                call.arguments.append(function["arguments"])
+        return str(delta.get("content") or "")
 
     def tool_calls(self) -> list[tuple[str, str, str | None]]:
         """The calls assembled, in index order: (api name, arguments string, id)."""

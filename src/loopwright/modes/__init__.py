@@ -13,6 +13,7 @@ from loopwright.modes.front import (
     aiter_events,
     aiter_run,
     arun,
+    arun_spec,
     iter_events,
     iter_plan_execute,
     iter_react,
@@ -25,6 +26,7 @@ from loopwright.modes.front import (
     run_react,
     run_reflexion,
     run_rewoo,
+    run_spec,
     run_tot,
 )
 from loopwright.modes.spec import RunSpec
@@ -40,6 +42,7 @@ __all__ = [
     "aiter_events",
     "aiter_run",
     "arun",
+    "arun_spec",
     "iter_events",
     "iter_plan_execute",
     "iter_react",
@@ -52,5 +55,6 @@ __all__ = [
     "run_react",
     "run_reflexion",
     "run_rewoo",
+    "run_spec",
     "run_tot",
 ]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from loopwright.modes.context import RunContext
-from loopwright.modes.machine import CallModel, Machine, PolicyFailed
+from loopwright.modes.machine import Machine, PolicyFailed
 from loopwright.policy import ModelRequest
 from loopwright.trace import Step
 
@@ -40,8 +40,8 @@ def reflect(ctx: RunContext, prompt: str, max_tokens: int | None, meta: dict[str
     """
     k = ctx.next_index
     try:
-        call = yield CallModel(ModelRequest(prompt, ctx.prompts.stop_reflection, "reflect", (), (),
-                                            max_tokens or CRITIQUE_TOKENS))
+        call = yield ModelRequest(prompt, ctx.prompts.stop_reflection, "reflect", (), (),
+                                  max_tokens or CRITIQUE_TOKENS)
     except PolicyFailed as failed:
         yield Step(k, "error", error=failed.message, prompt=prompt, duration_s=failed.seconds)
         ctx.stop(failed.reason)

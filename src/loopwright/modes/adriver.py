@@ -23,7 +23,6 @@ from loopwright.modes.context import RunContext
 from loopwright.modes.driver import Run
 from loopwright.modes.gate import Admitted
 from loopwright.modes.machine import (
-    CallModel,
     CallTool,
     Executed,
     Finished,
@@ -50,13 +49,13 @@ if TYPE_CHECKING:  # imported where used: a sync run never loads asyncio (see lo
 
 async def acall_model(ctx: RunContext, request: ModelRequest) -> ModelCall:
     """`driver.call_model`, awaited."""
-    recorded = ctx.begin_model()
+    start = time.perf_counter()
+    recorded = ctx.begin_model(start)
     events = ctx.events  # someone watches: the policy streams, its deltas go out as they come
     if recorded is not None:
         if events is not None:
             events.delta(ctx.next_index, recorded.text)
         return recorded
-    start = time.perf_counter()
     remaining = ctx.deadline.remaining()
     try:
         if events is not None:
@@ -105,13 +104,13 @@ class AsyncRun:
                 return None
             thrown = None
             try:
-                if isinstance(item, Step):
+                if type(item) is Step:
                     return ctx.record(item)
-                if isinstance(item, CallModel):
-                    value = await acall_model(ctx, item.request)
-                elif isinstance(item, CallTool):
+                if type(item) is ModelRequest:
+                    value = await acall_model(ctx, item)
+                elif type(item) is CallTool:
                     value = await self._execute(item)
-                elif isinstance(item, StartTool):
+                elif type(item) is StartTool:
                     import asyncio
 
                     self._tasks.add(asyncio.ensure_future(self._finished(item.call)))
@@ -135,19 +134,19 @@ class AsyncRun:
                 raise admitted
         else:
             admitted = gate.admit(call)
+        if admitted is None:  # nothing to gate, record or deduplicate
+            return gate.done(call.key, await self._run_tool(call, 1))
         if type(admitted) is not Admitted:
             return admitted  # type: ignore[no-any-return]
         if admitted.ledger is None:
-            return gate.finish(admitted, await self._run_tool(admitted))
+            return gate.finish(admitted, await self._run_tool(call, gate.begin(admitted)))
         import asyncio
 
         async with self._locks.setdefault(admitted.ledger, asyncio.Lock()):  # the second reuses
-            return gate.reuse(admitted) or gate.finish(admitted, await self._run_tool(admitted))
+            return gate.reuse(admitted) or gate.finish(admitted, await self._run_tool(call, gate.begin(admitted)))
 
-    async def _run_tool(self, admitted: Admitted) -> ToolResult:
+    async def _run_tool(self, call: CallTool, attempt: int) -> ToolResult:
         ctx = self._ctx
-        attempt = ctx.gate.begin(admitted)
-        call = admitted.call
         token = CURRENT_CALL.set((ctx, call.key, attempt, call.name))  # for lw.current_call()
         ctx.in_flight[call.key] = (call.name, call.args, time.perf_counter())
         events = ctx.events

@@ -130,9 +130,9 @@ class RunContext:
 
     # -- a model call, either side of the driver's call to the policy ----------------
 
-    def begin_model(self) -> ModelCall | None:
+    def begin_model(self, start: float) -> ModelCall | None:
         """Count the call; a resumed run's recorded answer (the call was paid for
-        already), else None and the call is in flight."""
+        already), else None and the call is in flight since `start`."""
         trace = self.trace
         trace.llm_calls += 1
         if self.journal is not None:
@@ -141,7 +141,7 @@ class RunContext:
                 completion, usage = recorded
                 trace.usage = trace.usage + usage
                 return ModelCall(completion.text, completion, usage, 0.0)
-        self.in_flight["model"] = (None, None, time.perf_counter())
+        self.in_flight["model"] = (None, None, start)
         return None
 
     def model_done(self, request: ModelRequest, reply: str | Completion, start: float) -> ModelCall:

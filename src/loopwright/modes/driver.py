@@ -21,7 +21,6 @@ from loopwright.errors import RunInterrupted
 from loopwright.modes.context import RunContext
 from loopwright.modes.gate import Admitted
 from loopwright.modes.machine import (
-    CallModel,
     CallTool,
     Executed,
     Finished,
@@ -39,14 +38,14 @@ from loopwright.trace import Step, Trace
 
 def call_model(ctx: RunContext, request: ModelRequest) -> ModelCall:
     """One model call. Raises PolicyFailed when the policy raises or outlives the run."""
-    recorded = ctx.begin_model()
+    start = time.perf_counter()
+    recorded = ctx.begin_model(start)
     events = ctx.events  # someone watches: the policy streams, its deltas go out as they come
     if recorded is not None:
         if events is not None:
             events.delta(ctx.next_index, recorded.text)
         return recorded
     answer = policy_reply if events is None else partial(stream_reply, emit=partial(events.delta, ctx.next_index))
-    start = time.perf_counter()
     remaining = ctx.deadline.remaining()
     try:
         if remaining is None:
@@ -65,17 +64,17 @@ def execute(ctx: RunContext, call: CallTool) -> Executed:
     gate ends the run)."""
     gate = ctx.gate
     admitted = gate.admit(call)
+    if admitted is None:  # nothing to gate, record or deduplicate
+        return gate.done(call.key, _run_tool(ctx, call, 1))
     if type(admitted) is not Admitted:
         return admitted  # type: ignore[return-value]
     if admitted.ledger is None:
-        return gate.finish(admitted, _run_tool(ctx, admitted))
+        return gate.finish(admitted, _run_tool(ctx, call, gate.begin(admitted)))
     with gate.lock(admitted.ledger):  # two identical side effects at once: the second reuses
-        return gate.reuse(admitted) or gate.finish(admitted, _run_tool(ctx, admitted))
+        return gate.reuse(admitted) or gate.finish(admitted, _run_tool(ctx, call, gate.begin(admitted)))
 
 
-def _run_tool(ctx: RunContext, admitted: Admitted) -> ToolResult:
-    attempt = ctx.gate.begin(admitted)
-    call = admitted.call
+def _run_tool(ctx: RunContext, call: CallTool, attempt: int) -> ToolResult:
     token = CURRENT_CALL.set((ctx, call.key, attempt, call.name))  # for lw.current_call()
     in_flight = ctx.in_flight
     in_flight[call.key] = (call.name, call.args, time.perf_counter())
@@ -133,13 +132,13 @@ class Run(Iterator[Step]):
             item = machine.send(value) if thrown is None else machine.throw(thrown)
             thrown = None
             try:
-                if isinstance(item, Step):
+                if type(item) is Step:
                     return ctx.record(item)
-                if isinstance(item, CallModel):
-                    value = call_model(ctx, item.request)
-                elif isinstance(item, CallTool):
+                if type(item) is ModelRequest:
+                    value = call_model(ctx, item)
+                elif type(item) is CallTool:
                     value = execute(ctx, item)
-                elif isinstance(item, StartTool):
+                elif type(item) is StartTool:
                     self._start(item.call)
                     value = None
                 else:  # NextDone

@@ -1,5 +1,5 @@
-"""The front door: `run`, `iter_run`, `arun`, `aiter_run`, `iter_events`, `aiter_events` and the
-per-mode `run_*` / `iter_*`.
+"""The front door: `run`, `iter_run`, `arun`, `aiter_run`, `iter_events`, `aiter_events`, the
+per-mode `run_*` / `iter_*`, and `run_spec` / `arun_spec` for a run described by a RunSpec already.
 
 Each takes typed keywords (the limits, same names in every mode; Reflexion's and
 Tree-of-Thoughts' own settings; the run options), makes the RunSpec a run starts from,
@@ -63,6 +63,18 @@ def start(spec: RunSpec, policy: Policy, registry: ToolRegistry, *, journal: Jou
     check(spec)
     ctx = open_context(spec, policy, registry, journal, rerun_unfinished, sinks, agent)
     return Run(ctx, machine(ctx, spec))
+
+
+def run_spec(spec: RunSpec, policy: Policy, registry: ToolRegistry) -> Trace:
+    """Run what a RunSpec describes to the end and return its Trace: `lw.run` with its
+    keywords given as one value, e.g. a spec kept, sent elsewhere or varied with
+    `spec.replace(...)`. With `spec.store` the run is journaled, as `lw.run` does."""
+    return start(spec, policy, registry).run()
+
+
+async def arun_spec(spec: RunSpec, policy: Policy, registry: ToolRegistry) -> Trace:
+    """`run_spec` on the running event loop (as `lw.arun`)."""
+    return await AsyncRun(start(spec, policy, registry)).run()
 
 
 def _spec(task: str, mode: str, given: dict[str, Any]) -> RunSpec:
@@ -358,6 +370,7 @@ __all__ = [
     "aiter_events",
     "aiter_run",
     "arun",
+    "arun_spec",
     "iter_events",
     "iter_plan_execute",
     "iter_react",
@@ -370,6 +383,7 @@ __all__ = [
     "run_react",
     "run_reflexion",
     "run_rewoo",
+    "run_spec",
     "run_tot",
     "start",
 ]

@@ -77,15 +77,16 @@ class ToolGate:
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
 
-    def admit(self, call: CallTool) -> Executed | Admitted:
+    def admit(self, call: CallTool) -> Executed | Admitted | None:
         """Replay, approval: an Executed when the call is answered without running it, an
-        Admitted when it may run. Raises StopRun when the run must end here (denied with
+        Admitted when it may run, None when there is nothing to gate, record or deduplicate
+        (run it, then `done`). Raises StopRun when the run must end here (denied with
         on_deny="stop", approval pending)."""
         ctx = self.ctx
         tool = ctx.registry.get(call.name)
         journal = self.journal
         if journal is None and (tool is None or (tool.idempotent and not tool.requires_approval)):
-            return Admitted(call, tool)  # nothing to gate, record or deduplicate
+            return None
         recorded = journal.recorded_tool(call.key) if journal is not None else None
         if recorded is not None and recorded[0] == "done" and recorded[1] is not None:
             with self._lock:
@@ -155,6 +156,10 @@ class ToolGate:
             self.journal.record_tool_result(key, result)
         if admitted.ledger is not None and result.error is None:
             self._ledger[admitted.ledger] = (key, result)
+        return self.done(key, result)
+
+    def done(self, key: str, result: ToolResult) -> Executed:
+        """Count the call and tell the observers (all `finish` does for an ungated call)."""
         ctx = self.ctx
         with self._lock:
             ctx.trace.tool_calls += 1

@@ -3,11 +3,16 @@
 A mode is a step machine: a generator that performs no I/O. It yields the Steps it
 records and requests for what only the driver may do (call the model, call a tool;
 ReWOO also starts calls and asks for the next one finished), and receives each answer
-through `send`: a ModelCall for CallModel, an Executed for CallTool, a Finished for
-NextDone, None for a Step or a StartTool. Failures are thrown in: PolicyFailed where the
-model call failed (a mode catches it and records why), StopRun where the run must end
-(nothing catches it). Requests and results are small frozen records; the drivers
-dispatch on their type (modes/driver.py, modes/adriver.py).
+through `send`: a ModelCall for a ModelRequest (the model call is requested by yielding
+the request itself), an Executed for CallTool, a Finished for NextDone, None for a Step
+or a StartTool. Failures are thrown in: PolicyFailed where the model call failed (a mode
+catches it and records why), StopRun where the run must end (nothing catches it). The
+drivers dispatch on the type (modes/driver.py, modes/adriver.py).
+
+The requests and results here are messages between a mode and its driver, a few made
+every step and never kept: plain slotted dataclasses, not frozen ones. A frozen
+dataclass's __init__ writes each field through object.__setattr__ (about 80 ns a field
+against 25), and the records that are kept (Step, Usage, ModelRequest) stay frozen.
 """
 
 from __future__ import annotations
@@ -26,14 +31,7 @@ R = TypeVar("R")
 # -- requests -------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class CallModel:
-    """Call the model once; answered with a ModelCall (PolicyFailed is thrown in)."""
-
-    request: ModelRequest
-
-
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CallTool:
     """Execute one tool call through the gate; answered with an Executed. `key` names
     the call within the run (ReAct step "3", ReWOO "E2") so a resumed run finds it."""
@@ -43,7 +41,7 @@ class CallTool:
     key: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StartTool:
     """Start a tool call and go on at once (ReWOO's parallel workers); its result comes
     back from a later NextDone."""
@@ -51,12 +49,14 @@ class StartTool:
     call: CallTool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class NextDone:
     """Wait for the next started call to finish; answered with a Finished."""
 
 
-Request = CallModel | CallTool | StartTool | NextDone
+Request = ModelRequest | CallTool | StartTool | NextDone
+"""What a mode asks of its driver: a ModelRequest is answered with a ModelCall
+(PolicyFailed is thrown in)."""
 Machine = Generator[Step | Request, Any, R]
 """A mode's generator: yields Steps and Requests, returns R."""
 StepGen = Machine[None]
@@ -64,7 +64,7 @@ StepGen = Machine[None]
 # -- results --------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ModelCall:
     """One answered model call: its text, the Completion (None when a plain policy
     returned a str), what it cost, and how long it took (stamped by the driver: a mode
@@ -82,7 +82,7 @@ class ModelCall:
         return completion.meta.get("retries") if completion is not None and completion.meta else None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Executed:
     """What the gate did with one proposed call: the result, "action" or "denied", and
     notes for the step's meta (replayed, exactly-once)."""
@@ -92,7 +92,7 @@ class Executed:
     meta: dict[str, Any] | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Finished:
     """A started call that finished: its key and what the gate did."""
 
@@ -141,7 +141,6 @@ class Journal(Protocol):
 
 
 __all__ = [
-    "CallModel",
     "CallTool",
     "Executed",
     "Finished",

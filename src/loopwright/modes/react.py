@@ -14,7 +14,7 @@ from loopwright.errors import ParseError
 from loopwright.guards import RepeatDetector
 from loopwright.modes._critique import check_on_tool_error, reflect
 from loopwright.modes.context import RunContext, first_line
-from loopwright.modes.machine import CallModel, CallTool, PolicyFailed, StepGen
+from loopwright.modes.machine import CallTool, PolicyFailed, StepGen
 from loopwright.modes.spec import RunSpec
 from loopwright.parsing.steps import Action, FinalAnswer, parse_react_step
 from loopwright.parsing.toolcalls import parse_tool_calls
@@ -257,11 +257,9 @@ def _react(
             prompt = None if copy_prompts else len(pad.text)
             copy = pad.text if copy_prompts else None
             try:
-                call = yield CallModel(
-                    ModelRequest(
-                        pad.text, pad.stop, "react", tools, tuple(pad.messages), max_tokens, dialect,
-                        tuple(known.items()), None if ctx.output is None else ctx.output.schema,
-                    )
+                call = yield ModelRequest(
+                    pad.text, pad.stop, "react", tools, tuple(pad.messages), max_tokens, dialect,
+                    tuple(known.items()), None if ctx.output is None else ctx.output.schema,
                 )
             except PolicyFailed as failed:
                 yield Step(k, "error", error=failed.message, prompt_chars=prompt, prompt=copy,

@@ -14,7 +14,6 @@ from typing import Any
 from loopwright.errors import ParseError
 from loopwright.modes.context import RunContext
 from loopwright.modes.machine import (
-    CallModel,
     CallTool,
     Finished,
     Machine,
@@ -73,8 +72,8 @@ def _rewoo(ctx: RunContext, max_tokens: int | None) -> StepGen:
     # run costs 3 model calls instead of 2; a second misfit ends it with "error".
     for _attempt in range(1 if spec is None else 2):
         try:
-            call = yield CallModel(ModelRequest(solve_prompt, (), "solve", tools, (), max_tokens,
-                                                output_schema=schema))
+            call = yield ModelRequest(solve_prompt, (), "solve", tools, (), max_tokens,
+                                      output_schema=schema)
         except PolicyFailed as failed:
             yield Step(ctx.next_index, "error", error=failed.message, prompt=solve_prompt)
             ctx.stop(failed.reason)
@@ -121,7 +120,7 @@ def plan_call(
     was stopped (the policy failed, or the budget or clock ran out)."""
     purpose: Purpose = "plan" if kind == "plan" else "replan"
     try:
-        call = yield CallModel(ModelRequest(prompt, (), purpose, tuple(ctx.schemas), (), max_tokens))
+        call = yield ModelRequest(prompt, (), purpose, tuple(ctx.schemas), (), max_tokens)
     except PolicyFailed as failed:
         yield Step(ctx.next_index, "error", error=failed.message, prompt=prompt)
         ctx.stop(failed.reason)

@@ -28,7 +28,7 @@ from typing import Any, Final
 
 from loopwright.errors import ParseError
 from loopwright.modes.context import RunContext
-from loopwright.modes.machine import CallModel, CallTool, Machine, PolicyFailed, StepGen
+from loopwright.modes.machine import CallTool, Machine, PolicyFailed, StepGen
 from loopwright.modes.spec import RunSpec
 from loopwright.parsing.steps import Action, FinalAnswer, parse_react_step
 from loopwright.policy import ModelRequest, Purpose
@@ -131,7 +131,7 @@ class _Search:
         """One model call; None when the run stopped on it (the error step recorded)."""
         ctx = self.ctx
         try:
-            call = yield CallModel(ModelRequest(prompt, stop, purpose, (), (), max_tokens))
+            call = yield ModelRequest(prompt, stop, purpose, (), (), max_tokens)
         except PolicyFailed as failed:
             yield Step(ctx.next_index, "error", error=failed.message, prompt=prompt,
                        duration_s=failed.seconds, meta=meta)
