@@ -6,10 +6,9 @@ stream loop on the very same prompt tokens (issue 24).
 Each round, alternating: llama-cpp-python's `create_completion(stream=True)` iterated
 bare (the loop a user would write), then a one-step ReAct run watched with
 `lw.iter_events` on `LlamaCpp` (grammar off, so both sample the same way; the KV cache
-reset before each, so both evaluate the whole prompt). Reported: wall ms a token of
-each from the first text to the end (generation only), their ratio (median of the
-per-round ratios), and what loopwright adds a token (the watched side's end includes
-parsing the step and recording it).
+reset before each, so both evaluate the whole prompt). Reported: the whole call's wall
+time on each side, their ratio (median of the per-round ratios), and what loopwright adds
+per generated token.
 Then the same event path with no model at all (a scripted stream of one-character
 deltas), which isolates loopwright's own cost of a delta.
 """
@@ -39,44 +38,44 @@ def main() -> None:
     llm = model.llm
     tokens = model.tokenize(prompt)
 
-    # Timed from the first piece of text to the end: generation only (the prompt's
-    # evaluation and the run's setup are the same work on both sides, and not per token).
+    # Each side timed whole, from the KV cache reset to the last token: the prompt's
+    # evaluation is the same work on both sides, so the difference is what loopwright adds
+    # (its prompt building, the thread and queue of iter_events, each delta's event, the
+    # step's parse and record). Timing from the first token instead would depend on when
+    # the watching thread is scheduled.
     def bare() -> tuple[float, int]:
         llm.reset()
-        first = None
-        n = 0
-        for chunk in llm.create_completion(tokens, max_tokens=args.tokens, temperature=0.0, stop=stop, seed=0,
-                                           stream=True):
-            if chunk["choices"][0]["text"]:
-                n += 1
-                if first is None:
-                    first = time.perf_counter()
-        return time.perf_counter() - (first or time.perf_counter()), n - 1
+        start = time.perf_counter()
+        for _ in llm.create_completion(tokens, max_tokens=args.tokens, temperature=0.0, stop=stop, seed=0,
+                                       stream=True):
+            pass
+        return time.perf_counter() - start, model._generated()
 
     def watched() -> tuple[float, int]:
-        first = None
-        n = 0
+        start = time.perf_counter()
+        generated = 0
         for event in lw.iter_events(task, model, registry, max_steps=1):
-            if isinstance(event, lw.ModelDelta):
-                n += 1
-                if first is None:
-                    first = time.perf_counter()
-        return time.perf_counter() - (first or time.perf_counter()), n - 1
+            if isinstance(event, lw.StepEvent):
+                generated = event.step.usage.completion_tokens
+        return time.perf_counter() - start, generated
 
     bare(), watched()  # warm up
     rows = []
     for _ in range(args.rounds):
+        model._sampled.clear()
         b_s, b_n = bare()
         w_s, w_n = watched()
-        rows.append((b_s / max(b_n, 1) * 1e3, w_s / max(w_n, 1) * 1e3, b_n, w_n))
+        rows.append((b_s, w_s, b_n, w_n))
     b = statistics.median(r[0] for r in rows)
     w = statistics.median(r[1] for r in rows)
     ratio = statistics.median(r[1] / r[0] for r in rows)
-    print(f"embedded model, {rows[0][2]} pieces of text after the first (bare) / {rows[0][3]} (watched run), "
-          f"{args.rounds} rounds, wall:")
-    print(f"  llama-cpp-python's own stream loop {b:.2f} ms/token")
-    print(f"  lw.iter_events on LlamaCpp          {w:.2f} ms/token ({ratio:.2f}x, {(w - b) * 1e3:+.0f} us/token;"
-          f" the step's parse and record included)")
+    n = statistics.median(r[3] for r in rows)
+    added = statistics.median((r[1] - r[0]) / max(r[3], 1) for r in rows)
+    print(f"embedded model, {len(tokens)} prompt tokens, {rows[0][2]} generated (bare) / {rows[0][3]} (watched run), "
+          f"{args.rounds} rounds, wall, whole call:")
+    print(f"  llama-cpp-python's own stream loop {b * 1e3:.0f} ms")
+    print(f"  lw.iter_events on LlamaCpp          {w * 1e3:.0f} ms ({ratio:.3f}x); added per generated token "
+          f"{added * 1e3:+.2f} ms (median of per-round differences / {n:.0f} tokens)")
     isolated(args.rounds)
 
 

@@ -522,3 +522,30 @@ def test_browser_screenshot_shows_a_rendered_page(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert _png_size(shot) == (1280, 2000)
     assert shot.stat().st_size > 20_000  # a rendered page, not a blank one
+
+
+def test_a_child_agent_run_is_nested_under_the_step_that_called_it() -> None:
+    @lw.tool
+    def add(x: int, y: int) -> int:
+        """Add two integers."""
+        return x + y
+
+    inner = lw.Agent("calculator", lw.ScriptedPolicy([
+        'Thought: add\nAction: add\nAction Input: {"x": 2, "y": 3}', f"Thought: done\nFinal Answer: 5 {HOSTILE}"]),
+        lw.ToolRegistry([add]))
+    trace = lw.run("2 + 3?", lw.ScriptedPolicy([
+        'Thought: ask\nAction: calculator\nAction Input: {"task": "2 + 3"}', "Thought: ok\nFinal Answer: 5"]),
+        lw.ToolRegistry([inner.as_tool()]))
+    text = render_html(trace)
+    page = assert_only_our_markup(text)  # the child's text stays text too
+    [nested] = [a for tag, a in page.tags if "data-child-run-id" in a]
+    assert nested["data-child-run-id"] == trace.steps[0].meta["child_run_id"]
+    assert nested["data-agent"] == "calculator"
+    # nested inside step 1's element, before step 2's
+    step1 = text.index('id="step-1"')
+    assert step1 < text.index("data-child-run-id") < text.index('id="step-2"')
+    kinds = [a["data-step-kind"] for tag, a in page.tags if tag == "li" and "id" not in a and "data-step-kind" in a]
+    assert kinds == ["action", "final"]  # the child's two steps
+    assert "Question: 2 + 3" in unescape(text)  # the child's prompt is shown
+    # a page rebuilt from the trace's JSON nests the same run
+    assert render_html(json.loads(trace.to_json())) == text

@@ -22,13 +22,14 @@ def imports() -> None:
         ResponseFunctionToolCall, \
         ResponseOutputMessage, \
         ResponseOutputText
-    from agents import Agent, ModelResponse, Runner, Usage, function_tool, set_tracing_disabled
     from agents.models.interface import Model
     from openai.types.responses import (
         ResponseFunctionToolCall,
         ResponseOutputMessage,
         ResponseOutputText,
     )
+
+    from agents import Agent, ModelResponse, Runner, Usage, function_tool, set_tracing_disabled
 
 
 def build() -> Callable[[Script], str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from loopwright.agents import Agent
 from loopwright.batch import PolicyFactory, arun_many, policy_factory, run_many
 from loopwright.calls import CallInfo, current_call
 from loopwright.durable.fork import fork
@@ -117,6 +118,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "Agent",
     "STOP_REASONS",
     "Action",
     "ApprovalRequested",

@@ -29,7 +29,7 @@ from typing import Any
 
 from loopwright.trace import Step, Trace, Usage
 
-__all__ = ["RunSpans", "instrument", "run_spans", "uninstrument"]
+__all__ = ["RunSpans", "attach", "detach", "instrument", "run_spans", "uninstrument"]
 
 _ACTIVE: tuple[Any, bool] | None = None  # (tracer, capture_content) set by instrument()
 _VERSION = "0.1.0"
@@ -65,6 +65,20 @@ def run_spans(
     spans = RunSpans(tracer, capture, task, mode, policy, run_id)
     spans.price = price
     return spans
+
+
+def attach(context: Any) -> Any:
+    """Make an OpenTelemetry context current (a child agent's run starts its span under
+    it); the token for `detach`."""
+    from opentelemetry import context as otel_context
+
+    return otel_context.attach(context)
+
+
+def detach(token: Any) -> None:
+    from opentelemetry import context as otel_context
+
+    otel_context.detach(token)
 
 
 def _provider(policy: Any) -> str:
@@ -120,6 +134,7 @@ class RunSpans:
         self.span = tracer.start_span("invoke_agent", attributes=attributes)
         self.context = trace.set_span_in_context(self.span)
         self._pending: list[tuple[Any, int]] = []  # (span, end time) until its step is recorded
+        self._open: dict[str, Any] = {}  # call key -> an execute_tool span opened for a child agent
         self.price: Callable[[Usage], float] | None = None  # a call's cost, when the run has prices
 
     def _settle(self, step: Step | None) -> None:
@@ -188,6 +203,14 @@ class RunSpans:
         span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, message))
         span.end(end_time=end)
 
+    def open_tool(self, key: str, name: str) -> Any:
+        """Start the `execute_tool` span of call `key` now, while it runs (a child agent's
+        `invoke_agent` goes under it); `tool` ends it. The OpenTelemetry context to attach."""
+        span = self.tracer.start_span(f"execute_tool {name}", context=self.context,
+                                      kind=self._trace.SpanKind.INTERNAL)
+        self._open[key] = span
+        return self._trace.set_span_in_context(span)
+
     def tool(self, key: str, result: Any, kind: str = "action") -> None:
         """One executed (or denied) tool call: a ToolResult."""
         end = time.time_ns()
@@ -204,11 +227,16 @@ class RunSpans:
         if self.capture:
             attributes["gen_ai.tool.call.arguments"] = json.dumps(result.args, ensure_ascii=False, default=str)
             attributes["gen_ai.tool.call.result"] = result.observation
-        span = self.tracer.start_span(
-            f"execute_tool {result.name}", context=self.context,
-            start_time=end - int(result.duration_s * 1e9), kind=self._trace.SpanKind.INTERNAL,
-            attributes=attributes,
-        )  # fmt: skip
+        opened = self._open.pop(key, None) if self._open else None
+        if opened is None:
+            span = self.tracer.start_span(
+                f"execute_tool {result.name}", context=self.context,
+                start_time=end - int(result.duration_s * 1e9), kind=self._trace.SpanKind.INTERNAL,
+                attributes=attributes,
+            )  # fmt: skip
+        else:  # opened while it ran (a child agent's spans are under it)
+            span = opened
+            span.set_attributes(attributes)
         if error is not None:
             span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, error.message))
         span.end(end_time=end)

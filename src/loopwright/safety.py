@@ -66,7 +66,7 @@ class ApprovalRequest:
     meta: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "tool": self.tool,
             "args": json.loads(json.dumps(self.args, default=str)),
             "key": self.key,
@@ -75,6 +75,9 @@ class ApprovalRequest:
             "description": self.description,
             "run_id": self.run_id,
         }
+        if self.meta:  # e.g. {"agent": name}: a child agent's call (loopwright.agents)
+            out["meta"] = json.loads(json.dumps(self.meta, default=str))
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ApprovalRequest:
@@ -86,6 +89,7 @@ class ApprovalRequest:
             side_effects=str(d.get("side_effects", "none")),
             description=str(d.get("description", "")),
             run_id=d.get("run_id"),
+            meta=dict(d.get("meta") or {}),
         )
 
 

@@ -198,6 +198,10 @@ class Trace:
     output: Any = None
     """With `run(..., output_type=T)`: the final answer validated as T (after from_dict,
     its JSON data). None otherwise, or when no answer fit."""
+    children: dict[str, Trace] = field(default_factory=dict)
+    """The traces of the agent runs this run started through `Agent.as_tool`, by child
+    run id; the step that called one names it in `meta["child_run_id"]`. Their usage and
+    cost are included in this trace's."""
 
     @property
     def answered(self) -> bool:
@@ -218,6 +222,8 @@ class Trace:
         out = self._to_dict()
         if self.output is not None:
             out["output"] = _output_data(self.output)
+        if self.children:
+            out["children"] = {run_id: child.to_dict() for run_id, child in self.children.items()}
         return out
 
     def _to_dict(self) -> dict[str, Any]:
@@ -259,6 +265,7 @@ class Trace:
             meta=dict(d.get("meta") or {}),
             scratchpad=d.get("scratchpad", ""),
             output=d.get("output"),
+            children={str(k): cls.from_dict(v) for k, v in (d.get("children") or {}).items()},
         )
 
     def to_json(self, indent: int | None = 2) -> str:

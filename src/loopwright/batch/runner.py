@@ -36,6 +36,7 @@ from loopwright.modes.spec import (
     PriceSpec,
     RunSpec,
     Search,
+    ToolSearchOption,
 )
 from loopwright.offload import run_until_complete
 from loopwright.policy import Policy
@@ -46,6 +47,7 @@ from loopwright.trace import Step, Trace
 
 if TYPE_CHECKING:
     from loopwright.durable.sqlite import SQLiteStore
+    from loopwright.memory.embedders import Embedder
     from loopwright.memory.tiered import Memory
 
 RUN_KEYWORDS: Final = frozenset(RunSpec.__dataclass_fields__) - {"task", "mode", "store"}
@@ -217,6 +219,7 @@ async def arun_many(
     prompts: PromptSet | None = None, memory: Memory | None = None, context_tokens: int | None = None,
     output_type: Any = None, run_id: str | None = None, journal_meta: Mapping[str, Any] | None = None,
     tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> list[Trace]:
     """Run every task; return their traces in input order.
 
@@ -265,6 +268,7 @@ def run_many(
     prompts: PromptSet | None = None, memory: Memory | None = None, context_tokens: int | None = None,
     output_type: Any = None, run_id: str | None = None, journal_meta: Mapping[str, Any] | None = None,
     tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> list[Trace]:
     """`arun_many` from sync code (on a private event loop; from a helper thread if this
     one already runs a loop). Same arguments."""

@@ -265,6 +265,13 @@ class StoreBase:
                     "SELECT count(*) FROM steps WHERE run_id = ? AND kind = 'replan'", (run_id,))[0])
                 if record.mode == "react" and record.llm_calls:
                     trace.scratchpad = self.prompt(run_id, record.llm_calls)
+        for step in steps:  # child agents' runs, journaled in this store (loopwright.agents)
+            child = step.meta.get("child_run_id")
+            if isinstance(child, str) and child not in trace.children:
+                try:
+                    trace.children[child] = self.trace(child)
+                except StoreError:  # a journal written elsewhere: the step still names it
+                    pass
         return trace
 
     def prompt(self, run_id: str, n: int) -> str:

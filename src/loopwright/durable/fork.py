@@ -27,6 +27,7 @@ from loopwright.modes.spec import (
     PriceSpec,
     RunSpec,
     Search,
+    ToolSearchOption,
 )
 from loopwright.policy import Policy
 from loopwright.prompts import PromptSet
@@ -36,6 +37,7 @@ from loopwright.tools.toolset import tool_set
 from loopwright.trace import Trace
 
 if TYPE_CHECKING:
+    from loopwright.memory.embedders import Embedder
     from loopwright.memory.tiered import Memory
 
 
@@ -53,6 +55,7 @@ def iter_fork(
     tools: Iterable[str] | None = None, on_deny: OnDeny | None = None, prompts: PromptSet | None = None,
     memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
     tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Run:
     """`fork`, as a Run to iterate for each Step as it is replayed or made."""
     given = overrides(locals())
@@ -93,6 +96,7 @@ def fork(
     tools: Iterable[str] | None = None, on_deny: OnDeny | None = None, prompts: PromptSet | None = None,
     memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
     tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Trace:
     """Start a new journaled run whose first `at_step` steps are run `run_id`'s recorded
     ones (replayed: no model call, no tool executed), then continue it live with `policy`,

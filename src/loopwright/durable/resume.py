@@ -45,6 +45,7 @@ from loopwright.modes.spec import (
     PriceSpec,
     RunSpec,
     Search,
+    ToolSearchOption,
 )
 from loopwright.policy import Policy
 from loopwright.prompts import PromptSet
@@ -54,6 +55,7 @@ from loopwright.tools.toolset import ToolSetDiff, diff_tool_sets, tool_set
 from loopwright.trace import Trace
 
 if TYPE_CHECKING:
+    from loopwright.memory.embedders import Embedder
     from loopwright.memory.tiered import Memory
 
 # the keywords of resume and fork that replace what the run recorded
@@ -61,7 +63,8 @@ OVERRIDES = frozenset({
     "max_steps", "token_budget", "timeout_s", "max_tokens", "max_replans", "on_parse_error", "on_repeat",
     "max_nudges", "dialect", "on_tool_error", "max_reflections", "attempt_steps", "evaluator", "search",
     "branching", "breadth", "depth", "max_nodes", "threshold", "allow_side_effects", "tools", "on_deny",
-    "prompts", "memory", "context_tokens", "output_type", "tracer", "cost_budget_usd", "prices",
+    "prompts", "memory", "context_tokens", "output_type", "tracer", "cost_budget_usd", "prices", "tool_search",
+    "tool_embedder",
 })
 
 
@@ -104,6 +107,7 @@ def iter_resume(
     tools: Iterable[str] | None = None, on_deny: OnDeny | None = None, prompts: PromptSet | None = None,
     memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
     tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Run:
     """`resume`, as a Run to iterate for each Step as it is replayed or made."""
     given = overrides(locals())
@@ -154,6 +158,7 @@ def resume(
     tools: Iterable[str] | None = None, on_deny: OnDeny | None = None, prompts: PromptSet | None = None,
     memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
     tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Trace:
     """Continue run `run_id` from its journal in `store` and return its trace.
 

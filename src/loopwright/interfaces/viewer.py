@@ -23,7 +23,7 @@ from typing import Any, Final
 
 from loopwright.errors import LoopwrightError
 from loopwright.interfaces.common import ArgumentParser, UsageError, output_path
-from loopwright.interfaces.viewer_tree import attempts_section, tot_section
+from loopwright.interfaces.viewer_tree import attempts_section, child_run, tot_section
 from loopwright.trace import STEP_KINDS, Step, Trace, load_trace
 
 __all__ = ["load_trace", "render_html", "run_view", "setup_view_parser", "view_main", "write_html"]
@@ -387,6 +387,8 @@ def _step_item(step: Step, previous_prompt: _PromptRef | None, start: float, tot
         parts.append(
             f'<details class="part"><summary>meta</summary><pre>{_esc(_json(step.meta))}</pre></details>'
         )
+    if step.meta.get("child_run_id") is not None:  # a child agent's run, nested under its step
+        parts.append(child_run(trace, step))
     open_attr = " open" if step.kind in ISSUE_KINDS else ""
     return (
         f'<li {attrs}><details{open_attr}>{summary}<div class="body">{"".join(parts)}</div>'

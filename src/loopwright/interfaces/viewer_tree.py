@@ -1,8 +1,9 @@
-"""The viewer's pictures of the two search-like modes: the Tree-of-Thoughts tree as
-nested lists (node, score, which path won) and Reflexion's attempts with their critiques.
+"""The viewer's nested pictures: the Tree-of-Thoughts tree as
+nested lists (node, score, which path won), Reflexion's attempts with their critiques, and
+a child agent's run nested under the step that called it (`trace.children`).
 
-Both are rebuilt from the steps' meta, not from `trace.meta`, so a run that was killed
-mid-search still draws what it recorded. Every string is escaped: it is model output.
+The first two are rebuilt from the steps' meta, not from `trace.meta`, so a run that was
+killed mid-search still draws what it recorded. Every string is escaped: it is model output.
 """
 
 from __future__ import annotations
@@ -111,3 +112,42 @@ def attempts_section(trace: Trace) -> str:
         )
     return (f'<section class="card" id="attempts"><h2>Attempts · {len(rows)}</h2>'
             f'<ol class="attempts">{"".join(rows)}</ol></section>')
+
+
+def child_run(trace: Trace, step: Step) -> str:
+    """The run of the child agent a step called (`meta["child_run_id"]`, kept in
+    `trace.children`), nested under the step with its own steps, prompts and raw output,
+    and its own children in turn; "" for any other step."""
+    child_id = step.meta.get("child_run_id")
+    child = trace.children.get(child_id) if isinstance(child_id, str) else None
+    if child is None:
+        return ""
+    agent = str(child.meta.get("agent") or "agent")
+    u = child.usage
+    items = "".join(_nested_step(child, s) for s in child.steps)
+    answer = "none" if child.final_answer is None else _esc(child.final_answer)
+    return (
+        f'<details class="part nested-run" open data-child-run-id="{_esc(child_id)}" data-agent="{_esc(agent)}">'
+        f"<summary>Agent <b>{_esc(agent)}</b> · run <code>{_esc(child_id)}</code> · stopped "
+        f'<span data-stop-reason="{_esc(child.stopped_reason or "")}">{_esc(child.stopped_reason)}</span> · '
+        f"{len(child.steps)} steps · tokens {u.prompt_tokens}/{u.evaluated_tokens}/{u.completion_tokens}</summary>"
+        f"<pre>Task: {_esc(child.task)}</pre><ol class=\"nested\">{items}</ol>"
+        f"<div><b>final answer</b> {answer}</div></details>"
+    )
+
+
+def _nested_step(trace: Trace, step: Step) -> str:
+    if step.tool is not None:
+        line = f"{step.tool}({_clip(str(step.args))})"
+        if step.observation is not None:
+            line += f" → {_clip(step.observation)}"
+    else:
+        line = _clip(step.error or step.observation or step.raw or "")
+    parts = []
+    prompt = trace.prompt_for(step)
+    if prompt is not None:
+        parts.append(f"<details><summary>prompt · {len(prompt)} chars</summary><pre>{_esc(prompt)}</pre></details>")
+    if step.raw:
+        parts.append(f"<details><summary>raw model output</summary><pre>{_esc(step.raw)}</pre></details>")
+    return (f'<li data-step-kind="{_esc(step.kind)}"><span class="idx">#{step.index}</span> '
+            f'<span class="kind">{_esc(step.kind)}</span> {_esc(line)}{"".join(parts)}{child_run(trace, step)}</li>')

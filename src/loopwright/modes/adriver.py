@@ -84,6 +84,7 @@ class AsyncRun:
     def __init__(self, run: Run) -> None:
         self._run = run
         self._ctx = run._ctx
+        self._ctx.asynchronous = True
         self._tasks: set[asyncio.Task[Finished]] = set()
         self._locks: dict[str, asyncio.Lock] = {}
 

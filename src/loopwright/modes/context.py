@@ -13,7 +13,7 @@ from loopwright.calls import ephemeral_run_id
 from loopwright.events import Emitter, EventSink
 from loopwright.guards import Deadline, Limits
 from loopwright.modes.gate import ToolGate
-from loopwright.modes.machine import Journal, ModelCall, PolicyFailed
+from loopwright.modes.machine import Journal, ModelCall, PolicyFailed, StopRun
 from loopwright.modes.observers import CostMeter, JournalObserver, Observer, cost_meter
 from loopwright.modes.spec import RunSpec
 from loopwright.offload import Timeout
@@ -59,6 +59,7 @@ class RunContext:
         self.task = task
         self.policy = policy
         self.registry = registry if tools is None else registry.subset(tools)
+        self.unscoped = registry  # what a `tools=` scope was cut from (tool search indexes it once)
         self.limits = limits
         self.prompts = prompts
         self.trace = Trace(task=task, mode=mode, run_id=run_id)
@@ -81,6 +82,9 @@ class RunContext:
         # removed when the call returns, so after Ctrl-C what is left was cut off
         self.in_flight: dict[str, tuple[str | None, dict[str, Any] | None, float]] = {}
         self._ephemeral_id: str | None = None
+        self.agent: str | None = None  # the agent's name when an lw.Agent runs this
+        self.parent: tuple[RunContext, str] | None = None  # a child agent's run: its parent and call key
+        self.asynchronous = False  # driven by the async driver (an agent tool then awaits its child)
 
     def call_run_id(self) -> tuple[str, bool]:
         """The run id `lw.current_call()` reports, and whether it is durable."""
@@ -97,6 +101,11 @@ class RunContext:
         if self._schemas is None:
             self._schemas = self.registry.schemas()
         return self._schemas
+
+    def use_registry(self, registry: ToolRegistry) -> None:
+        """Run on these tools from now on (tool search narrows and grows the run's set)."""
+        self.registry = registry
+        self._schemas = None
 
     # -- the trace -------------------------------------------------------------------
 
@@ -132,8 +141,11 @@ class RunContext:
 
     def begin_model(self, start: float) -> ModelCall | None:
         """Count the call; a resumed run's recorded answer (the call was paid for
-        already), else None and the call is in flight since `start`."""
+        already), else None and the call is in flight since `start`. Raises StopRun when
+        child agents spent what was left of a budget (their calls count against this run's)."""
         trace = self.trace
+        if trace.children and (spent := self.guard_after_call()) is not None:
+            raise StopRun(spent, f"{spent}: the run's child agents spent what was left")
         trace.llm_calls += 1
         if self.journal is not None:
             recorded = self.journal.recorded_completion(trace.llm_calls)
@@ -143,6 +155,21 @@ class RunContext:
                 return ModelCall(completion.text, completion, usage, 0.0)
         self.in_flight["model"] = (None, None, start)
         return None
+
+    def adopt(self, key: str, child_run_id: str, child: Trace) -> None:
+        """Take in a child agent's run started by tool call `key`: its trace kept in
+        `trace.children`, its usage and cost added to this run's, the call's step told
+        its id. Safe from ReWOO's worker threads."""
+        with self.gate.lock("\x00children"):  # the gate's named lock: ReWOO may run two at once
+            trace = self.trace
+            trace.children[child_run_id] = child
+            trace.usage = trace.usage + child.usage
+            self.gate.children[key] = child_run_id
+            cost = child.meta.get("cost_usd")
+            if self.cost is not None:
+                self.cost.add_child(child.usage, cost if isinstance(cost, int | float) else None)
+            elif isinstance(cost, int | float):
+                trace.meta["cost_usd"] = trace.meta.get("cost_usd", 0.0) + float(cost)
 
     def model_done(self, request: ModelRequest, reply: str | Completion, start: float) -> ModelCall:
         """The answer, journaled before it is used and added to the run's usage."""

@@ -8,7 +8,8 @@ the journal they continue). Limits: max_steps, token_budget, timeout_s, max_toke
 max_replans, on_parse_error, on_repeat, max_nudges, dialect, on_tool_error. Options: tools
 (the names this run may use), approver, on_deny, prompts, memory, context_tokens,
 output_type, store (a durable journal), run_id, journal_meta (JSON saved with a journaled
-run's config under "meta"), tracer, cost_budget_usd, prices.
+run's config under "meta"), tracer, cost_budget_usd, prices, tool_search (K tools a step, "auto" or
+"off": see modes/toolsearch.py).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from loopwright.modes.spec import (
     RunSpec,
     RunStore,
     Search,
+    ToolSearchOption,
 )
 from loopwright.modes.watch import AsyncEvents, Events
 from loopwright.policy import Policy
@@ -42,6 +44,7 @@ from loopwright.tools.registry import ToolRegistry
 from loopwright.trace import Trace
 
 if TYPE_CHECKING:
+    from loopwright.memory.embedders import Embedder
     from loopwright.memory.tiered import Memory
 
 MODES: Final[dict[str, tuple[Callable[[RunSpec], None], Callable[[RunContext, RunSpec], StepGen]]]] = {
@@ -100,6 +103,7 @@ def iter_run(
     output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
     journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
     prices: PriceSpec | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Run:
     """Start a run in the given mode; iterate it for its Steps, read `.trace` any time."""
     return start(_spec(task, mode, locals()), policy, registry)
@@ -118,6 +122,7 @@ def run(
     output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
     journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
     prices: PriceSpec | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Trace:
     """Run a task to the end in one of the modes (MODES) and return its Trace. A run always
     terminates and returns a (possibly partial) trace."""
@@ -137,6 +142,7 @@ def aiter_run(
     output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
     journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
     prices: PriceSpec | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> AsyncRun:
     """Start a run to drive from an event loop: `async for step in aiter_run(...)`, or
     `await aiter_run(...).run()`. Same arguments as `run`."""
@@ -156,6 +162,7 @@ async def arun(
     output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
     journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
     prices: PriceSpec | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Trace:
     """`run`, awaited on this event loop: async policies and tools are awaited here, sync
     ones run in threads, so the loop is never blocked. Same arguments and trace as `run`;
@@ -219,6 +226,7 @@ def iter_react(
     memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
     store: RunStore | None = None, run_id: str | None = None, journal_meta: Mapping[str, Any] | None = None,
     tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Run:
     """Start a ReAct run; iterate the result to get each Step as it happens."""
     return start(_spec(task, "react", locals()), policy, registry)
@@ -234,6 +242,7 @@ def run_react(
     memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
     store: RunStore | None = None, run_id: str | None = None, journal_meta: Mapping[str, Any] | None = None,
     tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Trace:
     """Run ReAct to the end and return its Trace."""
     return start(_spec(task, "react", locals()), policy, registry).run()
@@ -248,6 +257,7 @@ def iter_rewoo(
     memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
     store: RunStore | None = None, run_id: str | None = None, journal_meta: Mapping[str, Any] | None = None,
     tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Run:
     """Start a ReWOO run; iterate the result to get each Step as it happens."""
     return start(_spec(task, "rewoo", locals()), policy, registry)
@@ -263,6 +273,7 @@ def run_rewoo(
     memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
     store: RunStore | None = None, run_id: str | None = None, journal_meta: Mapping[str, Any] | None = None,
     tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Trace:
     """Run ReWOO to the end and return its Trace."""
     return start(_spec(task, "rewoo", locals()), policy, registry).run()
@@ -277,6 +288,7 @@ def iter_plan_execute(
     memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
     store: RunStore | None = None, run_id: str | None = None, journal_meta: Mapping[str, Any] | None = None,
     tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Run:
     """Start a plan-execute-replan run; iterate the result to get each Step as it happens."""
     return start(_spec(task, "plan_execute", locals()), policy, registry)
@@ -292,6 +304,7 @@ def run_plan_execute(
     memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
     store: RunStore | None = None, run_id: str | None = None, journal_meta: Mapping[str, Any] | None = None,
     tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Trace:
     """Run plan-execute-replan to the end and return its Trace."""
     return start(_spec(task, "plan_execute", locals()), policy, registry).run()
@@ -308,6 +321,7 @@ def iter_reflexion(
     output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
     journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
     prices: PriceSpec | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Run:
     """Start a Reflexion run; iterate the result to get each Step as it happens."""
     return start(_spec(task, "reflexion", locals()), policy, registry)
@@ -325,6 +339,7 @@ def run_reflexion(
     output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
     journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
     prices: PriceSpec | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Trace:
     """Run Reflexion to the end and return its Trace."""
     return start(_spec(task, "reflexion", locals()), policy, registry).run()
@@ -342,6 +357,7 @@ def iter_tot(
     output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
     journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
     prices: PriceSpec | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Run:
     """Start a Tree-of-Thoughts search run; iterate the result to get each Step as it happens."""
     return start(_spec(task, "tot", locals()), policy, registry)
@@ -360,6 +376,7 @@ def run_tot(
     output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
     journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
     prices: PriceSpec | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Trace:
     """Run a Tree-of-Thoughts search to the end and return its Trace."""
     return start(_spec(task, "tot", locals()), policy, registry).run()

@@ -74,6 +74,7 @@ class ToolGate:
         self.on_deny = on_deny
         self.rerun_unfinished = rerun_unfinished
         self._ledger: dict[str, tuple[str, ToolResult]] = {}
+        self.children: dict[str, str] = {}  # call key -> the child agent run it started (RunContext.adopt)
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
 
@@ -93,7 +94,13 @@ class ToolGate:
                 ctx.trace.tool_calls += 1
             if tool is not None and not tool.idempotent and recorded[1].error is None:
                 self._ledger[self._ledger_key(tool, call.args)] = (call.key, recorded[1])
-            return Executed(recorded[1], meta={"replayed": True})
+            meta: dict[str, Any] = {"replayed": True}
+            recorded_child = getattr(tool, "recorded_child", None)  # an agent tool (loopwright.agents)
+            if recorded_child is not None:
+                child = recorded_child(ctx, call.key)
+                if child is not None:
+                    meta["child_run_id"] = child
+            return Executed(recorded[1], meta=meta)
         if tool is not None and tool.requires_approval:
             decision = self._approval(call, tool)
             if decision.approved is not True:  # fail closed on anything but an approval
@@ -150,8 +157,12 @@ class ToolGate:
         return attempt
 
     def finish(self, admitted: Admitted, result: ToolResult) -> Executed:
-        """Journal the result, remember a side effect's success, tell the observers."""
+        """Journal the result, remember a side effect's success, tell the observers.
+        Raises StopRun when the call ran a child agent that paused for an approval: the
+        run pauses with it, the call not journaled as done (resume re-enters the child)."""
         key = admitted.call.key
+        if self.children and key in self.children:
+            self._child_paused(key)
         if self.journal is not None:
             self.journal.record_tool_result(key, result)
         if admitted.ledger is not None and result.error is None:
@@ -165,7 +176,18 @@ class ToolGate:
             ctx.trace.tool_calls += 1
         for observer in ctx.observers:
             observer.tool(key, result, "action")
+        if self.children and key in self.children:  # the call ran a child agent
+            self._child_paused(key)
+            return Executed(result, meta={"child_run_id": self.children.pop(key)})
         return Executed(result)
+
+    def _child_paused(self, key: str) -> None:
+        """Raise StopRun("paused") when call `key` ran a child agent that paused for an
+        approval: the run pauses with it (and a resume re-enters the child)."""
+        child = self.ctx.trace.children.get(self.children[key])
+        if child is not None and child.stopped_reason == "paused":
+            self.ctx.trace.meta["pending_approval"] = child.meta.get("pending_approval")
+            raise StopRun("paused", f"waiting for an approval in child agent run {self.children.pop(key)}")
 
     def _ledger_key(self, tool: Tool, args: dict[str, Any]) -> str:
         return tool.name + "\x00" + idempotency_key(tool, args)
@@ -173,6 +195,9 @@ class ToolGate:
     def _approval(self, call: CallTool, tool: Tool) -> Decision:
         request = ApprovalRequest(call.name, call.args, approval_key(call.name, call.args), call.key,
                                   tool.side_effects, tool.description, self.ctx.trace.run_id)
+        agent = getattr(self.ctx, "agent", None)
+        if agent is not None:  # a child agent's call: the person asked sees whose it is
+            request.meta["agent"] = agent
         journal = self.journal
         if journal is not None:
             known = journal.recorded_decision(request.key)

@@ -56,18 +56,41 @@ class CostMeter:
     """What the run's model calls cost (`prices`, `cost_budget_usd`): each step's cost on
     the step, the run's so far in `trace.meta["cost_usd"]`."""
 
-    __slots__ = ("budget", "price", "trace")
+    __slots__ = ("budget", "children_cost", "children_usage", "price", "trace")
 
     def __init__(self, price: pricing.PriceFunction, budget: float | None, trace: Trace) -> None:
         self.price = price
         self.budget = budget
         self.trace = trace
+        self.children_usage = Usage()  # child agents' usage, in trace.usage but priced by them
+        self.children_cost = 0.0
         trace.meta["cost_usd"] = 0.0
 
     def spent(self) -> bool:
         """Record the run's cost so far on its trace; True when it reached the budget."""
-        cost = self.trace.meta["cost_usd"] = self.price(self.trace.usage)
+        usage = self.trace.usage
+        if self.children_cost or self.children_usage.total_tokens:
+            kids = self.children_usage
+            usage = Usage(usage.prompt_tokens - kids.prompt_tokens, usage.evaluated_tokens - kids.evaluated_tokens,
+                          usage.completion_tokens - kids.completion_tokens, usage.estimated)
+            cost = self.trace.meta["cost_usd"] = self.price(usage) + self.children_cost
+        else:
+            cost = self.trace.meta["cost_usd"] = self.price(usage)
         return self.budget is not None and bool(cost >= self.budget)
+
+    def left(self) -> float | None:
+        """What is left of the budget (None: no budget)."""
+        if self.budget is None:
+            return None
+        self.spent()
+        return self.budget - float(self.trace.meta["cost_usd"])
+
+    def add_child(self, usage: Usage, cost: float | None) -> None:
+        """A child agent's run: its usage (already in trace.usage) at its own cost, or at
+        this run's prices when it priced nothing."""
+        self.children_usage = self.children_usage + usage
+        self.children_cost += self.price(usage) if cost is None else cost
+        self.spent()
 
     def model(self, n: int, request: ModelRequest, completion: Completion, usage: Usage, start: float) -> None:
         pass

@@ -17,6 +17,7 @@ from loopwright.modes.context import RunContext
 from loopwright.modes.machine import CallTool, Machine, StepGen
 from loopwright.modes.rewoo import plan_call, plan_examples
 from loopwright.modes.spec import RunSpec
+from loopwright.modes.toolsearch import ToolSelection, begin, narrow
 from loopwright.parsing.steps import PlanStep, substitute
 from loopwright.prompts import describe_tools, fill, render_evidence
 from loopwright.trace import Step
@@ -28,10 +29,13 @@ def check(spec: RunSpec) -> None:
 
 
 def machine(ctx: RunContext, spec: RunSpec) -> StepGen:
-    return _plan_execute(ctx, spec.max_tokens)
+    # tool search: the plan gets the K tools the task needs most; each replan also loads the
+    # tools that best match the failure (a step that named a tool not loaded finds its kin)
+    selection = begin(ctx, spec, searchable=False)
+    return _plan_execute(ctx, spec.max_tokens, selection)
 
 
-def _plan_execute(ctx: RunContext, max_tokens: int | None) -> StepGen:
+def _plan_execute(ctx: RunContext, max_tokens: int | None, selection: ToolSelection | None = None) -> StepGen:
     tools_text = describe_tools(ctx.schemas)
     task = ctx.task if ctx.output is None else f"{ctx.task}\n{ctx.output.instruction()}"
     prompt = fill(ctx.prompts.planner, "planner", tools=tools_text, task=task, examples=plan_examples(ctx))
@@ -70,6 +74,10 @@ def _plan_execute(ctx: RunContext, max_tokens: int | None) -> StepGen:
             return
         ctx.trace.replans += 1
         kind = "replan"
+        if selection is not None:
+            selection.search(f"{failed_step} {error}")
+            narrow(ctx, selection)
+            tools_text = describe_tools(ctx.schemas)
         prompt = ctx.prompts.replanner.format(
             tools=tools_text, task=task, failed_step=neutralise(failed_step), error=error,  # made prompt-safe where it was set
             evidence=render_evidence(history),

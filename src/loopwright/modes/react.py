@@ -16,6 +16,7 @@ from loopwright.modes._critique import check_on_tool_error, reflect
 from loopwright.modes.context import RunContext, first_line
 from loopwright.modes.machine import CallTool, PolicyFailed, StepGen
 from loopwright.modes.spec import RunSpec
+from loopwright.modes.toolsearch import SEARCH_TOOL, ToolSelection, begin, narrow, query_of
 from loopwright.parsing.steps import Action, FinalAnswer, parse_react_step
 from loopwright.parsing.toolcalls import parse_tool_calls
 from loopwright.policy import ModelRequest
@@ -211,9 +212,12 @@ def machine(ctx: RunContext, spec: RunSpec) -> StepGen:
     """The ReAct machine for a run (its scratchpad made now: bad memory options fail here).
 
     on_tool_error="reflect": after a tool's ERROR observation, one more model call writes
-    a critique (a `reflection` step, counted against max_steps) that the next step sees."""
+    a critique (a `reflection` step, counted against max_steps) that the next step sees.
+    tool_search: the prompt and grammar carry the K tools most relevant to the task and
+    `search_tools`, whose calls load more (see modes/toolsearch.py)."""
+    selection = begin(ctx, spec, searchable=True)
     pad = _Scratchpad(ctx, spec.setting("dialect"), spec.memory, spec.context_tokens)
-    return _react(ctx, pad, spec.max_tokens, on_tool_error=spec.setting("on_tool_error"))
+    return _react(ctx, pad, spec.max_tokens, on_tool_error=spec.setting("on_tool_error"), selection=selection)
 
 
 def _react(
@@ -224,10 +228,12 @@ def _react(
     max_steps: int | None = None,
     keep_prompts: bool = False,
     on_tool_error: str = "observe",
+    selection: ToolSelection | None = None,
 ) -> StepGen:
     """The ReAct loop on `ctx`. max_steps: model calls this loop may make (default the
     run's); keep_prompts: each step keeps a copy of its prompt (Reflexion runs several
-    scratchpads in one trace, so a prompt is not a prefix of `trace.scratchpad`)."""
+    scratchpads in one trace, so a prompt is not a prefix of `trace.scratchpad`);
+    selection: the run's tool search, which answers `search_tools` calls here."""
     limits = ctx.limits
     cap = limits.max_steps if max_steps is None else max_steps
     first_call = ctx.trace.llm_calls
@@ -348,6 +354,19 @@ def _react(
                            observation=observation, duration_s=seconds,
                            usage=call.usage, prompt_chars=prompt, prompt=copy, meta={"repeats": count})
                 pad.append(k, parsed.thought, _render_action(dialect, parsed), observation)
+                _native_call(pad, parsed, name, args, observation)
+                continue
+
+            if selection is not None and name == SEARCH_TOOL:  # answered here: pure, no tool runs
+                loaded, observation = selection.search(query_of(args))
+                narrow(ctx, selection)
+                tools = () if plain else tuple(ctx.schemas)
+                repeats.executed(observation)
+                yield Step(k, "action", raw=raw, thought=parsed.thought, tool=name, args=args,
+                           observation=observation, duration_s=seconds, usage=call.usage, prompt_chars=prompt,
+                           prompt=copy, meta={"tools_loaded": loaded})
+                pad.append(k, parsed.thought, _render_action(dialect, parsed), fence(observation, f"{name}#{k}"),
+                           observation)
                 _native_call(pad, parsed, name, args, observation)
                 continue
 

@@ -22,6 +22,7 @@ from loopwright.modes.context import RunContext, first_line
 from loopwright.modes.machine import StepGen
 from loopwright.modes.react import DIALECTS, _react, _Scratchpad
 from loopwright.modes.spec import Evaluator, RunSpec
+from loopwright.modes.toolsearch import begin
 from loopwright.prompts import REFLEXION_OUTCOMES
 from loopwright.trace import Step
 from loopwright.untrusted import neutralise
@@ -63,6 +64,7 @@ def machine(ctx: RunContext, spec: RunSpec) -> StepGen:
     attempt and critique fits; an attempt never gets more than max_steps has left.
     evaluator: see `Evaluator`; without one an attempt that answers is accepted.
     """
+    begin(ctx, spec, searchable=False)  # every attempt uses the K tools the task needs most
     max_steps, max_reflections = ctx.limits.max_steps, spec.setting("max_reflections")
     per_attempt = spec.attempt_steps or max(1, (max_steps - max_reflections) // (max_reflections + 1))
     judge = spec.evaluator if callable(spec.evaluator) else None

@@ -23,6 +23,7 @@ from loopwright.modes.machine import (
     StepGen,
 )
 from loopwright.modes.spec import RunSpec
+from loopwright.modes.toolsearch import begin
 from loopwright.parsing.steps import PlanStep, parse_plan, substitute
 from loopwright.policy import ModelRequest, Purpose
 from loopwright.prompts import describe_tools, fill, render_evidence, worked_examples
@@ -35,6 +36,7 @@ def check(spec: RunSpec) -> None:
 
 
 def machine(ctx: RunContext, spec: RunSpec) -> StepGen:
+    begin(ctx, spec, searchable=False)  # the plan is made from the K tools the task needs most
     return _rewoo(ctx, spec.max_tokens)
 
 

@@ -22,6 +22,7 @@ from loopwright.safety import Approver
 from loopwright.trace import Trace, Usage
 
 if TYPE_CHECKING:  # memory imports numpy: only a run with a context budget loads it
+    from loopwright.memory.embedders import Embedder
     from loopwright.memory.tiered import Memory
 
 Mode = Literal["react", "rewoo", "plan_execute", "reflexion", "tot"]
@@ -33,6 +34,16 @@ Evaluator = Callable[[str, Trace], "tuple[bool, str] | bool"]
 """Judges a Reflexion attempt's answer: `evaluator(task, trace)` with `trace.final_answer`
 set; returns (ok, feedback) or a bool. Feedback reaches the critique prompt."""
 PriceSpec = Prices | Callable[[Usage], float]
+ToolSearchOption = int | Literal["auto", "off"]
+"""`tool_search=`: K tools a step, "auto" (on above a number of tools) or "off"; see modes/toolsearch.py."""
+
+
+def check_option(value: object) -> None:
+    """Raise for a `tool_search` value that is not an int >= 1, "auto" or "off"."""
+    if value in ("auto", "off"):
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"tool_search must be an integer >= 1, 'auto' or 'off', got {value!r}")
 
 
 class RunStore(Protocol):
@@ -84,12 +95,16 @@ class RunSpec:
     tracer: Any = None  # an OpenTelemetry tracer (the optional dependency's type)
     cost_budget_usd: float | None = None
     prices: PriceSpec | None = None
+    tool_search: ToolSearchOption | None = None  # None: "auto" (see modes/toolsearch.py)
+    tool_embedder: Embedder | None = None  # fused with BM25 in tool search; the journal keeps its name
 
     def __post_init__(self) -> None:
         if self.mode not in MODE_SETTINGS:
             raise ValueError(f"mode must be one of {sorted(MODE_SETTINGS)}, got {self.mode!r}")
         if self.tools is not None and not isinstance(self.tools, tuple):
             object.__setattr__(self, "tools", tuple(self.tools))
+        if self.tool_search is not None:
+            check_option(self.tool_search)
         foreign = [name for name in _FOREIGN[self.mode] if getattr(self, name) is not None]
         if foreign:
             raise TypeError(f"unknown run option(s) for mode {self.mode!r}: {', '.join(foreign)}")
@@ -105,7 +120,7 @@ class RunSpec:
 
     def config(self) -> dict[str, Any]:
         """What the journal stores: the mode's settings (defaults filled in) and max_tokens,
-        the tool scope and on_deny. Code (an evaluator, an approver) is recorded as a flag."""
+        the tool scope, on_deny and tool_search. Code (an evaluator, an approver) is recorded as a flag."""
         config = {name: self.setting(name) for name in MODE_SETTINGS[self.mode]}
         if "evaluator" in config:
             config["evaluator"] = callable(self.evaluator)
@@ -113,6 +128,11 @@ class RunSpec:
         config["tools"] = None if self.tools is None else list(self.tools)
         config["approver"] = self.approver is not None  # resume needs to know one was used
         config["on_deny"] = self.on_deny
+        config["tool_search"] = "auto" if self.tool_search is None else self.tool_search
+        if self.tool_embedder is not None:  # code: its name, so a resume can ask for it again
+            from loopwright.memory.embedders import embedder_name
+
+            config["tool_embedder"] = embedder_name(self.tool_embedder)
         if self.journal_meta is not None:
             config["meta"] = dict(self.journal_meta)
         return config
@@ -123,7 +143,11 @@ class RunSpec:
         version: the same names), with `given` replacing what it sets. The recorded
         approver flag, tool set and meta are the journal's own, not options."""
         fields = {k: v for k, v in config.items() if k not in _JOURNAL_ONLY}
+        fields.setdefault("tool_search", "off")  # recorded before tool search: it ran with every tool
         fields.update(given)
+        if config.get("tool_embedder") and fields.get("tool_embedder") is None:
+            raise TypeError(f"this run searched its tools with the embedder {config['tool_embedder']!r}: pass "
+                            "tool_embedder= again, or the continued run may load other tools")
         unknown = sorted(fields.keys() - _FIELDS)
         if unknown:
             raise TypeError(f"unknown run option(s): {', '.join(unknown)}")
@@ -151,7 +175,7 @@ _LIMITS: Final = ("max_steps", "token_budget", "timeout_s", "max_replans", "on_p
 _MODE_ONLY: Final = ("max_reflections", "attempt_steps", "evaluator", "search", "branching", "breadth", "depth",
                      "max_nodes", "threshold", "allow_side_effects")
 _FOREIGN: Final = {mode: tuple(n for n in _MODE_ONLY if n not in settings) for mode, settings in MODE_SETTINGS.items()}
-_JOURNAL_ONLY: Final = frozenset({"approver", "tool_set", "meta"})
+_JOURNAL_ONLY: Final = frozenset({"approver", "tool_set", "meta", "tool_embedder"})
 _FIELDS: Final = frozenset(f.name for f in dataclasses.fields(RunSpec)) - {"task", "mode"}
 
 
@@ -161,4 +185,4 @@ def scope(tools: Iterable[str] | None) -> tuple[str, ...] | None:
 
 
 __all__ = ["MODE_SETTINGS", "Dialect", "Evaluator", "Mode", "OnDeny", "OnToolError", "PriceSpec", "RunSpec",
-           "RunStore", "Search"]
+           "RunStore", "Search", "ToolSearchOption"]

@@ -30,6 +30,7 @@ from loopwright.errors import ParseError
 from loopwright.modes.context import RunContext
 from loopwright.modes.machine import CallTool, Machine, PolicyFailed, StepGen
 from loopwright.modes.spec import RunSpec
+from loopwright.modes.toolsearch import begin
 from loopwright.parsing.steps import Action, FinalAnswer, parse_react_step
 from loopwright.policy import ModelRequest, Purpose
 from loopwright.prompts import describe_tools
@@ -261,6 +262,7 @@ def machine(ctx: RunContext, spec: RunSpec) -> StepGen:
     score a node needs to be expanded, or an answer to be accepted (sure 1.0, likely 0.5,
     impossible 0.0, n/10 for a number). allow_side_effects: let branches call tools that
     are not idempotent or need approval (see the module docstring)."""
+    begin(ctx, spec, searchable=False)  # branches use the K tools the task needs most
     state = ctx.prompts.tot_state.format(tools=describe_tools(ctx.schemas), task=ctx.task)
     tree = _Search(ctx, spec.setting("search"), spec.setting("branching"), spec.setting("breadth"),
                    spec.setting("depth"), spec.setting("max_nodes"), float(spec.setting("threshold")),

@@ -1,0 +1,521 @@
+"""Agents, and agents as tools: a child run is nested in its parent's trace, budgets,
+journal, approvals, cancellation and spans (loopwright/agents.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+import loopwright as lw
+from conftest import act, final
+from loopwright.safety import ApprovalRequest, Decision
+
+HELPERS = Path(__file__).parent / "helpers"
+
+
+@lw.tool
+def add(x: int, y: int) -> int:
+    """Add two integers."""
+    return x + y
+
+
+def calculator(script: list[str], **options) -> lw.Agent:
+    return lw.Agent("calculator", lw.ScriptedPolicy(script), lw.ToolRegistry([add]),
+                    instructions="You are a calculator: use add, then answer with the number.", **options)
+
+
+CALC = [act("add", '{"x": 2, "y": 3}'), final("5")]
+DELEGATE = [act("calculator", '{"task": "2 + 3"}'), final("2 + 3 is 5")]
+
+
+class Counted:
+    """A model that reports fixed usage per call (40 sent, 5 made) and loops on `script`."""
+
+    name = "counted"
+
+    def __init__(self, script: list[str], loop: bool = False) -> None:
+        self.script, self.loop, self.calls = list(script), loop, 0
+
+    def complete(self, request: lw.ModelRequest) -> lw.Completion:
+        self.calls += 1
+        text = self.script[0] if self.loop else self.script.pop(0)
+        return lw.Completion(text, lw.Usage(40, 40, 5))
+
+
+def test_child_trace_is_kept_in_parent_children_and_named_by_the_step():
+    trace = lw.run("what is 2 + 3?", lw.ScriptedPolicy(DELEGATE), lw.ToolRegistry([calculator(CALC).as_tool()]))
+    assert trace.stopped_reason == "final" and trace.steps[0].observation == "5"
+    [(child_id, child)] = trace.children.items()
+    assert trace.steps[0].meta["child_run_id"] == child_id
+    assert child_id == f"{child.meta['parent_run_id']}:1"
+    assert child.final_answer == "5" and child.meta["agent"] == "calculator"
+    assert [s.tool for s in child.steps] == ["add", None]
+    assert trace.llm_calls == 2  # the parent's own calls: ReAct's llm_calls == steps holds
+    own = sum((s.usage for s in trace.steps), lw.Usage())
+    assert trace.usage == own + child.usage  # the children's usage is in the parent's
+
+
+def test_nested_trace_round_trips_and_an_old_dict_without_children_loads():
+    trace = lw.run("2 + 3?", lw.ScriptedPolicy(DELEGATE), lw.ToolRegistry([calculator(CALC).as_tool()]))
+    data = json.loads(trace.to_json())
+    again = lw.Trace.from_dict(data)
+    assert again.to_dict() == data
+    assert list(again.children) == list(trace.children)
+    assert again.children[trace.steps[0].meta["child_run_id"]].steps[0].tool == "add"
+    old = {k: v for k, v in data.items() if k != "children"}
+    assert lw.Trace.from_dict(old).children == {}
+    plain = lw.run("t", lw.ScriptedPolicy([final("1")]), lw.ToolRegistry([add]))
+    assert "children" not in plain.to_dict()
+
+
+def test_instructions_are_in_every_prompt_the_child_sent():
+    trace = lw.run("2 + 3?", lw.ScriptedPolicy(DELEGATE), lw.ToolRegistry([calculator(CALC).as_tool()]))
+    child = next(iter(trace.children.values()))
+    prompts = [child.prompt_for(s) for s in child.steps]
+    assert all(p is not None and p.startswith("You are a calculator: use add") for p in prompts)
+    assert "Question: 2 + 3" in prompts[0]
+
+
+def test_agent_tool_schema_takes_a_task_and_optional_context():
+    tool = calculator(CALC).as_tool(description="Does sums.", name="calc")
+    assert tool.name == "calc" and tool.description == "Does sums."
+    assert tool.parameters["required"] == ["task"]
+    assert set(tool.parameters["properties"]) == {"task", "context"}
+    assert tool.dedupes_on_call_key and tool.idempotent  # its agent only reads: re-entering it is safe
+
+
+def test_context_reaches_the_child_task():
+    script = [act("calculator", '{"task": "add them", "context": "the numbers are 2 and 3"}'), final("5")]
+    trace = lw.run("t", lw.ScriptedPolicy(script), lw.ToolRegistry([calculator(CALC).as_tool()]))
+    assert next(iter(trace.children.values())).task == "add them\n\nContext: the numbers are 2 and 3"
+
+
+def test_agent_is_read_only_and_checks_its_options_when_made():
+    agent = calculator(CALC)
+    with pytest.raises(AttributeError):
+        agent.name = "other"  # type: ignore[misc]
+    with pytest.raises(ValueError, match="mode must be one of"):
+        lw.Agent("a", lw.ScriptedPolicy([]), lw.ToolRegistry([add]), mode="nope")
+    with pytest.raises(TypeError, match="unknown run option"):
+        lw.Agent("a", lw.ScriptedPolicy([]), lw.ToolRegistry([add]), max_reflections=2)
+
+
+def test_agent_takes_every_option_run_takes_and_tool_search_reaches_its_runs():
+    import inspect
+
+    def keywords(fn) -> set[str]:
+        return {p.name for p in inspect.signature(fn).parameters.values()
+                if p.kind is inspect.Parameter.KEYWORD_ONLY}
+
+    assert keywords(lw.run) - {"run_id"} <= keywords(lw.Agent)
+    @lw.tool
+    def sub(x: int, y: int) -> int:
+        """Subtract y from x."""
+        return x - y
+
+    agent = lw.Agent("calc", lw.ScriptedPolicy(CALC), lw.ToolRegistry([add, sub]), tool_search=1)
+    trace = agent.run("add 2 and 3")
+    assert trace.final_answer == "5"
+    assert trace.meta["tool_search"]["k"] == 1 and trace.meta["tool_search"]["loaded"] == ["add"]
+
+
+def test_agent_run_alone_is_a_plain_run_with_no_parent():
+    trace = calculator(CALC).run("2 + 3")
+    assert trace.final_answer == "5" and "parent_run_id" not in trace.meta
+
+
+def test_async_agent_run_and_async_parent():
+    async def main() -> tuple[lw.Trace, lw.Trace]:
+        alone = await calculator(CALC).arun("2 + 3")
+        parent = await lw.arun("2 + 3?", lw.ScriptedPolicy(DELEGATE), lw.ToolRegistry([calculator(CALC).as_tool()]))
+        return alone, parent
+
+    alone, parent = asyncio.run(main())
+    assert alone.final_answer == "5"
+    assert parent.final_answer == "2 + 3 is 5" and next(iter(parent.children.values())).final_answer == "5"
+
+
+def test_child_that_stops_without_an_answer_is_a_tool_error_the_parent_reads():
+    looping = calculator([act("add", '{"x": 1, "y": 1}')] * 5, max_steps=2, on_repeat="off")
+    script = [act("calculator", '{"task": "loop"}'), final("gave up")]
+    trace = lw.run("t", lw.ScriptedPolicy(script), lw.ToolRegistry([looping.as_tool()]))
+    assert trace.steps[0].observation.startswith("ERROR[calculator]: agent 'calculator' stopped (max_steps)")
+    assert next(iter(trace.children.values())).stopped_reason == "max_steps"
+
+
+def test_child_stops_within_what_is_left_of_the_parents_token_budget():
+    child_model = Counted([act("add", '{"x": 1, "y": 1}')], loop=True)
+    child = lw.Agent("looper", child_model, lw.ToolRegistry([add]), max_steps=50, on_repeat="off")
+    parent_model = Counted([act("looper", '{"task": "loop"}'), final("never")])
+    trace = lw.run("t", parent_model, lw.ToolRegistry([child.as_tool()]), token_budget=400)
+    kid = next(iter(trace.children.values()))
+    assert kid.stopped_reason == "token_budget"
+    assert kid.usage.total_tokens < 400  # its budget was what the parent had left after its call
+    assert kid.usage.total_tokens >= 400 - 45 - 45  # and it used it: within one call of the end
+    assert trace.stopped_reason == "token_budget"
+    assert parent_model.calls == 1  # the parent made no model call after its child spent the budget
+    assert trace.usage.total_tokens == 45 + kid.usage.total_tokens
+
+
+def test_child_cost_counts_against_the_parents_cost_budget():
+    def price(usage: lw.Usage) -> float:
+        return usage.total_tokens * 0.001  # 45 tokens a call: $0.045
+
+    child_model = Counted([act("add", '{"x": 1, "y": 1}')], loop=True)
+    child = lw.Agent("looper", child_model, lw.ToolRegistry([add]), max_steps=50, on_repeat="off")
+    parent_model = Counted([act("looper", '{"task": "loop"}'), final("never")])
+    trace = lw.run("t", parent_model, lw.ToolRegistry([child.as_tool()]), cost_budget_usd=0.5, prices=price)
+    kid = next(iter(trace.children.values()))
+    assert kid.stopped_reason == "cost_budget" and trace.stopped_reason == "cost_budget"
+    assert kid.meta["cost_usd"] == pytest.approx(kid.usage.total_tokens * 0.001)
+    assert trace.meta["cost_usd"] == pytest.approx(0.045 + kid.meta["cost_usd"])
+    assert 0.5 <= trace.meta["cost_usd"] < 0.5 + 0.045
+    assert parent_model.calls == 1
+
+
+def test_child_inherits_the_parents_wall_clock():
+    @lw.tool
+    def slow(x: int) -> int:
+        """Sleep a little, return x."""
+        time.sleep(0.2)
+        return x
+
+    child = lw.Agent("sleeper", lw.ScriptedPolicy([act("slow", '{"x": 1}')] * 50), lw.ToolRegistry([slow]),
+                     max_steps=50, on_repeat="off")
+    start = time.perf_counter()
+    trace = lw.run("t", lw.ScriptedPolicy([act("sleeper", '{"task": "sleep"}'), final("x")]),
+                   lw.ToolRegistry([child.as_tool()]), timeout_s=1.0)
+    assert time.perf_counter() - start < 1.5
+    child_trace = next(iter(trace.children.values()))
+    assert child_trace.stopped_reason == "timeout" and child_trace.duration_s < 1.0
+    assert "stopped (timeout)" in trace.steps[0].observation
+
+
+def test_child_asks_the_parents_approver_and_the_request_names_the_agent(tmp_path):
+    asked: list[ApprovalRequest] = []
+
+    @lw.tool(side_effects="destructive")
+    def wipe(path: str) -> str:
+        """Delete a path."""
+        return f"wiped {path}"
+
+    def approver(request: ApprovalRequest) -> Decision:
+        asked.append(request)
+        return Decision(True, "ok")
+
+    cleaner = lw.Agent("cleaner", lw.ScriptedPolicy([act("wipe", '{"path": "/tmp/x"}'), final("done")]),
+                       lw.ToolRegistry([wipe]))
+    trace = lw.run("t", lw.ScriptedPolicy([act("cleaner", '{"task": "wipe /tmp/x"}'), final("ok")]),
+                   lw.ToolRegistry([cleaner.as_tool()]), approver=approver)
+    [request] = asked
+    assert request.tool == "wipe" and request.meta["agent"] == "cleaner"
+    assert request.run_id == trace.steps[0].meta["child_run_id"]
+    assert next(iter(trace.children.values())).steps[0].observation == "wiped /tmp/x"
+
+
+def test_child_gated_tool_is_denied_when_the_parent_has_no_approver():
+    @lw.tool(side_effects="destructive")
+    def wipe(path: str) -> str:
+        """Delete a path."""
+        raise AssertionError("must not run unapproved")
+
+    cleaner = lw.Agent("cleaner", lw.ScriptedPolicy([act("wipe", '{"path": "/"}'), final("done")]),
+                       lw.ToolRegistry([wipe]))
+    trace = lw.run("t", lw.ScriptedPolicy([act("cleaner", '{"task": "wipe"}'), final("ok")]),
+                   lw.ToolRegistry([cleaner.as_tool()]))
+    assert next(iter(trace.children.values())).steps[0].kind == "denied"
+
+
+def test_cancelling_an_async_parent_cancels_its_child():
+    entered = threading.Event()
+
+    @lw.tool
+    async def wait(x: int) -> int:
+        """Wait a long time."""
+        entered.set()
+        await asyncio.sleep(30)
+        return x
+
+    child = lw.Agent("waiter", lw.ScriptedPolicy([act("wait", '{"x": 1}'), final("1")]), lw.ToolRegistry([wait]))
+    parent = lw.aiter_run("t", lw.ScriptedPolicy([act("waiter", '{"task": "wait"}'), final("x")]),
+                          lw.ToolRegistry([child.as_tool()]))
+
+    async def main() -> None:
+        task = asyncio.ensure_future(parent.run())
+        while not entered.is_set():
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    start = time.perf_counter()
+    asyncio.run(main())
+    assert time.perf_counter() - start < 5
+    assert parent.trace.stopped_reason == "interrupted"
+    assert parent.trace.meta["in_flight"][0]["tool"] == "waiter"
+
+
+def test_ctrl_c_in_a_child_interrupts_the_parent():
+    @lw.tool
+    def boom(x: int) -> int:
+        """Ctrl-C."""
+        raise KeyboardInterrupt
+
+    child = lw.Agent("c", lw.ScriptedPolicy([act("boom", '{"x": 1}'), final("1")]), lw.ToolRegistry([boom]))
+    with pytest.raises(lw.RunInterrupted) as caught:
+        lw.run("t", lw.ScriptedPolicy([act("c", '{"task": "x"}'), final("x")]), lw.ToolRegistry([child.as_tool()]))
+    assert caught.value.trace.stopped_reason == "interrupted"
+
+
+def test_child_is_journaled_in_the_parents_store_and_the_store_rebuilds_the_nesting(tmp_path):
+    with lw.SQLiteStore(tmp_path / "j.db") as store:
+        trace = lw.run("2 + 3?", lw.ScriptedPolicy(DELEGATE), lw.ToolRegistry([calculator(CALC).as_tool()]),
+                       store=store, run_id="parent")
+        assert list(trace.children) == ["parent:1"]
+        record = store.load_run("parent:1")
+        assert record.config["meta"] == {"agent": "calculator", "parent_run_id": "parent"}
+        loaded = store.trace("parent")
+        assert list(loaded.children) == ["parent:1"]
+        assert loaded.children["parent:1"].final_answer == "5"
+        assert loaded.usage == trace.usage
+
+
+def test_resuming_a_finished_parent_replays_the_child_without_running_it(tmp_path):
+    with lw.SQLiteStore(tmp_path / "j.db") as store:
+        first = lw.run("2 + 3?", lw.ScriptedPolicy(DELEGATE), lw.ToolRegistry([calculator(CALC).as_tool()]),
+                       store=store, run_id="p")
+        again = lw.resume("p", lw.ScriptedPolicy([]), lw.ToolRegistry([calculator([]).as_tool()]), store=store)
+    assert again.final_answer == first.final_answer
+    assert again.steps[0].meta["replayed"] is True and again.steps[0].meta["child_run_id"] == "p:1"
+    assert again.usage == first.usage and list(again.children) == ["p:1"]
+
+
+def test_resume_after_ctrl_c_in_the_child_resumes_the_child_where_it_stopped(tmp_path):
+    effects: list[str] = []
+
+    @lw.tool(side_effects="write")
+    def write(text: str) -> str:
+        """Append text (not idempotent)."""
+        effects.append(text)
+        return f"wrote {text}"
+
+    class CtrlCOnSecondCall(Counted):
+        def complete(self, request: lw.ModelRequest) -> lw.Completion:
+            if self.calls == 1:
+                raise KeyboardInterrupt
+            return super().complete(request)
+
+    child_script = [act("write", '{"text": "a"}'), act("write", '{"text": "b"}'), final("ab")]
+    parent_script = [act("writer", '{"task": "write a and b"}'), final("done")]
+    with lw.SQLiteStore(tmp_path / "j.db") as store:
+        writer = lw.Agent("writer", CtrlCOnSecondCall(child_script), lw.ToolRegistry([write]))
+        with pytest.raises(lw.RunInterrupted):
+            lw.run("t", lw.ScriptedPolicy(parent_script), lw.ToolRegistry([writer.as_tool()]), store=store,
+                   run_id="p")
+        assert effects == ["a"]
+        assert store.load_run("p").status == "interrupted" and store.load_run("p:1").status == "interrupted"
+        child_policy = Counted(child_script[1:])
+        writer = lw.Agent("writer", child_policy, lw.ToolRegistry([write]))
+        trace = lw.resume("p", lw.ScriptedPolicy(parent_script[1:]), lw.ToolRegistry([writer.as_tool()]),
+                          store=store)
+    assert trace.final_answer == "done"
+    assert effects == ["a", "b"]  # a was not written again
+    assert child_policy.calls == 2  # the child's first (recorded) call was not paid again
+    child = trace.children["p:1"]
+    assert child.steps[0].meta.get("replayed") is True and child.final_answer == "ab"
+
+
+def test_sigkill_inside_a_child_then_resume_repeats_no_call_and_no_side_effect(tmp_path):
+    db, effects, calls = tmp_path / "j.db", tmp_path / "effects", tmp_path / "calls"
+
+    def phase(name: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, str(HELPERS / "agent_crash.py"), name, str(db), "p", str(effects), str(calls), "2"],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+
+    killed = phase("start")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert effects.read_text() == "a\n"
+    assert calls.read_text().splitlines() == ["start parent 1", "start child 1", "start child 2"]
+    with lw.SQLiteStore(db) as store:
+        assert store.load_run("p:1").status != "finished"
+    resumed = phase("resume")
+    assert resumed.returncode == 0, resumed.stderr
+    trace = lw.Trace.from_json(resumed.stdout.strip().splitlines()[-1])
+    assert trace.final_answer == "the writer wrote a and b"
+    assert effects.read_text() == "a\nb\n"  # a once, b once
+    # after the kill: the child's unrecorded call 2 and its call 3, the parent's call 2; nothing paid twice
+    assert calls.read_text().splitlines()[3:] == ["resume child 2", "resume child 3", "resume parent 2"]
+    child = trace.children["p:1"]
+    assert [s.tool for s in child.steps] == ["write", "write", None]
+    assert child.steps[0].meta.get("replayed") is True and child.llm_calls == 3
+
+
+def test_child_invoke_agent_span_is_under_the_parents_execute_tool_span():
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("test")
+    lw.run("2 + 3?", lw.ScriptedPolicy(DELEGATE), lw.ToolRegistry([calculator(CALC).as_tool()]), tracer=tracer)
+    spans = exporter.get_finished_spans()
+    agents = [s for s in spans if s.name == "invoke_agent"]
+    assert len(agents) == 2
+    root = next(s for s in agents if s.parent is None)
+    child = next(s for s in agents if s.parent is not None)
+    tool = next(s for s in spans if s.name == "execute_tool calculator")
+    assert tool.parent.span_id == root.context.span_id
+    assert child.parent.span_id == tool.context.span_id
+    assert child.attributes["gen_ai.agent.name"] == "calculator"
+    assert tool.attributes["gen_ai.tool.call.id"] == "1"
+    inner = next(s for s in spans if s.name == "execute_tool add")
+    assert inner.parent.span_id == child.context.span_id
+
+
+def test_child_events_go_to_the_parents_sinks_tagged_with_the_agents_name():
+    from loopwright.modes.front import start
+
+    events: list = []
+    spec = lw.RunSpec("2 + 3?", "react")
+    start(spec, lw.ScriptedPolicy(DELEGATE), lw.ToolRegistry([calculator(CALC).as_tool()]), sinks=[events.append]).run()
+    child = [e for e in events if e.agent == "calculator"]
+    assert [e.kind for e in child if e.kind != "model_delta"][:1] == ["run_started"]
+    assert child[-1].kind == "run_finished" and child[-1].trace.final_answer == "5"
+    assert {e.run_id for e in child} == {child[-1].trace.run_id}
+    assert [e.step.tool for e in child if e.kind == "step"] == ["add", None]
+    parent = [e for e in events if e.agent is None]
+    assert parent[0].kind == "run_started" and parent[-1].kind == "run_finished"
+    # the child's events come while the parent's step 1 runs: after its start, before its step
+    first_child = events.index(child[0])
+    assert events.index(next(e for e in parent if e.kind == "step")) > events.index(child[-1]) > first_child
+
+
+def test_agent_iter_events_tags_the_agent_and_its_childs_events():
+    coordinator = lw.Agent("coordinator", lw.ScriptedPolicy(DELEGATE), lw.ToolRegistry([calculator(CALC).as_tool()]))
+    events = list(coordinator.iter_events("2 + 3?"))
+    assert {e.agent for e in events} == {"coordinator", "calculator"}
+    assert events[0].kind == "run_started" and events[0].agent == "coordinator"
+    assert events[-1].kind == "run_finished" and events[-1].agent == "coordinator"
+    final = events[-1].trace
+    child_id = final.steps[0].meta["child_run_id"]
+    child = final.children[child_id]
+    # the child's deltas, joined per step, are its steps' raw text
+    for step in child.steps:
+        text = "".join(e.text for e in events if e.kind == "model_delta" and e.run_id == child_id and e.step == step.index)
+        assert text == step.raw
+    started = [e for e in events if e.kind == "tool_started"]
+    assert [(e.agent, e.tool) for e in started] == [("coordinator", "calculator"), ("calculator", "add")]
+
+
+def test_agent_aiter_events_on_an_event_loop():
+    coordinator = lw.Agent("coordinator", lw.ScriptedPolicy(DELEGATE), lw.ToolRegistry([calculator(CALC).as_tool()]))
+
+    async def main() -> list:
+        return [e async for e in coordinator.aiter_events("2 + 3?")]
+
+    events = asyncio.run(main())
+    assert [e.kind for e in events if e.agent == "calculator"][0] == "run_started"
+    assert events[-1].kind == "run_finished" and events[-1].trace.final_answer == "2 + 3 is 5"
+    assert [e.step.tool for e in events if e.kind == "step" and e.agent == "calculator"] == ["add", None]
+
+
+@pytest.mark.slow
+def test_readme_two_agent_example_runs_on_the_embedded_model(tmp_path):
+    """The README's example, as written there, on the embedded model: it ends (within the
+    coordinator's 120 s, which the calculator's runs share) and nests the calculator's runs."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    section = readme.split("## Agents, and agents as tools", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    script = tmp_path / "two_agents.py"
+    script.write_text(code)
+    start = time.perf_counter()
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=400, check=False)
+    assert out.returncode == 0, out.stderr
+    assert time.perf_counter() - start < 300
+    lines = out.stdout.splitlines()
+    assert lines[0] == "Task: What is 17 * 23?  [react]"
+    assert any(line.startswith("Stopped: ") for line in lines)
+    children = [line.split() for line in lines if ":" in line.split(" ", 1)[0] and " calculator " in line]
+    assert children, out.stdout  # the coordinator called the calculator at least once: a nested run
+
+
+def test_a_child_paused_for_approval_pauses_its_parent_and_resume_continues_both(tmp_path):
+    from loopwright.safety import ApprovalPending
+
+    effects: list[str] = []
+
+    @lw.tool(side_effects="destructive")
+    def wipe(path: str) -> str:
+        """Delete a path."""
+        effects.append(path)
+        return f"wiped {path}"
+
+    def later(request: ApprovalRequest) -> Decision:
+        raise ApprovalPending
+
+    child_script = [act("wipe", '{"path": "/tmp/x"}'), final("done")]
+    parent_script = [act("cleaner", '{"task": "wipe /tmp/x"}'), final("cleaned")]
+    with lw.SQLiteStore(tmp_path / "j.db") as store:
+        cleaner = lw.Agent("cleaner", lw.ScriptedPolicy(child_script), lw.ToolRegistry([wipe]))
+        first = lw.run("t", lw.ScriptedPolicy(parent_script), lw.ToolRegistry([cleaner.as_tool()]), store=store,
+                       run_id="p", approver=later)
+        assert first.stopped_reason == "paused" and effects == []
+        assert first.meta["pending_approval"]["tool"] == "wipe"
+        assert first.meta["pending_approval"]["meta"] == {"agent": "cleaner"}
+        [pending] = store.pending_approvals("p:1")
+        store.decide("p:1", pending.key, True)
+        cleaner = lw.Agent("cleaner", lw.ScriptedPolicy(child_script[1:]), lw.ToolRegistry([wipe]))
+        again = lw.resume("p", lw.ScriptedPolicy(parent_script[1:]), lw.ToolRegistry([cleaner.as_tool()]),
+                          store=store, approver=later)
+    assert again.stopped_reason == "final" and again.final_answer == "cleaned"
+    assert effects == ["/tmp/x"] and again.children["p:1"].final_answer == "done"
+
+
+def test_a_tool_body_that_runs_an_agent_twice_makes_two_child_runs():
+    agent = calculator(CALC + CALC)
+
+    @lw.tool
+    def twice(task: str) -> str:
+        """Ask the calculator twice."""
+        return agent.run(task).final_answer + agent.run(task).final_answer
+
+    trace = lw.run("t", lw.ScriptedPolicy([act("twice", '{"task": "2 + 3"}'), final("55")]), lw.ToolRegistry([twice]))
+    base = trace.steps[0].meta["child_run_id"].rsplit(".", 1)[0]
+    assert sorted(trace.children) == [base, base + ".2"]
+    assert trace.steps[0].observation == "55"
+
+
+def test_rewoo_parent_runs_agent_calls_in_parallel_and_keeps_each_child():
+    plan = json.dumps({"plan": [{"id": f"E{i}", "tool": "calculator", "args": {"task": f"{i} + 1"}} for i in (1, 2, 3)]})
+
+    class Calc:
+        """A calculator model for any "a + b" task (called from three threads at once)."""
+
+        def __call__(self, prompt: str) -> str:
+            asked = prompt.rsplit("Question:", 1)[-1]
+            if "Observation" in asked:
+                return final(asked.rsplit("</untrusted>", 1)[0].rsplit(">", 1)[-1])
+            a, b = asked.split("\n", 1)[0].split(" + ")
+            return act("add", json.dumps({"x": int(a), "y": int(b)}))
+
+    agent = lw.Agent("calculator", Calc(), lw.ToolRegistry([add]))
+    trace = lw.run("three sums", lw.ScriptedPolicy([plan, "Final Answer: 2 3 4"]), lw.ToolRegistry([agent.as_tool()]),
+                   mode="rewoo")
+    assert trace.stopped_reason == "final" and trace.llm_calls == 2
+    actions = [s for s in trace.steps if s.kind == "action"]
+    assert sorted(s.observation for s in actions) == ["2", "3", "4"]
+    assert sorted(s.meta["child_run_id"].rsplit(":", 1)[1] for s in actions) == ["E1", "E2", "E3"]
+    assert len(trace.children) == 3
+    assert trace.usage == sum((s.usage for s in trace.steps), lw.Usage()) + sum(
+        (c.usage for c in trace.children.values()), lw.Usage())
