@@ -57,7 +57,7 @@ def test_page_shows_tokens_as_they_arrive_and_approves_with_its_button(tmp_path:
         ran.append(name)
         return f"deleted {name}"
 
-    policy = SlowStream([DELETE, FINAL], gap_s=0.08)
+    policy = SlowStream([DELETE, FINAL], gap_s=0.15)
     with serving(app(policy, lw.ToolRegistry([delete]), max_steps=4)) as base:
         browser = Browser(f"{base}/?task=Delete%20notes.txt", tmp_path / "profile")
         try:
@@ -85,7 +85,7 @@ def test_page_shows_tokens_as_they_arrive_and_approves_with_its_button(tmp_path:
             browser.close()
     print(f"\nscreenshots: {shot} (finished), {mid} (while streaming)")
     # tokens arrived one by one: the page showed growing prefixes of the step's text
-    assert len(seen) >= 5 and seen[-1] == DELETE, seen
+    assert len(seen) >= 3 and seen[-1] == DELETE, seen  # at least two partial texts before the whole
     assert all(DELETE.startswith(s) for s in seen) and seen == sorted(seen, key=len)
     assert answer == "deleted notes.txt as asked"
     assert ran == ["notes.txt"] and result == "→ deleted notes.txt" and decided == "approved"
