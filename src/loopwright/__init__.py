@@ -91,7 +91,7 @@ from loopwright.trace import STOP_REASONS, Step, Trace, Usage
 
 __version__ = "0.1.0"
 
-_LAZY = {"models", "memory", "mcp", "otel", "pricing"}
+_LAZY = {"models", "memory", "mcp", "otel", "pricing", "ui"}
 
 
 def __getattr__(name: str) -> Any:

@@ -3,6 +3,7 @@
     loopwright run "What is 17 * 23?"                       embedded local model, demo tools
     loopwright run "..." --mode rewoo --json                trace as JSON on stdout
     loopwright run "..." --base-url http://127.0.0.1:8000/v1 --model NAME
+    loopwright serve --tools mytools:registry --port 8000   a page that watches runs live
 
 The answer goes to stdout, alone (`--json`: the whole trace as JSON instead); the header,
 each step as it happens, a live line naming the call in flight with the model's text as it
@@ -148,6 +149,26 @@ def _setup_run(p: argparse.ArgumentParser) -> None:
     add_tool_args(p)
     mcp_cli.add_run_flags(p)
     add_prompt_args(p)
+    add_limit_args(p)
+    p.add_argument(
+        "--approve",
+        action="store_true",
+        help="ask at the terminal before any tool that needs approval (destructive tools); "
+        "without it such calls are denied",
+    )
+    p.add_argument(
+        "--db",
+        metavar="PATH",
+        help="journal the run in this SQLite file, so `loopwright runs resume` can continue it",
+    )
+    p.add_argument("--run-id", help="the journaled run's id (default: a new one; an existing one is refused)")
+    p.add_argument("--json", action="store_true", help="print the whole trace as JSON on stdout instead of the answer")
+    p.add_argument("--save", metavar="TRACE.json", help="write the trace as JSON here")
+    p.add_argument("--quiet", action="store_true", help="no header, live steps or summary: only the answer")
+
+
+def add_limit_args(p: argparse.ArgumentParser) -> None:
+    """The limits and mode settings of a run (`run` and `serve` take the same)."""
     p.add_argument("--max-steps", type=_positive_int, default=None,
                    help="model calls (ReAct, reflexion, tot) or plan length (default 6; reflexion 20, tot 60)")
     p.add_argument("--token-budget", type=_positive_int, default=None)
@@ -170,21 +191,6 @@ def _setup_run(p: argparse.ArgumentParser) -> None:
         default="json",
         help="ReAct step format (native: the server's tool calling; needs --base-url)",
     )
-    p.add_argument(
-        "--approve",
-        action="store_true",
-        help="ask at the terminal before any tool that needs approval (destructive tools); "
-        "without it such calls are denied",
-    )
-    p.add_argument(
-        "--db",
-        metavar="PATH",
-        help="journal the run in this SQLite file, so `loopwright runs resume` can continue it",
-    )
-    p.add_argument("--run-id", help="the journaled run's id (default: a new one; an existing one is refused)")
-    p.add_argument("--json", action="store_true", help="print the whole trace as JSON on stdout instead of the answer")
-    p.add_argument("--save", metavar="TRACE.json", help="write the trace as JSON here")
-    p.add_argument("--quiet", action="store_true", help="no header, live steps or summary: only the answer")
 
 
 def run_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -398,6 +404,51 @@ add_subcommand(
     epilog=EXIT_CODES_HELP,
 )
 
+
+# ------------------------------------------------------------------------------ serve
+
+
+def _setup_serve(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--mode", choices=sorted(MODES), default="react")
+    add_model_args(p)
+    add_tool_args(p)
+    add_prompt_args(p)
+    add_limit_args(p)
+    p.add_argument("--port", type=_positive_int, default=8000, help="serve on this port (default 8000)")
+    p.add_argument("--host", default="127.0.0.1", help="the address to bind (default 127.0.0.1)")
+    p.add_argument("--approval-timeout-s", type=_seconds, default=300.0, metavar="S",
+                   help="how long a tool that needs approval waits for an answer from the page "
+                   "before it is denied (default 300)")
+
+
+def _serve(args: argparse.Namespace) -> int:
+    """`loopwright serve`: the page and the AG-UI event stream (loopwright.ui) on uvicorn."""
+    try:
+        import uvicorn
+
+        from loopwright.ui import app
+    except ImportError as exc:
+        raise UsageError(f"serving needs the ui extra ({exc.name} is missing): pip install 'loopwright[ui]'") from None
+    if args.record:
+        output_path(args.record, "--record")
+    registry = apply_examples(load_tools(args.tools, args.tool_timeout_s), args.examples)
+    options = run_options(args)
+    model = make_model(args)
+    served = app(model, registry, args.mode, approval_timeout_s=args.approval_timeout_s, **options)
+    print(f"loopwright: watch runs at http://{args.host}:{args.port}/ (mode {args.mode}, model "
+          f"{getattr(model, 'name', model)}, tools {', '.join(registry.names)}); Ctrl-C stops",
+          file=sys.stderr, flush=True)
+    # an open event stream would hold a graceful shutdown forever: Ctrl-C gives them 2 s
+    uvicorn.run(served, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=2)
+    return EXIT_ANSWERED
+
+
+add_subcommand(
+    "serve",
+    "serve a page that runs tasks and shows each run live (AG-UI events over SSE)",
+    _setup_serve,
+    _serve,
+)
 
 if __name__ == "__main__":
     raise SystemExit(main())
