@@ -95,6 +95,15 @@ def test_agent_tool_schema_takes_a_task_and_optional_context():
     assert tool.dedupes_on_call_key and tool.idempotent  # its agent only reads: re-entering it is safe
 
 
+def test_agent_tool_examples_are_checked_and_shown_to_the_callers_model():
+    good = [{"question": "What is 6 plus 7?", "args": {"task": "6 + 7"}, "result": "13"}]
+    policy = lw.ScriptedPolicy([final("none needed")])
+    lw.run("t", policy, lw.ToolRegistry([calculator(CALC).as_tool(examples=good)]))
+    assert 'calculator({"task": "6 + 7"})' in policy.requests[0].prompt or '"task": "6 + 7"' in policy.requests[0].prompt
+    with pytest.raises(lw.ToolDefinitionError, match="calculator"):
+        calculator(CALC).as_tool(examples=[{"args": {"goal": "6 + 7"}}])
+
+
 def test_context_reaches_the_child_task():
     script = [act("calculator", '{"task": "add them", "context": "the numbers are 2 and 3"}'), final("5")]
     trace = lw.run("t", lw.ScriptedPolicy(script), lw.ToolRegistry([calculator(CALC).as_tool()]))
@@ -432,22 +441,22 @@ def test_agent_aiter_events_on_an_event_loop():
 
 @pytest.mark.slow
 def test_readme_two_agent_example_runs_on_the_embedded_model(tmp_path):
-    """The README's example, as written there, on the embedded model: it ends (within the
-    coordinator's 120 s, which the calculator's runs share) and nests the calculator's runs."""
+    """The README's example, as written there, on the embedded model: the coordinator
+    delegates to the calculator, whose nested run multiplies and answers; so does the
+    coordinator (greedy decoding: the same answer every run)."""
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     section = readme.split("## Agents, and agents as tools", 1)[1]
     code = section.split("```python\n", 1)[1].split("```", 1)[0]
     script = tmp_path / "two_agents.py"
     script.write_text(code)
-    start = time.perf_counter()
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=400, check=False)
     assert out.returncode == 0, out.stderr
-    assert time.perf_counter() - start < 300
     lines = out.stdout.splitlines()
     assert lines[0] == "Task: What is 17 * 23?  [react]"
-    assert any(line.startswith("Stopped: ") for line in lines)
+    assert any(line.startswith("Stopped: final  answer: '391'") for line in lines), out.stdout
     children = [line.split() for line in lines if ":" in line.split(" ", 1)[0] and " calculator " in line]
-    assert children, out.stdout  # the coordinator called the calculator at least once: a nested run
+    # the coordinator delegated to the calculator, whose own nested run found the product
+    assert children and children[0][1:4] == ["calculator", "final", "'391'"], out.stdout
 
 
 def test_a_child_paused_for_approval_pauses_its_parent_and_resume_continues_both(tmp_path):

@@ -158,11 +158,14 @@ class Agent:
     def _watched(self, task: str, run_id: str | None, sinks: Sequence[EventSink]) -> Run:
         return self.start(task, run_id=run_id, sinks=sinks)
 
-    def as_tool(self, description: str | None = None, name: str | None = None) -> Tool:
+    def as_tool(self, description: str | None = None, name: str | None = None,
+                examples: Sequence[Mapping[str, Any]] | None = None) -> Tool:
         """The agent as a tool: it takes a `task` (and optional `context`) and returns the
         agent's final answer; a run that ends without one is a tool error the caller's
-        model reads. Each call is a child run (see the module's docstring)."""
-        return AgentTool(self, description, name)
+        model reads. Each call is a child run (see the module's docstring). `examples`:
+        tool examples (`{"question", "args": {"task": ...}, "result"}`), checked like any
+        tool's, so a small model sees a worked delegation."""
+        return AgentTool(self, description, name, examples)
 
     # -- a child run ----------------------------------------------------------------
 
@@ -247,7 +250,8 @@ class AgentTool(Tool):
 
     agent: Agent
 
-    def __init__(self, agent: Agent, description: str | None, name: str | None) -> None:
+    def __init__(self, agent: Agent, description: str | None, name: str | None,
+                 examples: Sequence[Mapping[str, Any]] | None = None) -> None:
         safe = all(t.idempotent and not t.requires_approval for t in agent.registry)
         side_effects: SideEffects = "read" if safe else "write"  # what its run may do
 
@@ -262,7 +266,7 @@ class AgentTool(Tool):
                        "    context: anything the agent should know (optional)"
         summary = description or _summary(agent)
         super().__init__(call, name=name or agent.name, description=summary, side_effects=side_effects,
-                         dedupes_on_call_key=True)
+                         dedupes_on_call_key=True, examples=examples)
         self.agent = agent
 
     def recorded_child(self, ctx: RunContext, key: str) -> str | None:
