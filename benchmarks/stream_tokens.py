@@ -31,12 +31,22 @@ def main() -> None:
     model = lw.models.LlamaCpp(n_ctx=1024, max_tokens=args.tokens, grammar=False, prefix_cache=False)
     registry = demo_registry()
     task = "How many hours are in 365 days?"
-    # the prompt a one-step run sends, as tokens, for the bare loop
-    probe = lw.run(task, model, registry, max_steps=1)
-    prompt = probe.scratchpad[: probe.steps[0].prompt_chars] if probe.steps[0].prompt is None else probe.steps[0].prompt
-    stop = ["\nObservation", "\nThought", "\nQuestion", "\n\n"]
+    # The very request a one-step run sends (prompt, stop strings, max_tokens), captured, so
+    # the bare loop samples the same tokens with the same stops: the two sides differ only in
+    # what loopwright adds. (A first version rebuilt the prompt from the trace and stopped on
+    # other strings, which made the bare side do more work and look slower.)
+    requests: list[lw.ModelRequest] = []
+
+    class Capture:
+        name = model.name
+
+        def complete(self, request: lw.ModelRequest) -> lw.Completion:
+            requests.append(request)
+            return model.complete(request)
+
+    lw.run(task, Capture(), registry, max_steps=1)
+    request = requests[0]
     llm = model.llm
-    tokens = model.tokenize(prompt)
 
     # Each side timed whole, from the KV cache reset to the last token: the prompt's
     # evaluation is the same work on both sides, so the difference is what loopwright adds
@@ -44,12 +54,15 @@ def main() -> None:
     # step's parse and record). Timing from the first token instead would depend on when
     # the watching thread is scheduled.
     def bare() -> tuple[float, int]:
-        llm.reset()
         start = time.perf_counter()
-        for _ in llm.create_completion(tokens, max_tokens=args.tokens, temperature=0.0, stop=stop, seed=0,
-                                       stream=True):
-            pass
-        return time.perf_counter() - start, model._generated()
+        llm.reset()
+        tokens = model.tokenize(request.prompt)
+        generated = 0
+        for _ in llm.create_completion(tokens, max_tokens=request.max_tokens or args.tokens,
+                                       temperature=model.temperature, stop=list(request.stop),
+                                       seed=model.seed, stream=True):
+            generated += 1
+        return time.perf_counter() - start, generated
 
     def watched() -> tuple[float, int]:
         start = time.perf_counter()
@@ -62,7 +75,6 @@ def main() -> None:
     bare(), watched()  # warm up
     rows = []
     for _ in range(args.rounds):
-        model._sampled.clear()
         b_s, b_n = bare()
         w_s, w_n = watched()
         rows.append((b_s, w_s, b_n, w_n))
@@ -71,7 +83,8 @@ def main() -> None:
     ratio = statistics.median(r[1] / r[0] for r in rows)
     n = statistics.median(r[3] for r in rows)
     added = statistics.median((r[1] - r[0]) / max(r[3], 1) for r in rows)
-    print(f"embedded model, {len(tokens)} prompt tokens, {rows[0][2]} generated (bare) / {rows[0][3]} (watched run), "
+    print(f"embedded model, {len(model.tokenize(request.prompt))} prompt tokens, {rows[0][2]} chunks (bare) / "
+          f"{rows[0][3]} tokens (watched run), "
           f"{args.rounds} rounds, wall, whole call:")
     print(f"  llama-cpp-python's own stream loop {b * 1e3:.0f} ms")
     print(f"  lw.iter_events on LlamaCpp          {w * 1e3:.0f} ms ({ratio:.3f}x); added per generated token "

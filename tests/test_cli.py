@@ -196,24 +196,27 @@ def test_the_installed_command_runs_the_real_model_and_prints_json() -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(os.name != "posix", reason="SIGINT delivery")
 def test_sigint_to_the_command_ends_the_run_as_interrupted(tmp_path: Path) -> None:
-    saved = tmp_path / "trace.json"
-    process = subprocess.Popen(
-        [str(LOOPWRIGHT), "run", "What are the populations of Paris, Berlin, Rome, Tokyo, "
-         "London and Madrid?", "--max-steps", "12", "--save", str(saved)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
-    assert process.stderr is not None
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:  # wait for the first step to be printed
-        line = process.stderr.readline()
-        if not line or " 1 " in line[:4]:
+    for attempt in range(3):  # the real model may answer before Ctrl-C lands: ask again
+        saved = tmp_path / f"trace{attempt}.json"
+        process = subprocess.Popen(
+            [str(LOOPWRIGHT), "run", "What are the populations of Paris, Berlin, Rome, Tokyo, "
+             "London and Madrid?", "--max-steps", "12", "--save", str(saved)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        assert process.stderr is not None
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:  # wait for the first step to be printed
+            line = process.stderr.readline()
+            if not line or " 1 " in line[:4]:
+                break
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=120)
+        trace = lw.Trace.from_json(saved.read_text())
+        if trace.stopped_reason == "interrupted":
             break
-    process.send_signal(signal.SIGINT)
-    _, err = process.communicate(timeout=120)
-    trace = lw.Trace.from_json(saved.read_text())
-    if trace.stopped_reason != "interrupted":  # pragma: no cover - the run beat the signal
-        pytest.skip(f"the run ended ({trace.stopped_reason}) before Ctrl-C arrived")
+    if trace.stopped_reason != "interrupted":  # pragma: no cover - the run beat the signal three times
+        pytest.skip(f"the run ended ({trace.stopped_reason}) before Ctrl-C arrived, three times")
     assert process.returncode == cli.EXIT_NO_ANSWER
     assert "interrupted" in err and trace.llm_calls >= 1

@@ -464,6 +464,9 @@ def test_ctrl_c_during_a_tool_call_records_the_call_in_flight(folder: Path) -> N
         while not marker.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert marker.exists()
+        # the tool's thread writes the marker as it starts; give the run's thread a moment
+        # to reach its wait for the call, so Ctrl-C lands during the call, not its start
+        time.sleep(0.5)
         process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=120)
     finally:
