@@ -21,6 +21,14 @@ CASSETTES = Path(__file__).parent / "cassettes"
 REACT_CASSETTE = str(CASSETTES / "react_json_17x23.jsonl")
 LOOPWRIGHT = Path(sys.executable).with_name("loopwright")
 
+def _default_sigint() -> None:
+    """In the child before exec: Ctrl-C as a fresh shell gives it (default action, not
+    blocked), whatever the test process inherited or set up; a Python child keeps an
+    ignored SIGINT ignored, and exec keeps a blocked one blocked."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = cli.main(list(argv))
@@ -204,6 +212,7 @@ def test_sigint_to_the_command_ends_the_run_as_interrupted(tmp_path: Path) -> No
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            preexec_fn=_default_sigint,
         )  # fmt: skip
         assert process.stderr is not None
         deadline = time.monotonic() + 300

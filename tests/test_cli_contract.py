@@ -27,6 +27,15 @@ CASSETTES = Path(__file__).parent / "cassettes"
 REACT_CASSETTE = str(CASSETTES / "react_json_17x23.jsonl")  # answers "What is 17 * 23?" with 391
 PRE_TOOLSET_JOURNAL = Path(__file__).parent / "fixtures" / "pre_toolset_journal.db"
 
+
+def _default_sigint() -> None:
+    """In the child before exec: Ctrl-C as a fresh shell gives it (default action, not
+    blocked), whatever the test process inherited or set up; a Python child keeps an
+    ignored SIGINT ignored, and exec keeps a blocked one blocked."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 TOOLS_MODULE = '''
 import os
 import time
@@ -458,7 +467,7 @@ def test_ctrl_c_during_a_tool_call_records_the_call_in_flight(folder: Path) -> N
     marker.unlink()
     process = subprocess.Popen([str(LOOPWRIGHT), "run", *argv, "--replay", str(cassette), "--save", str(saved)],
                                cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "LW_TEST_HANG": "1"})
+                               env={**os.environ, "LW_TEST_HANG": "1"}, preexec_fn=_default_sigint)
     try:
         deadline = time.monotonic() + 120
         while not marker.exists() and time.monotonic() < deadline:
