@@ -273,6 +273,7 @@ def test_the_front_doors_share_the_keywords_of_run():
 
     run = keywords("run")
     assert run == keywords("iter_run") == keywords("arun") == keywords("aiter_run")
+    assert run == keywords("iter_events") == keywords("aiter_events")
     assert run - {"store"} <= keywords("run_many") and keywords("run_react") < run
     assert {"branching", "search"} <= keywords("run_tot") and "branching" not in keywords("run_react")
     assert run - {"store", "run_id", "approver", "journal_meta"} <= keywords("resume")

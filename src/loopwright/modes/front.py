@@ -183,6 +183,7 @@ def iter_events(
     output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
     journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
     prices: PriceSpec | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Events:
     """Start a run and watch it: iterate the result for its events as they happen
     (run_started, model_delta, tool_started, tool_finished, step, approval_requested,
@@ -205,6 +206,7 @@ def aiter_events(
     output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
     journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
     prices: PriceSpec | None = None,
+    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> AsyncEvents:
     """`iter_events` on an event loop: `async for ev in aiter_events(...)`; the run is a task
     on this loop, `await .aclose()` cancels it. Same arguments as `run`."""
