@@ -175,11 +175,11 @@ class RunContext:
         """The answer, journaled before it is used and added to the run's usage."""
         self.in_flight.pop("model", None)
         completion: Completion | None
-        if isinstance(reply, Completion):
+        if isinstance(reply, str):  # a plain policy's answer
+            completion, text, usage = None, reply, Usage.estimate(request.prompt, reply)
+        else:
             completion, text = reply, reply.text
             usage = reply.usage or Usage.estimate(request.prompt, text)
-        else:
-            completion, text, usage = None, reply, Usage.estimate(request.prompt, reply)
         if self.observers:
             recorded = completion or Completion(text)
             for observer in self.observers:

@@ -234,8 +234,8 @@ def _react(
             copy = pad.text if copy_prompts else None
             try:
                 call = yield ModelRequest(
-                    pad.text, pad.stop, "react", tools, tuple(pad.messages), max_tokens, dialect,
-                    tuple(known.items()), None if ctx.output is None else ctx.output.schema,
+                    pad.text, pad.stop, "react", tools, tuple(pad.messages) if native else (), max_tokens, dialect,
+                    tuple(known.items()) if known else (), None if ctx.output is None else ctx.output.schema,
                 )
             except PolicyFailed as failed:
                 yield Step(k, "error", error=failed.message, prompt_chars=prompt, prompt=copy,
@@ -340,7 +340,8 @@ def _react(
                 _native_call(pad, parsed, name, args, observation)
                 continue
 
-            executed = yield CallTool(name, args, str(k))
+            call_key = str(k)
+            executed = yield CallTool(name, args, call_key)
             result = executed.result
             observation = result.observation
             repeats.executed(observation)
@@ -368,8 +369,8 @@ def _react(
                     return
                 fenced += f"\nReflection: {neutralise(critique)}"
                 observation += f"\nReflection: {critique}"
-            key: str | None = str(k)
-            kept, offset = (executed.meta or {}).get("output"), 0
+            key: str | None = call_key
+            kept, offset = executed.meta.get("output") if executed.meta else None, 0
             if name == READ_OUTPUT and READ_OUTPUT not in ctx.registry:  # the built-in: no handle of its own
                 if result.error is None:
                     kept, offset = result.args["handle"], result.args.get("offset", 0)  # a page: its stub points back
