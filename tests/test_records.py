@@ -5,14 +5,13 @@ behave exactly like frozen dataclasses."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import inspect
+import pickle
 from typing import Any
 
 import pytest
-
-import copy
-import pickle
 
 from loopwright.modes.spec import RunSpec
 from loopwright.parsing.steps import Action

@@ -14,7 +14,7 @@ from loopwright.errors import ParseError
 from loopwright.guards import RepeatDetector
 from loopwright.modes._critique import check_on_tool_error, reflect
 from loopwright.modes.context import RunContext, first_line
-from loopwright.modes.folding import MEMORY_OVERHEAD, Folding, next_label, step_block
+from loopwright.modes.folding import MEMORY_OVERHEAD, Folding, step_block
 from loopwright.modes.handles import READ_OUTPUT, READ_OUTPUT_SCHEMA
 from loopwright.modes.machine import CallTool, PolicyFailed, StepGen
 from loopwright.modes.spec import RunSpec
@@ -103,7 +103,7 @@ class _Scratchpad:
         read_output: the handle it was read from, at `offset`)."""
         self.number += 1  # the bracket dialect's step number: this scratchpad's own count
         n = self.number
-        block = step_block(self.dialect, n, thought, action, observation) + next_label(self.dialect, n)
+        block = step_block(self.dialect, n, thought, action, observation, True)
         readable = f"Thought: {thought}\n{action}\nObservation: {observation if plain is None else plain}\n"
         # Grow both strings in place, without copying the whole prompt each step: with
         # the attribute cleared, the local is the only reference, and CPython extends a
@@ -349,7 +349,7 @@ def _react(
                 known.pop(name, None)
                 known[name] = args
             meta = {"tool_s": result.duration_s, "model_s": seconds}
-            if retries := call.retries:
+            if call.completion is not None and (retries := call.retries):
                 meta["retries"] = retries  # the backend retried transient HTTP errors
             if executed.meta:
                 meta.update(executed.meta)
