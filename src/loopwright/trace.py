@@ -191,7 +191,7 @@ class Trace:
     llm_calls: int = 0
     tool_calls: int = 0
     replans: int = 0
-    usage: Usage = field(default_factory=Usage)
+    usage: Usage = Usage()  # immutable: one shared zero, not one made per run
     transcript: str = ""
     started_at: float = field(default_factory=time.time)
     duration_s: float = 0.0

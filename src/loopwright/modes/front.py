@@ -85,12 +85,9 @@ def _spec(task: str, mode: str, given: dict[str, Any]) -> RunSpec:
     parameters but the policy and registry are the spec's own fields (test_layout holds
     every front door to that), and a keyword left at None is the spec's default already."""
     del given["policy"], given["registry"]
+    given = {name: value for name, value in given.items() if value is not None}  # few: cheap to pass
     given["task"], given["mode"] = task, mode
-    if given["on_deny"] is None:
-        given["on_deny"] = "observe"
     return RunSpec(**given)
-
-
 
 
 def iter_run(
