@@ -13,7 +13,8 @@ plain stock questions.
 Likeness is the Jaccard overlap of the two questions' words, stemmed, with the small
 words kept ("as many ... as there are", "by the number of": how a question chains is
 written in them) and numbers dropped (they are values, not the question's kind).
-`PromptSet.run_examples="all"` shows every whole-run example there instead.
+`PromptSet.run_examples="all"` shows every whole-run example there instead; "only" shows
+the chosen one in place of the single-call examples too.
 """
 
 from __future__ import annotations
@@ -23,13 +24,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from loopwright.prompts import PromptSet, run_block
+from loopwright.prompts import PromptSet, run_block, worked_examples
 from loopwright.tools.registry import ToolRegistry
 
 __all__ = ["RunChoice", "choose_run", "chosen_blocks", "likeness", "with_run_example"]
 
 _NUMBER: Final = re.compile(r"\d+(?:[.,]\d+)*")
-CHOICES: Final = ("nearest", "all")
+CHOICES: Final = ("nearest", "only", "all")
+MIN_LIKENESS: Final = 0.2
+"""A run shares at least this part of its words with the task to be shown. Below it, the
+nearest run is only the least unlike one: on the development questions of
+benchmarks/quality.py, "Restock 3 hinges. What is the new stock level?" is nearer a
+stock-then-restock run (0.16) than the single-call examples (0.12), and shown it, the model
+looked up the stock and restocked by it."""
 
 
 def _words(tokenize: Callable[[str], list[str]], text: str) -> frozenset[str]:
@@ -57,7 +64,7 @@ class RunChoice:
         best = max((likeness(words, s) for s in self.singles), default=0.0)
         scored = [likeness(words, w) for w, _ in self.runs]
         top = max(range(len(scored)), key=lambda i: (scored[i], -i), default=None)
-        if top is None or scored[top] <= best:
+        if top is None or scored[top] <= best or scored[top] < MIN_LIKENESS:
             return None
         return top, scored[top], best
 
@@ -106,9 +113,17 @@ def chosen_blocks(registry: ToolRegistry, task: str, prompts: PromptSet, dialect
 def with_run_example(text: str, task: str, registry: ToolRegistry, prompts: PromptSet, dialect: str) -> str:
     """The filled prompt `text` with the chosen whole-run example(s) just before its
     `Question: {task}` line (after the shared head, so a KV cache keeps reusing it);
-    `text` itself when none is chosen."""
+    `text` itself when none is chosen. "only": a chosen run also takes the place of the
+    single-call examples (the head then differs from the default one)."""
     blocks: Sequence[str] = chosen_blocks(registry, task, prompts, dialect)
     at = text.rfind(f"Question: {task}") if blocks else -1
     if at < 0:
         return text
-    return text[:at] + "".join(b + "\n\n" for b in blocks) + text[at:]
+    head = text[:at]
+    if prompts.run_examples == "only":
+        shown = registry.memo(
+            ("nearest_run_head", dialect, prompts.example_tokens),
+            lambda registry: worked_examples(list(registry), dialect, budget=prompts.example_tokens),
+        )
+        head = head.replace(shown, "", 1) if shown else head
+    return head + "".join(b + "\n\n" for b in blocks) + text[at:]

@@ -213,7 +213,8 @@ class PromptSet:
     run_examples: str = "nearest"
     """ReAct and Reflexion prompts: the registry's whole-run examples shown just before the
     question, "nearest" (the one most like the task, only when it is more like it than every
-    single-call example: loopwright/nearest_run.py) or "all"."""
+    single-call example: loopwright/nearest_run.py), "only" (that one in place of the
+    single-call examples too) or "all"."""
     reflect_step: str = REFLECT_STEP
     reflexion_critique: str = REFLEXION_CRITIQUE
     reflexion_memory: str = REFLEXION_MEMORY
