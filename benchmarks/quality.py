@@ -397,8 +397,9 @@ def make_model(config: str) -> Any | None:
 
 
 def prompts_for(config: str) -> Any | None:
-    if "runs_only" in config.split("+"):  # whole_runs+runs_only: a chosen run is the only example
-        return dataclasses.replace(lw.prompts.DEFAULT_PROMPTS, run_examples="only")
+    for how in ("nearest", "all"):  # whole_runs+runs_nearest: the chosen run after the single-call examples
+        if f"runs_{how}" in config.split("+"):
+            return dataclasses.replace(lw.prompts.DEFAULT_PROMPTS, run_examples=how)
     if "examples_off" not in config.split("+"):  # the server configurations use the default prompts
         return lw.prompts.DEFAULT_PROMPTS
     if not hasattr(lw.prompts.DEFAULT_PROMPTS, "tool_examples"):

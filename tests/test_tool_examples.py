@@ -636,16 +636,23 @@ def test_whole_run_examples_are_react_transcripts_that_end_with_their_answer() -
     assert prompt.endswith(f"{KM_BLOCK}\n\nQuestion: {task}\nThought:")  # just before the question
 
 
-def test_the_nearest_whole_run_is_shown_after_the_default_prompts_head_and_only_when_it_fits() -> None:
+def test_the_nearest_whole_run_is_shown_alone_or_after_the_default_head_and_only_when_it_fits() -> None:
     """A task more like a whole run's question than every single-call example's gets that
-    run just before the question; any other task gets the default prompt, byte for byte;
-    either way the head (instructions, tools, single-call examples) is the default one."""
+    run just before the question: in place of the single-call examples (the default,
+    "only") or after them ("nearest"); the instructions and tools, the prefix every task
+    shares, never change; any other task gets the default prompt, byte for byte."""
     plain, with_run = lw.ToolRegistry(_km_tools()), _km_registry([KM_RUN])
     chained = "How many miles is it from Paris to Nice and back?"
     head = _first_prompt(chained, plain).removesuffix(f"Question: {chained}\nThought:")
-    assert _first_prompt(chained, with_run) == f"{head}{KM_BLOCK}\n\nQuestion: {chained}\nThought:"
+    singles = worked_examples(_km_tools(), "json")
+    assert singles and head.endswith(singles)
+    prefix = head.removesuffix(singles)  # instructions and tools
+    near = dataclasses.replace(lw.prompts.DEFAULT_PROMPTS, run_examples="nearest")
+    assert _first_prompt(chained, with_run) == f"{prefix}{KM_BLOCK}\n\nQuestion: {chained}\nThought:"
+    assert _first_prompt(chained, with_run, prompts=near) == f"{head}{KM_BLOCK}\n\nQuestion: {chained}\nThought:"
     for unrelated in ("Convert 100 kilometres to miles.", "What is the capital of France?"):
-        assert _first_prompt(unrelated, with_run) == _first_prompt(unrelated, plain)
+        for prompts in (lw.prompts.DEFAULT_PROMPTS, near):
+            assert _first_prompt(unrelated, with_run, prompts=prompts) == _first_prompt(unrelated, plain)
         assert "Paris to Lyon and back" not in _first_prompt(unrelated, with_run)
 
 

@@ -3,18 +3,20 @@
 A registry's whole-run examples (`ToolRegistry(tools, examples=[...])`) are not part of
 the ReAct prompt's shared head: that head is the prompt a registry without them gets
 (instructions, tools, single-call examples), the same for every task, so a KV cache reuses
-it. For each run the example whose question is most like the task is placed just before
-the question, and only when it is more like the task than every single-call example's
-question (a tool's own examples, not a chain's; else its description): a plain question
-then gets exactly the default prompt. Measured on the 135M model (docs/benchmarks.md,
-issue 26): a stock-then-restock run shown with every question made the model restock on
-plain stock questions.
+it. For each run the example whose question is most like the task is chosen, and only
+when it is more like the task than every single-call example's question (a tool's own
+examples, not a chain's; else its description) and shares at least MIN_LIKENESS of its
+words with it: a plain question gets exactly the default prompt. A chosen run is shown
+just before the question, in place of the single-call examples (`PromptSet.run_examples`
+"only", the default: instructions and tools stay the shared prefix), or after them
+("nearest"); "all" shows every whole-run example there. Measured on the 135M model
+(docs/benchmarks.md, issue 26): every run shown with every question made it restock on
+plain stock questions; on the development chain questions the chosen run alone was copied
+more often (4 of 15 answered) than after the single-call examples (1 of 15).
 
 Likeness is the Jaccard overlap of the two questions' words, stemmed, with the small
 words kept ("as many ... as there are", "by the number of": how a question chains is
 written in them) and numbers dropped (they are values, not the question's kind).
-`PromptSet.run_examples="all"` shows every whole-run example there instead; "only" shows
-the chosen one in place of the single-call examples too.
 """
 
 from __future__ import annotations
