@@ -672,6 +672,14 @@ def test_of_several_whole_runs_only_the_nearest_is_shown_and_all_shows_every_one
         _first_prompt("q", registry, prompts=dataclasses.replace(every, run_examples="some"))
 
 
+def test_the_chosen_run_is_written_in_the_runs_dialect() -> None:
+    prompt = _first_prompt("How many miles is it from Paris to Nice and back?", _km_registry([KM_RUN]),
+                           dialect="brackets")
+    assert ("Question: How many miles is it from Paris to Lyon and back?\nThought 1: I need to find the road "
+            "distance to a city from Paris, so I use distance\nAction 1: distance[Lyon]") in prompt
+    assert "Action 3: finish[577.9 miles]\n\nQuestion: How many miles is it from Paris to Nice and back?" in prompt
+
+
 def test_the_choice_ignores_numbers_and_keeps_the_small_words_that_say_how_a_question_chains() -> None:
     from loopwright.nearest_run import choose_run
 
@@ -681,6 +689,7 @@ def test_the_choice_ignores_numbers_and_keeps_the_small_words_that_say_how_a_que
     found = choice.nearest("How many miles is it from 12 Paris to 7 Lyon and back?")  # values differ, kind alike
     assert found is not None and found[1] == 1.0
     assert choice.nearest("Convert 465 kilometres to miles.") is None  # a single call (its description) is nearer
+    assert choice.nearest("Is it far?") is None  # nearer the run than any single call, but 2 words of 12: too few
     assert choose_run(registry, "json") is choice  # built once per registry
 
 
