@@ -1,16 +1,21 @@
-"""The per-step records (Step, Usage, Action, ToolResult) write their slots directly in
-__init__ (loopwright._slots) instead of the frozen dataclass's generated __init__. They
-must still behave exactly like frozen dataclasses."""
+"""The records made at every step and run are built faster than a frozen dataclass's own
+__init__ (loopwright._slots): Step, ModelRequest and RunSpec through a writer twin
+(`fast_frozen`), Action and ToolResult through their slot descriptors. They must still
+behave exactly like frozen dataclasses."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import inspect
+import pickle
 from typing import Any
 
 import pytest
 
+from loopwright.modes.spec import RunSpec
 from loopwright.parsing.steps import Action
+from loopwright.policy import ModelRequest
 from loopwright.tools.registry import ToolError, ToolResult
 from loopwright.trace import Step, Usage
 
@@ -20,6 +25,9 @@ SAMPLES: list[tuple[type, dict[str, Any]]] = [
             "args": {"x": 1}, "observation": "2", "error": None, "duration_s": 0.5,
             "usage": Usage(1, 1, 1), "prompt": "p", "step_id": "E1", "meta": {"m": 1},
             "prompt_chars": 9}),
+    (ModelRequest, {"prompt": "p", "stop": ("\nObservation:",), "purpose": "react", "tools": ({"name": "add"},),
+                    "messages": ({"role": "user", "content": "q"},), "max_tokens": 64, "dialect": "json",
+                    "known_calls": (("add", {"x": 1}),), "output_schema": {"type": "string"}}),
     (Action, {"thought": "t", "name": "add", "args": {"x": 1}, "call_id": "c1", "args_text": '{"x": 1}'}),
     (ToolResult, {"name": "div", "args": {"a": 1}, "value": None, "observation": "ERROR[div]: boom",
                   "error": ToolError("div", "boom", "exception"), "duration_s": 0.1}),
@@ -68,3 +76,47 @@ def test_action_equality_ignores_the_argument_text() -> None:
     assert Action("t", "add", {"x": 1}, args_text='{"x":1}') == Action("t", "add", {"x": 1})
     assert "args_text" not in repr(Action("t", "add", {"x": 1}, args_text="{}"))
     assert Usage(1, 2, 3) + Usage(1, 1, 1, True) == Usage(2, 3, 4, True)
+
+
+FAST = [Step(2, "action", tool="add", args={"x": 1}, meta={"m": 1}), ModelRequest("p", ("x",)),
+        RunSpec("t", "react", max_steps=3, tools=["add"])]
+
+
+@pytest.mark.parametrize("record", FAST, ids=lambda r: type(r).__name__)
+def test_a_fast_frozen_record_is_its_own_class_and_stays_frozen(record: Any) -> None:
+    cls = type(record)
+    assert record.__class__ is cls and cls.__name__ in ("Step", "ModelRequest", "RunSpec")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(record, dataclasses.fields(record)[0].name, "x")
+    assert pickle.loads(pickle.dumps(record)) == record
+    assert copy.deepcopy(record) == record and copy.copy(record) == record
+    assert dataclasses.replace(record) == record
+
+
+def test_fast_frozen_runs_post_init_and_default_factories() -> None:
+    assert RunSpec("t", tools=["a", "b"]).tools == ("a", "b")  # __post_init__ ran
+    with pytest.raises(ValueError, match="mode must be one of"):
+        RunSpec("t", "nope")
+    with pytest.raises(TypeError, match="unknown run option"):
+        RunSpec("t", "react", depth=2)
+    assert Step(1, "final").meta is not Step(1, "final").meta
+
+
+def test_a_bad_construction_is_the_usual_type_error() -> None:
+    with pytest.raises(TypeError, match="index"):
+        Step()  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="bogus"):
+        Step(1, "final", bogus=1)  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        ModelRequest("p", (), "react", (), (), None, "json", (), None, "extra")  # type: ignore[call-arg]
+    assert type(Step(1, "final")) is Step  # a failed construction left nothing behind
+
+
+def test_a_subclass_is_built_by_the_dataclass_init() -> None:
+    class Marked(Step):
+        __slots__ = ()
+
+    step = Marked(1, "final", raw="r")
+    assert type(step) is Marked and step.raw == "r" and step.usage == Usage()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        step.raw = "x"  # type: ignore[misc]

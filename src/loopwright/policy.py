@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from types import FunctionType
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from loopwright._slots import fast_frozen
 from loopwright.errors import ScriptExhaustedError
 from loopwright.offload import run_until_complete
 from loopwright.trace import Usage
@@ -49,6 +50,7 @@ class Completion:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
+@fast_frozen
 @dataclass(frozen=True, slots=True)
 class ModelRequest:
     """Everything the loop asks of a model in one call.

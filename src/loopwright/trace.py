@@ -15,6 +15,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Final
 
+from loopwright._slots import fast_frozen
+
 STOP_REASONS: Final = frozenset(
     {
         "final",
@@ -119,6 +121,7 @@ def json_safe(value: Any) -> Any:
         return str(value)
 
 
+@fast_frozen
 @dataclass(frozen=True, slots=True)
 class Step:
     """One transition of a run. `raw` is the model text exactly as returned; `prompt` is

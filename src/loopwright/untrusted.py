@@ -56,7 +56,9 @@ def _entity_first(found: re.Match[str]) -> str:
 def fence(text: str, source: str) -> str:
     """Mark tool output as untrusted data with its provenance (tool and step). The source
     may hold a tool name as the model wrote it: its quotes become entities too."""
-    return f'<untrusted source="{_attribute(source)}">{escape_untrusted(text)}</untrusted>'
+    if '"' in source or "&" in source or "<" in source or ">" in source:
+        source = _attribute(source)
+    return f'<untrusted source="{source}">{escape_untrusted(text)}</untrusted>'
 
 
 def _attribute(source: str) -> str:

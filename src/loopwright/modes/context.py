@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
+from types import FunctionType
 from typing import Any, Literal
 
 from loopwright import otel
@@ -67,10 +68,9 @@ class RunContext:
         self.started = time.perf_counter()
         self._schemas: list[dict[str, Any]] | None = None
         # a plain callable policy gets only the prompt: no tool schemas or known calls to build
-        self.prompt_only = (
-            journal is None
-            and not callable(getattr(policy, "complete", None))
-            and not callable(getattr(policy, "acomplete", None))
+        self.prompt_only = journal is None and (
+            type(policy) is FunctionType  # a plain function: no attribute to look for
+            or (not callable(getattr(policy, "complete", None)) and not callable(getattr(policy, "acomplete", None)))
         )
         self.journal = journal
         self.output = output_spec(output_type)  # a typed final answer, or None
@@ -175,11 +175,11 @@ class RunContext:
         """The answer, journaled before it is used and added to the run's usage."""
         self.in_flight.pop("model", None)
         completion: Completion | None
-        if isinstance(reply, Completion):
+        if isinstance(reply, str):  # a plain policy's answer
+            completion, text, usage = None, reply, Usage.estimate(request.prompt, reply)
+        else:
             completion, text = reply, reply.text
             usage = reply.usage or Usage.estimate(request.prompt, text)
-        else:
-            completion, text, usage = None, reply, Usage.estimate(request.prompt, reply)
         if self.observers:
             recorded = completion or Completion(text)
             for observer in self.observers:

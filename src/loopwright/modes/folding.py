@@ -25,17 +25,15 @@ _SHRINKS: Final = ("stub_results", "drop_thoughts")  # the folds before summaris
 _LISTED_HANDLES: Final = 8  # kept results a summarised prompt names (the newest), whose steps it folded
 
 
-def step_block(dialect: str, k: int, thought: str, action: str, observation: str) -> str:
-    """Step k's part of the scratchpad, up to and including its observation. The thought
-    is the model's text: neutralised; `action` and `observation` come placed already."""
+def step_block(dialect: str, k: int, thought: str, action: str, observation: str, cue: bool = False) -> str:
+    """Step k's part of the scratchpad, up to and including its observation; with `cue`,
+    also what follows it (the cue for the model's next thought). The thought is the
+    model's text: neutralised; `action` and `observation` come placed already."""
     if dialect == "brackets":
-        return f" {neutralise(thought)}\nAction {k}: {action}\nObservation {k}: {observation}"
-    return f" {neutralise(thought)}\n{action}\nObservation: {observation}"
-
-
-def next_label(dialect: str, n: int) -> str:
-    """What follows step n's block: the cue for the model's next thought."""
-    return f"\nThought {n + 1}:" if dialect == "brackets" else "\nThought:"
+        block = f" {neutralise(thought)}\nAction {k}: {action}\nObservation {k}: {observation}"
+        return f"{block}\nThought {k + 1}:" if cue else block
+    block = f" {neutralise(thought)}\n{action}\nObservation: {observation}"
+    return f"{block}\nThought:" if cue else block
 
 
 @dataclass(slots=True)
@@ -121,7 +119,7 @@ class Folding:
         else:
             observation = e.observation
         thought = "…" if e.dropped else e.thought
-        e.text = step_block(self.dialect, e.n, thought, e.action, observation) + next_label(self.dialect, e.n)
+        e.text = step_block(self.dialect, e.n, thought, e.action, observation, True)
         e.tokens = estimate_tokens(e.text)
 
     def _remember(self, entries: list[_Entry]) -> None:
@@ -194,4 +192,4 @@ class Folding:
                 "prompt_tokens_after": estimate_tokens(self._text()), "memory_tokens": estimate_tokens(self.section)}
 
 
-__all__ = ["MEMORY_OVERHEAD", "Folding", "next_label", "step_block"]
+__all__ = ["MEMORY_OVERHEAD", "Folding", "step_block"]

@@ -81,12 +81,16 @@ async def arun_spec(spec: RunSpec, policy: Policy, registry: ToolRegistry) -> Tr
 
 
 def _spec(task: str, mode: str, given: dict[str, Any]) -> RunSpec:
-    """The spec from a front door's keywords (its `locals()`, read first thing); a keyword
-    left at None is the spec's default already."""
-    return RunSpec(task, mode, **{k: v for k, v in given.items() if v is not None and k in _FIELDS})
+    """The spec from a front door's keywords (its `locals()`, read first thing): its
+    parameters but the policy and registry are the spec's own fields (test_layout holds
+    every front door to that), and a keyword left at None is the spec's default already."""
+    del given["policy"], given["registry"]
+    given["task"], given["mode"] = task, mode
+    if given["on_deny"] is None:
+        given["on_deny"] = "observe"
+    return RunSpec(**given)
 
 
-_FIELDS: Final = frozenset(RunSpec.__dataclass_fields__) - {"task", "mode"}
 
 
 def iter_run(

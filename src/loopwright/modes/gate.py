@@ -16,6 +16,7 @@ the tool itself between `begin` and `finish`, on a thread or the event loop, and
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -72,7 +73,9 @@ class ToolGate:
                  on_deny: Literal["observe", "stop"], rerun_unfinished: bool) -> None:
         if on_deny not in ("observe", "stop"):
             raise ValueError(f"on_deny must be 'observe' or 'stop', got {on_deny!r}")
-        self.ctx = ctx
+        # a proxy: the context owns the gate, and a strong link back would make every
+        # finished run a reference cycle, left for the cyclic collector to find
+        self.ctx: Host = weakref.proxy(ctx)
         self.journal = journal
         self.approver = approver
         self.on_deny = on_deny
@@ -185,8 +188,10 @@ class ToolGate:
     def done(self, key: str, result: ToolResult) -> Executed:
         """Keep a result past the cap, count the call and tell the observers (all `finish`
         does after the journal for an ungated call)."""
-        result, kept = self._keep(key, result)
         ctx = self.ctx
+        kept = None
+        if len(result.observation) > ctx.registry.max_observation_chars >= 0:  # past the cap: kept whole
+            result, kept = self._keep(key, result)
         with self._lock:
             ctx.trace.tool_calls += 1
         for observer in ctx.observers:
@@ -194,7 +199,7 @@ class ToolGate:
         if self.children and key in self.children:  # the call ran a child agent
             self._child_paused(key)
             return Executed(result, meta={**(kept or {}), "child_run_id": self.children.pop(key)})
-        return Executed(result, meta=kept)
+        return Executed(result, "action", kept)
 
     def _keep(self, key: str, result: ToolResult) -> tuple[ToolResult, dict[str, Any] | None]:
         """The result as placed: past the cap, kept whole in the trace and shown as a view."""

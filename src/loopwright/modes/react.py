@@ -14,7 +14,7 @@ from loopwright.errors import ParseError
 from loopwright.guards import RepeatDetector
 from loopwright.modes._critique import check_on_tool_error, reflect
 from loopwright.modes.context import RunContext, first_line
-from loopwright.modes.folding import MEMORY_OVERHEAD, Folding, next_label, step_block
+from loopwright.modes.folding import MEMORY_OVERHEAD, Folding, step_block
 from loopwright.modes.handles import READ_OUTPUT, READ_OUTPUT_SCHEMA
 from loopwright.modes.machine import CallTool, PolicyFailed, StepGen
 from loopwright.modes.spec import RunSpec
@@ -105,7 +105,7 @@ class _Scratchpad:
         read_output: the handle it was read from, at `offset`)."""
         self.number += 1  # the bracket dialect's step number: this scratchpad's own count
         n = self.number
-        block = step_block(self.dialect, n, thought, action, observation) + next_label(self.dialect, n)
+        block = step_block(self.dialect, n, thought, action, observation, True)
         readable = f"Thought: {thought}\n{action}\nObservation: {observation if plain is None else plain}\n"
         # Grow both strings in place, without copying the whole prompt each step: with
         # the attribute cleared, the local is the only reference, and CPython extends a
@@ -236,8 +236,8 @@ def _react(
             copy = pad.text if copy_prompts else None
             try:
                 call = yield ModelRequest(
-                    pad.text, pad.stop, "react", tools, tuple(pad.messages), max_tokens, dialect,
-                    tuple(known.items()), None if ctx.output is None else ctx.output.schema,
+                    pad.text, pad.stop, "react", tools, tuple(pad.messages) if native else (), max_tokens, dialect,
+                    tuple(known.items()) if known else (), None if ctx.output is None else ctx.output.schema,
                 )
             except PolicyFailed as failed:
                 yield Step(k, "error", error=failed.message, prompt_chars=prompt, prompt=copy,
@@ -342,7 +342,8 @@ def _react(
                 _native_call(pad, parsed, name, args, observation)
                 continue
 
-            executed = yield CallTool(name, args, str(k))
+            call_key = str(k)
+            executed = yield CallTool(name, args, call_key)
             result = executed.result
             observation = result.observation
             repeats.executed(observation)
@@ -350,7 +351,7 @@ def _react(
                 known.pop(name, None)
                 known[name] = args
             meta = {"tool_s": result.duration_s, "model_s": seconds}
-            if retries := call.retries:
+            if call.completion is not None and (retries := call.retries):
                 meta["retries"] = retries  # the backend retried transient HTTP errors
             if executed.meta:
                 meta.update(executed.meta)
@@ -370,8 +371,8 @@ def _react(
                     return
                 fenced += f"\nReflection: {neutralise(critique)}"
                 observation += f"\nReflection: {critique}"
-            key: str | None = str(k)
-            kept, offset = (executed.meta or {}).get("output"), 0
+            key: str | None = call_key
+            kept, offset = executed.meta.get("output") if executed.meta else None, 0
             if name == READ_OUTPUT and READ_OUTPUT not in ctx.registry:  # the built-in: no handle of its own
                 if result.error is None:
                     kept, offset = result.args["handle"], result.args.get("offset", 0)  # a page: its stub points back

@@ -10,10 +10,12 @@ settings (Reflexion's, Tree-of-Thoughts') given to another mode are a TypeError.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
+from loopwright._slots import fast_frozen
 from loopwright.guards import Limits, OnParseError, OnRepeat
 from loopwright.modes.machine import Journal
 from loopwright.pricing import Prices
@@ -52,6 +54,7 @@ class RunStore(Protocol):
     def start_run(self, run_id: str | None, task: str, mode: str, config: Mapping[str, Any]) -> tuple[str, Journal]: ...
 
 
+@fast_frozen
 @dataclass(frozen=True, slots=True)
 class RunSpec:
     """A run's task, mode, limits and options. None means the mode's default."""
@@ -116,7 +119,14 @@ class RunSpec:
 
     def limits(self) -> Limits:
         """The limits the run is held to (the mode's defaults filled in)."""
-        return Limits(**{n: v for n in _LIMITS if (v := self.setting(n)) is not None})
+        given = (self.mode, self.max_steps, self.token_budget, self.timeout_s, self.max_replans,
+                 self.on_parse_error, self.on_repeat, self.max_nudges)
+        try:
+            return _limits(*given)
+        except TypeError as exc:  # an unhashable value: no cache, and Limits says what is wrong
+            if "unhashable" not in str(exc):
+                raise
+            return _make_limits(*given)
 
     def config(self) -> dict[str, Any]:
         """What the journal stores: the mode's settings (defaults filled in) and max_tokens,
@@ -177,6 +187,18 @@ _MODE_ONLY: Final = ("max_reflections", "attempt_steps", "evaluator", "search", 
 _FOREIGN: Final = {mode: tuple(n for n in _MODE_ONLY if n not in settings) for mode, settings in MODE_SETTINGS.items()}
 _JOURNAL_ONLY: Final = frozenset({"approver", "tool_set", "meta", "tool_embedder"})
 _FIELDS: Final = frozenset(f.name for f in dataclasses.fields(RunSpec)) - {"task", "mode"}
+
+
+def _make_limits(mode: str, *given: Any) -> Limits:
+    defaults = MODE_SETTINGS[mode]
+    return Limits(**{n: v for n, g in zip(_LIMITS, given, strict=True)
+                     if (v := defaults.get(n) if g is None else g) is not None})
+
+
+_limits: Final = functools.lru_cache(maxsize=256, typed=True)(_make_limits)
+"""Limits are immutable: runs started with the same values share one (validated once;
+typed, so True is not taken for 1; a bad value raises every time, as lru_cache keeps no
+exceptions)."""
 
 
 def scope(tools: Iterable[str] | None) -> tuple[str, ...] | None:
