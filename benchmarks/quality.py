@@ -10,8 +10,10 @@ Each set has 21 labelled single-call questions; every third is held out (7 per s
 develop on the rest, report the held-out figures. Each set also has 5 held-out
 multi-call questions (two calls, the second using the first's result, and a
 computation), reported apart, and 5 development ones of the same kind (`--split dev`
-runs those; `--split all` both). `whole_runs` adds one declared whole-run example per set
-(`ToolRegistry(tools, examples=[...])`); `state_cache_off` runs the model without its
+runs those; `--split all` both). `whole_runs` declares one whole-run example per kind of
+chain the dev questions show (`ToolRegistry(tools, examples=[...])`; ReAct shows the nearest
+alone when it fits, `whole_runs+runs_nearest` after the single-call examples,
+`whole_runs+runs_all` every one); `state_cache_off` runs the model without its
 per-family state cache (answers alike, tokens evaluated differ). `--model` runs another
 GGUF file (embedded, and in the server configurations). Runs the embedded model with the default prompts:
 correct answers, parse errors, runs stopped by `repeated_call`, mean model calls, and
