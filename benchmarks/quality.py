@@ -10,8 +10,10 @@ Each set has 21 labelled single-call questions; every third is held out (7 per s
 develop on the rest, report the held-out figures. Each set also has 5 held-out
 multi-call questions (two calls, the second using the first's result, and a
 computation), reported apart, and 5 development ones of the same kind (`--split dev`
-runs those; `--split all` both). `whole_runs` adds one declared whole-run example per set
-(`ToolRegistry(tools, examples=[...])`); `state_cache_off` runs the model without its
+runs those; `--split all` both). `whole_runs` declares one whole-run example per kind of
+chain the dev questions show (`ToolRegistry(tools, examples=[...])`; ReAct shows the nearest
+alone when it fits, `whole_runs+runs_nearest` after the single-call examples,
+`whole_runs+runs_all` every one); `state_cache_off` runs the model without its
 per-family state cache (answers alike, tokens evaluated differ). `--model` runs another
 GGUF file (embedded, and in the server configurations). Runs the embedded model with the default prompts:
 correct answers, parse errors, runs stopped by `repeated_call`, mean model calls, and
@@ -314,21 +316,37 @@ SETS: dict[str, tuple[Callable[[], list[lw.Tool]] | None, Questions, Questions, 
     "facts": (facts_tools, FACTS, FACTS_MULTI, FACTS_MULTI_DEV),
 }
 
-# Whole-run examples per set (the `whole_runs` configuration): one run that uses a
-# result in the next call and answers the question, on dev-style questions.
+# Whole-run examples per set (the `whole_runs` configuration): one run per kind of chain the
+# development questions show, each using a result in the next call and answering the
+# question, with the single-call examples' own values (2023-01-30, gaskets, the Danube).
+# A run shows with a question only when it is the example nearest it (loopwright/nearest_run.py).
+def _facts_run(word: str, formula: str, value: int) -> dict[str, Any]:
+    return {"question": f"How long is the Danube, {word}?",
+            "calls": [{"tool": "encyclopedia", "args": {"topic": "Danube"}, "result": "The Danube is about 2850 km long."},
+                      {"tool": "compute", "args": {"formula": formula}, "result": value}],
+            "answer": str(value)}  # fmt: skip
+
+
+def _stock_run(question: str) -> dict[str, Any]:
+    return {"question": question,
+            "calls": [{"tool": "stock_level", "args": {"item": "flange"}, "result": 6},
+                      {"tool": "restock", "args": {"item": "gasket", "quantity": 6}, "result": 23}],
+            "answer": "23"}  # fmt: skip
+
+
 WHOLE_RUNS: dict[str, list[dict[str, Any]]] = {
-    "units": [{"question": "What day of the week is 5 days after 2023-03-01?",
-               "calls": [{"tool": "shift_date", "args": {"date": "2023-03-01", "days": 5}, "result": "2023-03-06"},
-                         {"tool": "day_of_week", "args": {"date": "2023-03-06"}, "result": "Monday"}],
-               "answer": "Monday"}],
-    "inventory": [{"question": "Restock gaskets by as many units as there are flanges in stock. How many gaskets now?",
-                   "calls": [{"tool": "stock_level", "args": {"item": "flange"}, "result": 6},
-                             {"tool": "restock", "args": {"item": "gasket", "quantity": 6}, "result": 23}],
-                   "answer": "23"}],
-    "facts": [{"question": "How long is the Danube in km, times 3?",
-               "calls": [{"tool": "encyclopedia", "args": {"topic": "Danube"}, "result": "The Danube is about 2850 km long."},
-                         {"tool": "compute", "args": {"formula": "2850 * 3"}, "result": 8550}],
-               "answer": "8550"}],
+    "units": [{"question": "What day of the week is 3 days after 2023-01-30?",
+               "calls": [{"tool": "shift_date", "args": {"date": "2023-01-30", "days": 3}, "result": "2023-02-02"},
+                         {"tool": "day_of_week", "args": {"date": "2023-02-02"}, "result": "Thursday"}],
+               "answer": "Thursday"},
+              {"question": "What day of the week was 3 days before 2023-01-30?",
+               "calls": [{"tool": "shift_date", "args": {"date": "2023-01-30", "days": -3}, "result": "2023-01-27"},
+                         {"tool": "day_of_week", "args": {"date": "2023-01-27"}, "result": "Friday"}],
+               "answer": "Friday"}],
+    "inventory": [_stock_run("Add as many gaskets as there are flanges in stock. How many gaskets are there now?"),
+                  _stock_run("Restock gaskets by the number of flanges in stock. How many gaskets are there now?")],
+    "facts": [_facts_run("times 3", "2850 * 3", 8550), _facts_run("plus 150", "2850 + 150", 3000),
+              _facts_run("minus 850", "2850 - 850", 2000), _facts_run("divided by 2", "2850 / 2", 1425)],
 }  # fmt: skip
 
 
@@ -381,6 +399,9 @@ def make_model(config: str) -> Any | None:
 
 
 def prompts_for(config: str) -> Any | None:
+    for how in ("nearest", "all"):  # whole_runs+runs_nearest: the chosen run after the single-call examples
+        if f"runs_{how}" in config.split("+"):
+            return dataclasses.replace(lw.prompts.DEFAULT_PROMPTS, run_examples=how)
     if "examples_off" not in config.split("+"):  # the server configurations use the default prompts
         return lw.prompts.DEFAULT_PROMPTS
     if not hasattr(lw.prompts.DEFAULT_PROMPTS, "tool_examples"):
@@ -470,7 +491,8 @@ def _run_questions(row: dict[str, Any], name: str, mode: str, config: str, which
             calls = "; ".join(f"{s.tool}{json.dumps(s.args)}->{(s.observation or s.error or '')[:50]!r}"
                               for s in trace.steps if s.tool is not None)
             ok = is_correct(trace.final_answer, expected)
-            print(f"  {'+' if ok else '-'} {question} [{expected}] => {trace.final_answer!r} | {calls}", flush=True)
+            print(f"  {'+' if ok else '-'} {question} [{expected}] => {trace.final_answer!r}{_shown_run(registry, question, prompts)}"
+                  f" | {calls}", flush=True)
         row[prefix + "n"] += 1
         row[prefix + "correct"] += is_correct(trace.final_answer, expected)
         row["parse_errors"] += sum(s.kind == "parse_error" for s in trace.steps)
@@ -479,6 +501,16 @@ def _run_questions(row: dict[str, Any], name: str, mode: str, config: str, which
         row["calls"] += trace.llm_calls
         row["sent"] += trace.usage.prompt_tokens
         row["evaluated"] += trace.usage.evaluated_tokens
+
+
+def _shown_run(registry: lw.ToolRegistry, question: str, prompts: Any) -> str:
+    """For --show: the question of the whole-run example the prompt showed, if any."""
+    try:
+        from loopwright.nearest_run import chosen_blocks
+    except ImportError:  # a checkout before the nearest run
+        return ""
+    blocks = chosen_blocks(registry, question, prompts, "json")
+    return "".join(f" [run: {b.splitlines()[1].removeprefix('Question: ')}]" for b in blocks)
 
 
 def table(rows: list[dict[str, Any]], label: str) -> str:

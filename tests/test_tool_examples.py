@@ -607,13 +607,7 @@ def test_a_bad_whole_run_example_is_a_definition_error_naming_itself(bad: object
         _km_registry(KM_RUN)
 
 
-def test_whole_run_examples_are_react_transcripts_that_end_with_their_answer() -> None:
-    policy = lw.ScriptedPolicy(["Thought: t\nFinal Answer: x"])
-    registry = _km_registry([KM_RUN])
-    assert registry.examples[0].calls[1] == lw.CallExample("km_to_miles", {"km": 930}, 577.9)
-    lw.run("How far is Nice?", policy, registry)
-    first = policy.prompts[0].split("them.\n\n")[1].split("\n\n")[0]
-    assert first == '''\
+KM_BLOCK = '''\
 Example:
 Question: How many miles is it from Paris to Lyon and back?
 Thought: I need to find the road distance to a city from Paris, so I use distance
@@ -626,7 +620,77 @@ Action Input: {"km": 930}
 Observation: <untrusted source="km_to_miles#2">577.9</untrusted>
 Thought: I know the answer
 Final Answer: 577.9 miles'''
-    assert policy.prompts[0].count("Example:") == 1 and "Lyon is 465 km" not in policy.prompts[0]  # no built chain
+
+
+def _first_prompt(task: str, registry: lw.ToolRegistry, **options: object) -> str:
+    policy = lw.ScriptedPolicy(["Thought: t\nFinal Answer: x"])
+    lw.run(task, policy, registry, **options)  # type: ignore[arg-type]
+    return policy.prompts[0]
+
+
+def test_whole_run_examples_are_react_transcripts_that_end_with_their_answer() -> None:
+    registry = _km_registry([KM_RUN])
+    assert registry.examples[0].calls[1] == lw.CallExample("km_to_miles", {"km": 930}, 577.9)
+    task = "How many miles is it from Paris to Nice and back?"
+    prompt = _first_prompt(task, registry)
+    assert prompt.endswith(f"{KM_BLOCK}\n\nQuestion: {task}\nThought:")  # just before the question
+
+
+def test_the_nearest_whole_run_is_shown_alone_or_after_the_default_head_and_only_when_it_fits() -> None:
+    """A task more like a whole run's question than every single-call example's gets that
+    run just before the question: in place of the single-call examples (the default,
+    "only") or after them ("nearest"); the instructions and tools, the prefix every task
+    shares, never change; any other task gets the default prompt, byte for byte."""
+    plain, with_run = lw.ToolRegistry(_km_tools()), _km_registry([KM_RUN])
+    chained = "How many miles is it from Paris to Nice and back?"
+    head = _first_prompt(chained, plain).removesuffix(f"Question: {chained}\nThought:")
+    singles = worked_examples(_km_tools(), "json")
+    assert singles and head.endswith(singles)
+    prefix = head.removesuffix(singles)  # instructions and tools
+    near = dataclasses.replace(lw.prompts.DEFAULT_PROMPTS, run_examples="nearest")
+    assert _first_prompt(chained, with_run) == f"{prefix}{KM_BLOCK}\n\nQuestion: {chained}\nThought:"
+    assert _first_prompt(chained, with_run, prompts=near) == f"{head}{KM_BLOCK}\n\nQuestion: {chained}\nThought:"
+    for unrelated in ("Convert 100 kilometres to miles.", "What is the capital of France?"):
+        for prompts in (lw.prompts.DEFAULT_PROMPTS, near):
+            assert _first_prompt(unrelated, with_run, prompts=prompts) == _first_prompt(unrelated, plain)
+        assert "Paris to Lyon and back" not in _first_prompt(unrelated, with_run)
+
+
+def test_of_several_whole_runs_only_the_nearest_is_shown_and_all_shows_every_one() -> None:
+    there = {"question": "How many miles is it from Paris to Lyon, one way?", "answer": "288.8 miles",
+             "calls": [{"tool": "distance", "args": {"city": "Lyon"}, "result": 465},
+                       {"tool": "km_to_miles", "args": {"km": 465}, "result": 288.8}]}  # fmt: skip
+    registry = _km_registry([there, KM_RUN])
+    back = _first_prompt("How many miles is it from Paris to Nice and back?", registry)
+    one_way = _first_prompt("How many miles is it from Paris to Nice, one way?", registry)
+    assert "to Lyon and back?" in back and "to Lyon, one way?" not in back
+    assert "to Lyon, one way?" in one_way and "to Lyon and back?" not in one_way
+    every = dataclasses.replace(lw.prompts.DEFAULT_PROMPTS, run_examples="all")
+    shown = _first_prompt("What is the capital of France?", registry, prompts=every)
+    assert shown.index("to Lyon, one way?") < shown.index("to Lyon and back?") < shown.index("capital of France")
+    with pytest.raises(ValueError, match="run_examples must be one of"):
+        _first_prompt("q", registry, prompts=dataclasses.replace(every, run_examples="some"))
+
+
+def test_the_chosen_run_is_written_in_the_runs_dialect() -> None:
+    prompt = _first_prompt("How many miles is it from Paris to Nice and back?", _km_registry([KM_RUN]),
+                           dialect="brackets")
+    assert ("Question: How many miles is it from Paris to Lyon and back?\nThought 1: I need to find the road "
+            "distance to a city from Paris, so I use distance\nAction 1: distance[Lyon]") in prompt
+    assert "Action 3: finish[577.9 miles]\n\nQuestion: How many miles is it from Paris to Nice and back?" in prompt
+
+
+def test_the_choice_ignores_numbers_and_keeps_the_small_words_that_say_how_a_question_chains() -> None:
+    from loopwright.nearest_run import choose_run
+
+    registry = _km_registry([KM_RUN])
+    choice = choose_run(registry, "json")
+    assert choice.nearest("How many miles is it from Paris to Lyon and back?") is not None
+    found = choice.nearest("How many miles is it from 12 Paris to 7 Lyon and back?")  # values differ, kind alike
+    assert found is not None and found[1] == 1.0
+    assert choice.nearest("Convert 465 kilometres to miles.") is None  # a single call (its description) is nearer
+    assert choice.nearest("Is it far?") is None  # nearer the run than any single call, but 2 words of 12: too few
+    assert choose_run(registry, "json") is choice  # built once per registry
 
 
 def test_a_later_thought_names_the_value_of_the_observation_that_the_call_passes_on() -> None:
@@ -656,9 +720,10 @@ def test_whole_run_examples_are_plans_whose_later_steps_use_earlier_results_by_r
             '"args": {"city": "Lyon"}}, {"id": "E2", "tool": "km_to_miles", "args": {"km": "#E1"}}]}') in policy.prompts[0]
 
 
-def test_reflexion_attempts_show_the_whole_run_examples_too() -> None:
+def test_reflexion_attempts_show_the_nearest_whole_run_too() -> None:
     policy = lw.ScriptedPolicy(["Thought: t\nFinal Answer: x"])
-    lw.run("How far is Nice?", policy, _km_registry([KM_RUN]), mode="reflexion", max_reflections=0)
+    lw.run("How many miles is it from Paris to Nice and back?", policy, _km_registry([KM_RUN]), mode="reflexion",
+           max_reflections=0)
     assert "Final Answer: 577.9 miles" in policy.prompts[0]
 
 

@@ -7,7 +7,8 @@ braces in them are safe; `with_examples` puts literal text into a template.
 
 Worked examples (`{examples}`) are built from the registry: each tool's first example
 (`@tool(examples=...)`, its docstring, or `bootstrap_examples`), the registry's whole-run
-examples (`ToolRegistry(tools, examples=[...])`) or else one built chain in which a call
+examples (`ToolRegistry(tools, examples=[...])`; in ReAct only the one nearest the task, if
+any, alone: `PromptSet.run_examples`) or else one built chain in which a call
 uses the previous call's result, within `PromptSet.example_tokens`; a later step's thought
 names the value of the observation it passes on. A tool with no example gets a call only
 from values its schema writes down (`tools.examples.synthesise_args`), or no example at
@@ -209,6 +210,11 @@ class PromptSet:
     tool_examples: bool = True
     """Build worked examples from the tools' own examples; False uses only calls made
     from the schemas (what a registry without examples gets)."""
+    run_examples: str = "only"
+    """ReAct and Reflexion prompts: the registry's whole-run example most like the task,
+    when it is more like it than every single-call example (loopwright/nearest_run.py),
+    shown just before the question in place of the single-call examples ("only"), or after
+    them ("nearest"); or every whole-run example there ("all")."""
     reflect_step: str = REFLECT_STEP
     reflexion_critique: str = REFLEXION_CRITIQUE
     reflexion_memory: str = REFLEXION_MEMORY
@@ -505,6 +511,13 @@ def _run_task(run: RunExample, tools: Mapping[str, _ExampleTool]) -> _Task | Non
             return None
         calls.append(_call(tool, call.args, call.result, run.question))
     return _Task(run.question, tuple(calls), " ".join(render_observation(run.answer, 300).split()))
+
+
+def run_block(run: RunExample, tools: Sequence[_ExampleTool], dialect: str = "json") -> str | None:
+    """One whole-run example as a worked example in `dialect` ("json", "brackets", "plan"),
+    or None when it names a tool not in `tools` or cannot be shown."""
+    task = _run_task(run, {t.name: t for t in tools})
+    return None if task is None else _plan_block(task) if dialect == "plan" else _react_block(task, dialect)
 
 
 def worked_examples(

@@ -19,6 +19,7 @@ from loopwright.modes.handles import READ_OUTPUT, READ_OUTPUT_SCHEMA
 from loopwright.modes.machine import CallTool, PolicyFailed, StepGen
 from loopwright.modes.spec import RunSpec
 from loopwright.modes.toolsearch import SEARCH_TOOL, ToolSelection, begin, narrow, query_of
+from loopwright.nearest_run import with_run_example
 from loopwright.parsing.steps import Action, FinalAnswer, parse_react_step
 from loopwright.parsing.toolcalls import parse_tool_calls
 from loopwright.policy import ModelRequest
@@ -57,6 +58,7 @@ class _Scratchpad:
         else:
             tools, fields = _tool_fields(ctx.registry, shape, prompts.example_tokens, prompts.tool_examples)
             self.text = fill(template, f"react_{shape}", tools=tools, task=task, **fields)
+        self.text = with_run_example(self.text, ctx.task, ctx.registry, prompts, shape)  # the nearest whole run
         if notes:  # text placed just before the question (Reflexion's critiques so far)
             at = self.text.rfind(f"Question: {ctx.task}")
             self.text = self.text[:at] + notes + self.text[at:]
@@ -137,7 +139,7 @@ def _tool_fields(registry: ToolRegistry, dialect: str, budget: int, from_tools: 
 
 def _build_fields(registry: ToolRegistry, dialect: str, budget: int, from_tools: bool) -> tuple[str, dict[str, str]]:
     schemas = registry.schemas()
-    examples = worked_examples(list(registry), dialect, budget=budget, from_tools=from_tools, runs=registry.examples)
+    examples = worked_examples(list(registry), dialect, budget=budget, from_tools=from_tools)  # runs: nearest_run
     return describe_tools(schemas), {**example_call(schemas), "examples": examples}
 
 
