@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -38,27 +37,22 @@ def test_the_dev_install_without_root_stops_at_once_naming_the_one_command_for_m
             (bin_dir / tool).symlink_to(found)
         env = {"PATH": str(bin_dir), "HOME": str(work), "LOOPWRIGHT_VENV": str(work / "venv"),
                "LOOPWRIGHT_CACHE": str(work / "cache")}  # fmt: skip
-        start = time.perf_counter()
         out = subprocess.run(
             [*as_another_user(), str(bin_dir / "bash"), str(ROOT / "scripts" / "install.sh"), "--dev"],
             env=env, capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
-        took = time.perf_counter() - start
         assert out.returncode == 1, out.stderr
         assert out.stdout == ""
         [line] = out.stderr.splitlines()
         assert "missing (chromium nodejs npm)" in line
         assert line.endswith(f"run 'sudo {ROOT}/scripts/test_deps.sh --system', then this command again")
-        assert took < 10
         assert sorted(p.name for p in work.iterdir()) == ["bin"]  # no venv, no cache: nothing started
     finally:
         shutil.rmtree(work)
 
 
-def test_the_test_dependencies_once_installed_take_about_a_second_to_check():
-    start = time.perf_counter()
+def test_the_test_dependencies_once_installed_are_checked_and_nothing_is_installed_again():
     out = subprocess.run([str(ROOT / "scripts" / "test_deps.sh")], capture_output=True, text=True, timeout=120,
                          check=False)  # fmt: skip
     assert out.returncode == 0, out.stderr
-    assert out.stdout == ""  # nothing was installed: it was all there
-    assert time.perf_counter() - start < 10
+    assert out.stdout == ""  # nothing was installed: it was all there (how long it takes is not a test's business)
