@@ -38,16 +38,24 @@ def fast_frozen(cls: T) -> T:
     params = cls.__dataclass_params__  # type: ignore[attr-defined]
     if not (params.frozen and "__slots__" in cls.__dict__):
         raise TypeError(f"fast_frozen: {cls.__name__} is not a frozen slots dataclass")
-    writer = _writer(cls)
+    for f in fields(cls):  # what the writer will need, checked now rather than at first use
+        if not f.init or f.kw_only:
+            raise TypeError(f"fast_frozen: field {cls.__name__}.{f.name} must be a plain init field")
+    if cls.__slots__ != tuple(f.name for f in fields(cls)):  # type: ignore[attr-defined]
+        raise TypeError(f"fast_frozen: {cls.__name__}'s slots are not its fields")
     frozen_init = cls.__dict__["__init__"]
-    store_init = writer.__dict__["__init__"]
     post_init = getattr(cls, "__post_init__", None)
     lend = object.__setattr__  # the one write that must pass the frozen __setattr__
+    made: list[tuple[type, Callable[..., None]]] = []  # the writer, made at the first construction
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         if type(self) is not cls:  # a subclass: its own slots, the dataclass's own __init__
             frozen_init(self, *args, **kwargs)
             return
+        if not made:  # not at import: a class never built costs nothing
+            writer = _writer(cls)
+            made.append((writer, writer.__dict__["__init__"]))
+        writer, store_init = made[0]
         lend(self, "__class__", writer)
         try:
             store_init(self, *args, **kwargs)
@@ -67,8 +75,6 @@ def _writer(cls: type) -> type:
     """A mutable slots dataclass with cls's fields, defaults and slot layout."""
     spec = []
     for f in fields(cls):
-        if not f.init or f.kw_only:
-            raise TypeError(f"fast_frozen: field {cls.__name__}.{f.name} must be a plain init field")
         default: dict[str, Any] = {}
         if f.default is not dataclasses.MISSING:
             default["default"] = f.default
