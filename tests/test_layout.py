@@ -277,6 +277,14 @@ def test_the_front_doors_share_the_keywords_of_run():
     assert run - {"store"} <= keywords("run_many") and keywords("run_react") < run
     assert {"branching", "search"} <= keywords("run_tot") and "branching" not in keywords("run_react")
     assert run - {"store", "run_id", "approver", "journal_meta"} <= keywords("resume")
+    # modes/front.py hands a front door's keywords to RunSpec as they are: each must be a field
+    import dataclasses
+
+    fields = {f.name for f in dataclasses.fields(loopwright.RunSpec)} - {"task", "mode"}
+    assert run == fields
+    for name in ("run_react", "iter_react", "run_rewoo", "iter_rewoo", "run_plan_execute", "iter_plan_execute",
+                 "run_reflexion", "iter_reflexion", "run_tot", "iter_tot"):
+        assert keywords(name) <= fields, name
 
 
 def readme_layout(readme: str) -> dict[str, set[str]]:
