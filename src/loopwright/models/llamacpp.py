@@ -453,21 +453,9 @@ class LlamaCpp:
             elapsed = time.perf_counter() - started
             evaluated = self._eval_sizes[0] if self._eval_sizes else 0
         choice = out["choices"][0]
-        usage = out.get("usage") or {}
-        return Completion(
-            text=str(choice.get("text") or ""),
-            usage=Usage(
-                prompt_tokens=len(tokens),
-                evaluated_tokens=evaluated,
-                completion_tokens=int(usage.get("completion_tokens", 0)),
-            ),
-            meta={
-                "model": self.name,
-                "grammar": gbnf is not None,
-                "finish_reason": choice.get("finish_reason"),
-                "model_s": round(elapsed, 6),
-            },
-        )
+        generated = int((out.get("usage") or {}).get("completion_tokens", 0))
+        return self._completion(str(choice.get("text") or ""), len(tokens), evaluated, generated,
+                                gbnf is not None, choice.get("finish_reason"), elapsed)
 
     def stream(self, request: ModelRequest) -> Iterator[str | Completion]:
         """`complete`, token by token: the text as llama.cpp produces it (same grammar,
@@ -495,15 +483,16 @@ class LlamaCpp:
             elapsed = time.perf_counter() - started
             evaluated = self._eval_sizes[0] if self._eval_sizes else 0
             generated = self._generated()
-        yield Completion(
-            text="",
-            usage=Usage(prompt_tokens=len(tokens), evaluated_tokens=evaluated, completion_tokens=generated),
-            meta={
-                "model": self.name,
-                "grammar": gbnf is not None,
-                "finish_reason": finish_reason,
-                "model_s": round(elapsed, 6),
-            },
+        yield self._completion("", len(tokens), evaluated, generated, gbnf is not None, finish_reason, elapsed)
+
+    def _completion(self, text: str, sent: int, evaluated: int, generated: int, grammar: bool,
+                    finish_reason: Any, elapsed: float) -> Completion:
+        """What `complete` returns and `stream` ends with: the usage and the call's meta."""
+        return Completion(
+            text=text,
+            usage=Usage(prompt_tokens=sent, evaluated_tokens=evaluated, completion_tokens=generated),
+            meta={"model": self.name, "grammar": grammar, "finish_reason": finish_reason,
+                  "model_s": round(elapsed, 6)},
         )
 
     def _generated(self) -> int:
