@@ -84,8 +84,6 @@ def _writer(cls: type) -> type:
     writer = dataclasses.make_dataclass(f"{cls.__name__}Writer", spec, slots=True, eq=False, repr=False,
                                         match_args=False)
     writer.__module__ = cls.__module__
-    if writer.__slots__ != cls.__slots__:  # type: ignore[attr-defined]
-        raise TypeError(f"fast_frozen: {cls.__name__}'s slots are not its fields")
     return writer
 
 

@@ -188,10 +188,8 @@ class ToolGate:
     def done(self, key: str, result: ToolResult) -> Executed:
         """Keep a result past the cap, count the call and tell the observers (all `finish`
         does after the journal for an ungated call)."""
+        result, kept = self._keep(key, result)
         ctx = self.ctx
-        kept = None
-        if len(result.observation) > ctx.registry.max_observation_chars >= 0:  # past the cap: kept whole
-            result, kept = self._keep(key, result)
         with self._lock:
             ctx.trace.tool_calls += 1
         for observer in ctx.observers:

@@ -123,9 +123,7 @@ class RunSpec:
                  self.on_parse_error, self.on_repeat, self.max_nudges)
         try:
             return _limits(*given)
-        except TypeError as exc:  # an unhashable value: no cache, and Limits says what is wrong
-            if "unhashable" not in str(exc):
-                raise
+        except TypeError:  # an unhashable value: no cache, and Limits says what is wrong
             return _make_limits(*given)
 
     def config(self) -> dict[str, Any]:
