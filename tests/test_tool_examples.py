@@ -672,6 +672,15 @@ def test_of_several_whole_runs_only_the_nearest_is_shown_and_all_shows_every_one
         _first_prompt("q", registry, prompts=dataclasses.replace(every, run_examples="some"))
 
 
+@pytest.mark.parametrize("mode", ["react", "reflexion"])
+def test_a_bad_run_examples_value_fails_before_the_run_is_journaled(tmp_path, mode) -> None:
+    bad = dataclasses.replace(lw.prompts.DEFAULT_PROMPTS, run_examples="some")
+    with lw.SQLiteStore(tmp_path / "runs.db") as store:
+        with pytest.raises(ValueError, match="run_examples must be one of"):
+            lw.run("q", lambda prompt: "Final Answer: x", _km_registry([KM_RUN]), mode, prompts=bad, store=store)
+        assert store.list_runs() == []
+
+
 def test_the_chosen_run_is_written_in_the_runs_dialect() -> None:
     prompt = _first_prompt("How many miles is it from Paris to Nice and back?", _km_registry([KM_RUN]),
                            dialect="brackets")

@@ -29,7 +29,7 @@ from typing import Final
 from loopwright.prompts import PromptSet, run_block, worked_examples
 from loopwright.tools.registry import ToolRegistry
 
-__all__ = ["RunChoice", "choose_run", "chosen_blocks", "likeness", "with_run_example"]
+__all__ = ["RunChoice", "check_run_examples", "choose_run", "chosen_blocks", "likeness", "with_run_example"]
 
 _NUMBER: Final = re.compile(r"\d+(?:[.,]\d+)*")
 CHOICES: Final = ("nearest", "only", "all")
@@ -98,11 +98,16 @@ def choose_run(registry: ToolRegistry, dialect: str) -> RunChoice:
     return registry.memo(("nearest_run", dialect), build)
 
 
-def chosen_blocks(registry: ToolRegistry, task: str, prompts: PromptSet, dialect: str) -> list[str]:
-    """The whole-run examples' blocks to show with `task`: the nearest when it fits
-    ("nearest"), every one ("all"), none without whole-run examples or tool examples."""
+def check_run_examples(prompts: PromptSet) -> None:
+    """Raise for a `PromptSet.run_examples` that is not one of CHOICES (the ReAct and
+    Reflexion checks call this before a run is journaled)."""
     if prompts.run_examples not in CHOICES:
         raise ValueError(f"PromptSet.run_examples must be one of {CHOICES}, got {prompts.run_examples!r}")
+
+
+def chosen_blocks(registry: ToolRegistry, task: str, prompts: PromptSet, dialect: str) -> list[str]:
+    """The whole-run examples' blocks to show with `task`: the nearest when it fits
+    ("nearest", "only"), every one ("all"), none without whole-run examples or tool examples."""
     if not registry.examples or not prompts.tool_examples:
         return []
     choice = choose_run(registry, dialect)

@@ -19,7 +19,7 @@ from loopwright.modes.handles import READ_OUTPUT, READ_OUTPUT_SCHEMA
 from loopwright.modes.machine import CallTool, PolicyFailed, StepGen
 from loopwright.modes.spec import RunSpec
 from loopwright.modes.toolsearch import SEARCH_TOOL, ToolSelection, begin, narrow, query_of
-from loopwright.nearest_run import with_run_example
+from loopwright.nearest_run import check_run_examples, with_run_example
 from loopwright.parsing.steps import Action, FinalAnswer, parse_react_step
 from loopwright.parsing.toolcalls import parse_tool_calls
 from loopwright.policy import ModelRequest
@@ -175,6 +175,8 @@ def check(spec: RunSpec) -> None:
     if dialect not in DIALECTS:
         raise ValueError(f"dialect must be one of {DIALECTS}, got {dialect!r}")
     check_on_tool_error(spec.setting("on_tool_error"))
+    if spec.prompts is not None:
+        check_run_examples(spec.prompts)
 
 
 def machine(ctx: RunContext, spec: RunSpec) -> StepGen:
@@ -351,7 +353,7 @@ def _react(
                 known.pop(name, None)
                 known[name] = args
             meta = {"tool_s": result.duration_s, "model_s": seconds}
-            if call.completion is not None and (retries := call.retries):
+            if retries := call.retries:
                 meta["retries"] = retries  # the backend retried transient HTTP errors
             if executed.meta:
                 meta.update(executed.meta)

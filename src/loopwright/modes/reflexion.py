@@ -17,10 +17,11 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final
 
-from loopwright.modes._critique import check_on_tool_error, reflect
+from loopwright.modes._critique import reflect
 from loopwright.modes.context import RunContext, first_line
 from loopwright.modes.machine import StepGen
-from loopwright.modes.react import DIALECTS, _react, _Scratchpad
+from loopwright.modes.react import _react, _Scratchpad
+from loopwright.modes.react import check as react_check
 from loopwright.modes.spec import Evaluator, RunSpec
 from loopwright.modes.toolsearch import begin
 from loopwright.prompts import REFLEXION_OUTCOMES
@@ -37,11 +38,9 @@ an `error` only from unusable replies, not from the policy raising)."""
 
 
 def check(spec: RunSpec) -> None:
-    """Reflexion's settings, checked before anything is journaled."""
-    dialect, max_reflections, attempt_steps = spec.setting("dialect"), spec.setting("max_reflections"), spec.attempt_steps
-    if dialect not in DIALECTS:
-        raise ValueError(f"dialect must be one of {DIALECTS}, got {dialect!r}")
-    check_on_tool_error(spec.setting("on_tool_error"))
+    """Reflexion's settings, checked before anything is journaled (its attempts are ReAct's)."""
+    react_check(spec)
+    max_reflections, attempt_steps = spec.setting("max_reflections"), spec.attempt_steps
     if isinstance(max_reflections, bool) or not isinstance(max_reflections, int) or max_reflections < 0:
         raise ValueError(f"max_reflections must be an integer >= 0, got {max_reflections!r}")
     if attempt_steps is not None and (
