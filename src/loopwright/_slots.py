@@ -1,78 +1,83 @@
-"""Fast construction for the frozen dataclasses built on every step.
+"""Fast construction for the frozen dataclasses built at every step.
 
-A frozen dataclass's generated __init__ writes each field through object.__setattr__, to
-get past its own __setattr__ (which raises): a call and a name lookup per field of every
-record. For the records the loop makes at each step and run (Step, ModelRequest, RunSpec)
-that was the largest part of the runtime's own cost per step.
+A frozen dataclass's generated __init__ writes each field through object.__setattr__,
+to get past its own __setattr__ (which raises): a slow call for every field of every
+record. For the records the loop makes at each step (Step, Usage, ModelRequest, Action,
+ToolResult) that was the largest part of the runtime's own cost per step.
 
 `fast_frozen` keeps such a class a plain frozen slots dataclass (fields declared once;
-dataclasses' own eq, repr, replace and fields) and makes its construction cheap without
-writing any code: dataclasses also generates a *writer*, a mutable twin with the same
-fields and the same slot layout, whose __init__ stores each slot directly. The frozen
-class's __init__ lends the new instance the writer's class for the duration of that
-__init__ and gives its own class back before anyone else can see the object; afterwards
-it is exactly the frozen record dataclasses would have built. A subclass (whose layout
-may differ) gets the frozen dataclass's own __init__.
+dataclasses' own eq, repr, replace, fields and pickling) and makes its construction
+cheap without writing any code. Next to the class it makes a *writer*: a subclass with
+the same slots (no fields of its own) that may be written, whose __init__ is the one
+dataclasses generates for a mutable twin of the class, so it stores each slot directly.
+`cls(...)` allocates a writer (the class's __new__ is object.__new__ bound to the
+writer, so no Python code runs before __init__), the writer's __init__ fills the slots,
+and its __post_init__ gives the object the frozen class before anyone else can see it,
+then runs the class's own __post_init__. The result is exactly the record dataclasses
+would have built. A failed construction (a missing or unknown argument) leaves only a
+discarded object behind, with the usual TypeError naming the class.
 
-Action and ToolResult write their few slots through the descriptors (`slot_writers`).
+A subclass of such a class (whose own fields or layout may differ) is built the plain
+way: its __new__ is reset when it is defined and the frozen dataclass's own __init__
+runs. Pickle and copy make an empty object through __new__ (a writer) and fill it with
+__setstate__, which the writer does before it, too, hands the object its class.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Callable
 from dataclasses import fields
+from functools import partial
 from typing import Any, TypeVar
 
 T = TypeVar("T", bound=type)
 
-
-def slot_writers(cls: type) -> tuple[Callable[[Any, Any], None], ...]:
-    """The slot setter of each field of a frozen slots dataclass, in field order."""
-    return tuple(cls.__dict__[f.name].__set__ for f in fields(cls))
+_new = object.__new__
 
 
 def fast_frozen(cls: T) -> T:
-    """Give a frozen slots dataclass an __init__ that stores its slots directly (see above)."""
+    """Make `cls(...)` build the frozen slots dataclass `cls` through its writer (see above)."""
     params = cls.__dataclass_params__  # type: ignore[attr-defined]
     if not (params.frozen and "__slots__" in cls.__dict__):
         raise TypeError(f"fast_frozen: {cls.__name__} is not a frozen slots dataclass")
-    for f in fields(cls):  # what the writer will need, checked now rather than at first use
+    for f in fields(cls):
         if not f.init or f.kw_only:
             raise TypeError(f"fast_frozen: field {cls.__name__}.{f.name} must be a plain init field")
     if cls.__slots__ != tuple(f.name for f in fields(cls)):  # type: ignore[attr-defined]
         raise TypeError(f"fast_frozen: {cls.__name__}'s slots are not its fields")
-    frozen_init = cls.__dict__["__init__"]
-    post_init = getattr(cls, "__post_init__", None)
-    lend = object.__setattr__  # the one write that must pass the frozen __setattr__
-    made: list[tuple[type, Callable[..., None]]] = []  # the writer, made at the first construction
+    signature = inspect.signature(cls.__dict__["__init__"])
+    # what inspect reports: the fields, as the dataclass's own __init__ takes them
+    cls.__signature__ = signature.replace(parameters=list(signature.parameters.values())[1:])  # type: ignore[attr-defined]
 
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        if type(self) is not cls:  # a subclass: its own slots, the dataclass's own __init__
-            frozen_init(self, *args, **kwargs)
-            return
-        if not made:  # not at import: a class never built costs nothing
-            writer = _writer(cls)
-            made.append((writer, writer.__dict__["__init__"]))
-        writer, store_init = made[0]
-        lend(self, "__class__", writer)
-        try:
-            store_init(self, *args, **kwargs)
-        finally:
-            self.__class__ = cls
-        if post_init is not None:
-            post_init(self)
+    def __init_subclass__(sub: type, writer: bool = False, **kwargs: Any) -> None:
+        """A subclass (not the writer) is allocated by object.__new__ and built by the
+        dataclass's own __init__, or its own: its fields or layout may differ."""
+        super(cls, sub).__init_subclass__(**kwargs)
+        if not writer:
+            sub.__new__ = staticmethod(_plain_new)  # type: ignore[assignment]
 
-    __init__.__qualname__ = f"{cls.__qualname__}.__init__"
-    __init__.__doc__ = frozen_init.__doc__
-    __init__.__signature__ = inspect.signature(frozen_init)  # type: ignore[attr-defined]
-    cls.__init__ = __init__  # type: ignore[misc]
+    cls.__init_subclass__ = classmethod(__init_subclass__)  # type: ignore[assignment]
+    # the writer before the class's own __new__: CPython gives the writer object's
+    # allocator only while its base still has it
+    writer = _writer(cls)
+    cls.__new__ = staticmethod(partial(_new, writer))  # type: ignore[assignment]
     return cls
 
 
 def _writer(cls: type) -> type:
-    """A mutable slots dataclass with cls's fields, defaults and slot layout."""
+    """The writable subclass of frozen `cls`: same slots, a mutable twin's __init__."""
+    post_init = cls.__dict__.get("__post_init__")
+
+    def __post_init__(self: Any) -> None:  # the last thing the writer's __init__ does
+        self.__class__ = cls
+        if post_init is not None:
+            post_init(self)
+
+    def __setstate__(self: Any, state: Any) -> None:  # pickle and copy: fill, then hand over
+        cls.__setstate__(self, state)  # type: ignore[attr-defined]  # dataclasses' own
+        self.__class__ = cls
+
     spec = []
     for f in fields(cls):
         default: dict[str, Any] = {}
@@ -81,10 +86,26 @@ def _writer(cls: type) -> type:
         elif f.default_factory is not dataclasses.MISSING:
             default["default_factory"] = f.default_factory
         spec.append((f.name, f.type, dataclasses.field(**default)))
-    writer = dataclasses.make_dataclass(f"{cls.__name__}Writer", spec, slots=True, eq=False, repr=False,
-                                        match_args=False)
-    writer.__module__ = cls.__module__
-    return writer
+    # a mutable twin, named as the class so a bad call's TypeError names the class; only
+    # its generated __init__ is used (it stores each slot and ends by calling __post_init__)
+    twin = dataclasses.make_dataclass(cls.__name__, spec, slots=True, eq=False, repr=False, match_args=False,
+                                      namespace={"__post_init__": __post_init__})
+    namespace = {
+        "__slots__": (),
+        "__module__": cls.__module__,
+        "__qualname__": f"{cls.__qualname__}.writer",
+        "__new__": _new,
+        "__init__": twin.__init__,
+        "__post_init__": __post_init__,
+        "__setattr__": object.__setattr__,
+        "__delattr__": object.__delattr__,
+        "__setstate__": __setstate__,
+    }
+    return type(cls)(f"{cls.__name__}Writer", (cls,), namespace, writer=True)
 
 
-__all__ = ["fast_frozen", "slot_writers"]
+def _plain_new(cls: type, *args: Any, **kwargs: Any) -> Any:
+    return _new(cls)
+
+
+__all__ = ["fast_frozen"]

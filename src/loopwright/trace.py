@@ -62,6 +62,7 @@ def estimate_tokens(text: str) -> int:
     return -(-size // 3)
 
 
+@fast_frozen
 @dataclass(frozen=True, slots=True)
 class Usage:
     """Tokens of one model call, or of a whole run.

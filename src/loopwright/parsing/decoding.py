@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from json.scanner import make_scanner
 from typing import Any, Final
 
-from loopwright._slots import slot_writers
+from loopwright._slots import fast_frozen
 from loopwright.errors import describe
 
 # The registry's rule (1-64 letters, digits, _ - .), less names that are only a number
@@ -26,7 +26,8 @@ _DECODER = json.JSONDecoder(strict=False)  # strict=False: raw newlines inside s
 _SCAN_JSON = make_scanner(_DECODER)  # type: ignore[arg-type]
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@fast_frozen
+@dataclass(frozen=True, slots=True)
 class Action:
     """A tool call proposed by the model. args is always a dict.
 
@@ -40,24 +41,6 @@ class Action:
     args: dict[str, Any]
     call_id: str | None = None
     args_text: str | None = field(default=None, compare=False, repr=False)
-
-    def __init__(
-        self,
-        thought: str,
-        name: str,
-        args: dict[str, Any],
-        call_id: str | None = None,
-        args_text: str | None = None,
-    ) -> None:  # writes the slots directly (see loopwright._slots): one Action a step
-        s_thought, s_name, s_args, s_call_id, s_args_text = _ACTION_SLOTS
-        s_thought(self, thought)
-        s_name(self, name)
-        s_args(self, args)
-        s_call_id(self, call_id)
-        s_args_text(self, args_text)
-
-
-_ACTION_SLOTS = slot_writers(Action)
 
 
 @dataclass(frozen=True)

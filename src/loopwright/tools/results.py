@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from loopwright._slots import slot_writers
+from loopwright._slots import fast_frozen
 from loopwright.tools.run import Timeout
 from loopwright.tools.schema import ToolArgumentError
 
@@ -31,7 +31,8 @@ class ToolError:
         return f"ERROR[{self.tool}]: {self.message}"
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@fast_frozen
+@dataclass(frozen=True, slots=True)
 class ToolResult:
     """One executed call as the loops consume it: the value (None on failure), the
     rendered observation the model sees, the error if any, and wall time."""
@@ -43,29 +44,9 @@ class ToolResult:
     error: ToolError | None
     duration_s: float
 
-    def __init__(
-        self,
-        name: str,
-        args: dict[str, Any],
-        value: Any,
-        observation: str,
-        error: ToolError | None,
-        duration_s: float,
-    ) -> None:  # writes the slots directly (see loopwright._slots): one result a tool call
-        s_name, s_args, s_value, s_observation, s_error, s_duration = _RESULT_SLOTS
-        s_name(self, name)
-        s_args(self, args)
-        s_value(self, value)
-        s_observation(self, observation)
-        s_error(self, error)
-        s_duration(self, duration_s)
-
     @property
     def ok(self) -> bool:
         return self.error is None
-
-
-_RESULT_SLOTS = slot_writers(ToolResult)
 
 
 def render_observation(value: Any, max_chars: int = 8000) -> str:
