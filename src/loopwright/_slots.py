@@ -46,22 +46,22 @@ def fast_frozen(cls: T) -> T:
             raise TypeError(f"fast_frozen: field {cls.__name__}.{f.name} must be a plain init field")
     if cls.__slots__ != tuple(f.name for f in fields(cls)):  # type: ignore[attr-defined]
         raise TypeError(f"fast_frozen: {cls.__name__}'s slots are not its fields")
-    signature = inspect.signature(cls.__dict__["__init__"])
+    frozen: Any = cls  # assigned dunders below: typed loosely on purpose
+    signature = inspect.signature(frozen.__dict__["__init__"])
     # what inspect reports: the fields, as the dataclass's own __init__ takes them
-    cls.__signature__ = signature.replace(parameters=list(signature.parameters.values())[1:])  # type: ignore[attr-defined]
+    frozen.__signature__ = signature.replace(parameters=list(signature.parameters.values())[1:])
 
-    def __init_subclass__(sub: type, writer: bool = False, **kwargs: Any) -> None:
+    def __init_subclass__(sub: Any, /, writer: bool = False, **kwargs: Any) -> None:
         """A subclass (not the writer) is allocated by object.__new__ and built by the
         dataclass's own __init__, or its own: its fields or layout may differ."""
-        super(cls, sub).__init_subclass__(**kwargs)
+        super(frozen, sub).__init_subclass__(**kwargs)
         if not writer:
-            sub.__new__ = staticmethod(_plain_new)  # type: ignore[assignment]
+            sub.__new__ = staticmethod(_plain_new)
 
-    cls.__init_subclass__ = classmethod(__init_subclass__)  # type: ignore[assignment]
+    frozen.__init_subclass__ = classmethod(__init_subclass__)
     # the writer before the class's own __new__: CPython gives the writer object's
     # allocator only while its base still has it
-    writer = _writer(cls)
-    cls.__new__ = staticmethod(partial(_new, writer))  # type: ignore[assignment]
+    frozen.__new__ = staticmethod(partial(_new, _writer(cls)))
     return cls
 
 
@@ -69,10 +69,17 @@ def _writer(cls: type) -> type:
     """The writable subclass of frozen `cls`: same slots, a mutable twin's __init__."""
     post_init = cls.__dict__.get("__post_init__")
 
-    def __post_init__(self: Any) -> None:  # the last thing the writer's __init__ does
-        self.__class__ = cls
-        if post_init is not None:
-            post_init(self)
+    # the writer's __post_init__, the last thing its __init__ does: the object gets its class
+    if post_init is None:
+
+        def __post_init__(self: Any) -> None:
+            self.__class__ = cls
+
+    else:
+
+        def __post_init__(self: Any) -> None:
+            self.__class__ = cls
+            post_init(self)  # the class's own, on the frozen record
 
     def __setstate__(self: Any, state: Any) -> None:  # pickle and copy: fill, then hand over
         cls.__setstate__(self, state)  # type: ignore[attr-defined]  # dataclasses' own
@@ -95,7 +102,7 @@ def _writer(cls: type) -> type:
         "__module__": cls.__module__,
         "__qualname__": f"{cls.__qualname__}.writer",
         "__new__": _new,
-        "__init__": twin.__init__,
+        "__init__": twin.__dict__["__init__"],
         "__post_init__": __post_init__,
         "__setattr__": object.__setattr__,
         "__delattr__": object.__delattr__,

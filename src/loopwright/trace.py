@@ -175,8 +175,51 @@ class Step:
         return replace(self, **changes)
 
 
+class _RunTotal:
+    """What `Trace.usage` is: the total so far, plus each model call's usage added since
+    (`Trace.add_usage`, one list append a call rather than a new Usage), summed when
+    read. The total is kept with the number of calls it counts, in one attribute, so a
+    reader on another thread always sees the two agree."""
+
+    def __get__(self, trace: Trace | None, owner: type | None = None) -> Usage:
+        if trace is None:
+            return _ZERO  # the field's default: dataclasses asks the class for it
+        total, counted = trace._usage
+        calls = trace._usage_calls
+        if counted == len(calls):
+            return total
+        new = calls[counted:]  # a copy: calls added meanwhile wait for the next read
+        if len(new) == 1:
+            total = total + new[0]
+        else:
+            sent, evaluated, completion, estimated = (total.prompt_tokens, total.evaluated_tokens,
+                                                      total.completion_tokens, total.estimated)
+            for usage in new:
+                sent += usage.prompt_tokens
+                evaluated += usage.evaluated_tokens
+                completion += usage.completion_tokens
+                estimated = estimated or usage.estimated
+            total = Usage(sent, evaluated, completion, estimated)
+        trace._usage = (total, counted + len(new))
+        return total
+
+    def __set__(self, trace: Trace, usage: Usage) -> None:
+        trace._usage_calls = []
+        trace._usage = (usage, 0)
+
+
+class _Totals:
+    """Where _RunTotal keeps Trace.usage (plain attributes, not dataclass fields)."""
+
+    _usage: tuple[Usage, int]
+    _usage_calls: list[Usage]
+
+
+_ZERO = Usage()  # immutable: one shared zero, not one made per run
+
+
 @dataclass
-class Trace:
+class Trace(_Totals):
     """A run's record. Mutable while the run goes on; read it, do not write it.
 
     scratchpad: ReAct's final prompt. It is append-only, so each ReAct step's prompt is
@@ -192,7 +235,7 @@ class Trace:
     llm_calls: int = 0
     tool_calls: int = 0
     replans: int = 0
-    usage: Usage = Usage()  # immutable: one shared zero, not one made per run
+    usage: Usage = _RunTotal()  # type: ignore[assignment]  # the total of every model call (see _RunTotal)
     transcript: str = ""
     started_at: float = field(default_factory=time.time)
     duration_s: float = 0.0
@@ -210,6 +253,10 @@ class Trace:
     """The traces of the agent runs this run started through `Agent.as_tool`, by child
     run id; the step that called one names it in `meta["child_run_id"]`. Their usage and
     cost are included in this trace's."""
+
+    def add_usage(self, usage: Usage) -> None:
+        """Add one model call's (or a child run's) usage to `usage` (the runtime's, as the run goes)."""
+        self._usage_calls.append(usage)
 
     @property
     def answered(self) -> bool:

@@ -56,7 +56,7 @@ async def acall_model(ctx: RunContext, request: ModelRequest) -> ModelCall:
         if events is not None:
             events.delta(ctx.next_index, recorded.text)
         return recorded
-    remaining = ctx.deadline.remaining()
+    remaining = ctx.deadline.remaining() if ctx.timed else None
     try:
         if events is not None:
             emit = partial(events.delta, ctx.next_index)
@@ -154,8 +154,9 @@ class AsyncRun:
         if events is not None:
             step = ctx.next_index
             events.tool_started(step, call.name, call.args, call.key)
+        timeout = ctx.deadline.remaining() if ctx.timed else None
         try:
-            result = await ctx.registry.aexecute(call.name, call.args, timeout_s=ctx.deadline.remaining())
+            result = await ctx.registry.aexecute(call.name, call.args, timeout_s=timeout)
         finally:
             CURRENT_CALL.reset(token)
         ctx.in_flight.pop(call.key, None)  # kept when the run was cancelled: the trace says so

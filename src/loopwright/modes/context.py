@@ -65,6 +65,7 @@ class RunContext:
         self.prompts = prompts
         self.trace = Trace(task=task, mode=mode, run_id=run_id)
         self.deadline = Deadline(limits.timeout_s)
+        self.timed = limits.timeout_s is not None  # else the drivers ask the deadline nothing
         self.started = time.perf_counter()
         self._schemas: list[dict[str, Any]] | None = None
         # a plain callable policy gets only the prompt: no tool schemas or known calls to build
@@ -151,8 +152,8 @@ class RunContext:
             recorded = self.journal.recorded_completion(trace.llm_calls)
             if recorded is not None:
                 completion, usage = recorded
-                trace.usage = trace.usage + usage
-                return ModelCall(completion.text, completion, usage, 0.0)
+                trace.add_usage(usage)
+                return ModelCall(completion.text, completion, usage, 0.0, _retries(completion))
         self.in_flight["model"] = (None, None, start)
         return None
 
@@ -163,7 +164,7 @@ class RunContext:
         with self.gate.lock("\x00children"):  # the gate's named lock: ReWOO may run two at once
             trace = self.trace
             trace.children[child_run_id] = child
-            trace.usage = trace.usage + child.usage
+            trace.add_usage(child.usage)
             self.gate.children[key] = child_run_id
             cost = child.meta.get("cost_usd")
             if self.cost is not None:
@@ -184,8 +185,9 @@ class RunContext:
             recorded = completion or Completion(text)
             for observer in self.observers:
                 observer.model(self.trace.llm_calls, request, recorded, usage, start)
-        self.trace.usage = self.trace.usage + usage
-        return ModelCall(text, completion, usage, time.perf_counter() - start)
+        self.trace.add_usage(usage)
+        seconds = time.perf_counter() - start
+        return ModelCall(text, completion, usage, seconds, None if completion is None else _retries(completion))
 
     def model_failed(self, request: ModelRequest, exc: BaseException, start: float) -> PolicyFailed:
         """The choke point for a policy's failure: what the mode is thrown."""
@@ -232,6 +234,11 @@ def open_context(
         ctx.observers.append(ctx.events)
         ctx.events.started(spec.task, spec.mode)
     return ctx
+
+
+def _retries(completion: Completion) -> Any:
+    """Transient errors the backend retried for this call (its `meta["retries"]`)."""
+    return completion.meta.get("retries") if completion.meta else None
 
 
 def first_line(text: str, limit: int = 500) -> str:

@@ -46,7 +46,7 @@ def call_model(ctx: RunContext, request: ModelRequest) -> ModelCall:
             events.delta(ctx.next_index, recorded.text)
         return recorded
     answer = policy_reply if events is None else partial(stream_reply, emit=partial(events.delta, ctx.next_index))
-    remaining = ctx.deadline.remaining()
+    remaining = ctx.deadline.remaining() if ctx.timed else None
     try:
         if remaining is None:
             reply = answer(ctx.policy, request)
@@ -82,8 +82,9 @@ def _run_tool(ctx: RunContext, call: CallTool, attempt: int) -> ToolResult:
     if events is not None:
         step = ctx.next_index
         events.tool_started(step, call.name, call.args, call.key)
+    timeout = ctx.deadline.remaining() if ctx.timed else None
     try:
-        result = ctx.registry.execute(call.name, call.args, timeout_s=ctx.deadline.remaining())
+        result = ctx.registry.execute(call.name, call.args, timeout_s=timeout)
     finally:
         CURRENT_CALL.reset(token)
     in_flight.pop(call.key, None)  # kept when Ctrl-C cut the call: the trace says what was running
@@ -126,16 +127,13 @@ class Run(Iterator[Step]):
     def _advance(self) -> Step:
         """Serve the machine's requests until it yields its next Step (recorded here)."""
         machine, ctx = self._machine, self._ctx
-        value: Any = None
-        thrown: BaseException | None = None
+        item = machine.send(None)
         while True:
-            item = machine.send(value) if thrown is None else machine.throw(thrown)
-            thrown = None
+            if type(item) is Step:
+                return ctx.record(item)
             try:
-                if type(item) is Step:
-                    return ctx.record(item)
                 if type(item) is ModelRequest:
-                    value = call_model(ctx, item)
+                    value: Any = call_model(ctx, item)
                 elif type(item) is CallTool:
                     value = execute(ctx, item)
                 elif type(item) is StartTool:
@@ -143,8 +141,12 @@ class Run(Iterator[Step]):
                     value = None
                 else:  # NextDone
                     value = self._next_done()  # a StopRun from the gate is raised here, and thrown in
-            except (PolicyFailed, StopRun) as exc:  # thrown into the machine
-                thrown = exc
+            except (PolicyFailed, StopRun) as exc:
+                failure: BaseException = exc
+            else:
+                item = machine.send(value)
+                continue
+            item = machine.throw(failure)  # thrown in outside the handler: no chained context
 
     # -- ReWOO's parallel workers: a thread pool of this run ---------------------------
 

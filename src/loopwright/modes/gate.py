@@ -106,7 +106,7 @@ class ToolGate:
         if recorded is not None and recorded[0] == "done" and recorded[1] is not None:
             with self._lock:
                 ctx.trace.tool_calls += 1
-            result, kept = self._keep(call.key, recorded[1])
+            result, kept = keep_output(ctx.trace.outputs, call.key, recorded[1], ctx.registry.max_observation_chars)
             if tool is not None and not tool.idempotent and result.error is None:
                 self._ledger[self._ledger_key(tool, call.args)] = (call.key, result)
             meta: dict[str, Any] = {"replayed": True, **(kept or {})}
@@ -188,8 +188,8 @@ class ToolGate:
     def done(self, key: str, result: ToolResult) -> Executed:
         """Keep a result past the cap, count the call and tell the observers (all `finish`
         does after the journal for an ungated call)."""
-        result, kept = self._keep(key, result)
         ctx = self.ctx
+        result, kept = keep_output(ctx.trace.outputs, key, result, ctx.registry.max_observation_chars)
         with self._lock:
             ctx.trace.tool_calls += 1
         for observer in ctx.observers:
@@ -198,10 +198,6 @@ class ToolGate:
             self._child_paused(key)
             return Executed(result, meta={**(kept or {}), "child_run_id": self.children.pop(key)})
         return Executed(result, "action", kept)
-
-    def _keep(self, key: str, result: ToolResult) -> tuple[ToolResult, dict[str, Any] | None]:
-        """The result as placed: past the cap, kept whole in the trace and shown as a view."""
-        return keep_output(self.ctx.trace.outputs, key, result, self.ctx.registry.max_observation_chars)
 
     def _child_paused(self, key: str) -> None:
         """Raise StopRun("paused") when call `key` ran a child agent that paused for an

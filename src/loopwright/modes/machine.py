@@ -67,19 +67,15 @@ StepGen = Machine[None]
 @dataclass(slots=True)
 class ModelCall:
     """One answered model call: its text, the Completion (None when a plain policy
-    returned a str), what it cost, and how long it took (stamped by the driver: a mode
-    reads no clock)."""
+    returned a str), what it cost, how long it took (stamped by the driver: a mode reads
+    no clock), and the transient errors the backend retried for it (the Completion's
+    `meta["retries"]`, None when none)."""
 
     text: str
     completion: Completion | None
     usage: Usage
     seconds: float
-
-    @property
-    def retries(self) -> Any:
-        """Transient errors the backend retried for this call (its `meta["retries"]`)."""
-        completion = self.completion
-        return completion.meta.get("retries") if completion is not None and completion.meta else None
+    retries: Any = None
 
 
 @dataclass(slots=True)

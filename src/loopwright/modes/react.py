@@ -158,15 +158,14 @@ _to_json = json.JSONEncoder(ensure_ascii=False, default=str).encode  # built onc
 
 
 def _render_action(dialect: str, action: Action) -> str:
-    """The action as placed in the prompt: the model's name and arguments, neutralised."""
+    """The action as placed in the prompt: the model's name and arguments, neutralised as
+    the one text they make there (so a line start is one in the prompt)."""
     if dialect == "brackets":
         arg = action.args.get("input") if set(action.args) == {"input"} else None
-        if isinstance(arg, str):
-            return f"{neutralise(action.name)}[{neutralise(arg)}]"
-        return f"{neutralise(action.name)}[{neutralise(_to_json(action.args))}]"
-    if action.args_text is not None:  # the model's own JSON, as it wrote it
-        return f"Action: {neutralise(action.name)}\nAction Input: {neutralise(action.args_text)}"
-    return f"Action: {neutralise(action.name)}\nAction Input: {neutralise(_to_json(action.args))}"
+        return neutralise(f"{action.name}[{arg if isinstance(arg, str) else _to_json(action.args)}]")
+    # the model's own JSON as it wrote it, when it wrote one clean object
+    args = action.args_text if action.args_text is not None else _to_json(action.args)
+    return neutralise(f"Action: {action.name}\nAction Input: {args}")
 
 
 def check(spec: RunSpec) -> None:
@@ -295,7 +294,7 @@ def _react(
             if isinstance(parsed, FinalAnswer):
                 yield Step(k, "final", raw=raw, thought=parsed.thought, observation=None,
                            duration_s=seconds, usage=call.usage, prompt_chars=prompt, prompt=copy,
-                           meta={"retries": r} if (r := call.retries) else {})
+                           meta={"retries": call.retries} if call.retries else {})
                 pad.transcript += f"Thought: {parsed.thought}\nFinal Answer: {parsed.answer}\n"
                 ctx.stop("final", parsed.answer)
                 return
@@ -353,8 +352,8 @@ def _react(
                 known.pop(name, None)
                 known[name] = args
             meta = {"tool_s": result.duration_s, "model_s": seconds}
-            if retries := call.retries:
-                meta["retries"] = retries  # the backend retried transient HTTP errors
+            if call.retries:
+                meta["retries"] = call.retries  # the backend retried transient HTTP errors
             if executed.meta:
                 meta.update(executed.meta)
             yield Step(k, executed.kind, raw=raw, thought=parsed.thought, tool=name, args=args,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import operator
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
@@ -108,8 +109,8 @@ class RunSpec:
             object.__setattr__(self, "tools", tuple(self.tools))
         if self.tool_search is not None:
             check_option(self.tool_search)
-        foreign = [name for name in _FOREIGN[self.mode] if getattr(self, name) is not None]
-        if foreign:
+        if _FOREIGN_GIVEN[self.mode](self).count(None) != len(_FOREIGN[self.mode]):  # one C call
+            foreign = [name for name in _FOREIGN[self.mode] if getattr(self, name) is not None]
             raise TypeError(f"unknown run option(s) for mode {self.mode!r}: {', '.join(foreign)}")
 
     def setting(self, name: str) -> Any:
@@ -183,6 +184,8 @@ _LIMITS: Final = ("max_steps", "token_budget", "timeout_s", "max_replans", "on_p
 _MODE_ONLY: Final = ("max_reflections", "attempt_steps", "evaluator", "search", "branching", "breadth", "depth",
                      "max_nodes", "threshold", "allow_side_effects")
 _FOREIGN: Final = {mode: tuple(n for n in _MODE_ONLY if n not in settings) for mode, settings in MODE_SETTINGS.items()}
+# their values as a tuple ("task" makes it one whatever their number: it is never None)
+_FOREIGN_GIVEN: Final = {mode: operator.attrgetter("task", *names) for mode, names in _FOREIGN.items()}
 _JOURNAL_ONLY: Final = frozenset({"approver", "tool_set", "meta", "tool_embedder"})
 _FIELDS: Final = frozenset(f.name for f in dataclasses.fields(RunSpec)) - {"task", "mode"}
 
