@@ -225,8 +225,8 @@ def open_context(
     ctx.cost = cost_meter(policy, spec.cost_budget_usd, spec.prices, ctx.trace)
     spans = otel.run_spans(spec.tracer, spec.task, spec.mode, policy, run_id,
                            None if ctx.cost is None else ctx.cost.price)
-    # the cost meter first: a step's cost is on it when the journal and the spans see it
-    ctx.observers[:0] = [] if ctx.cost is None else [ctx.cost]
+    if ctx.cost is not None:  # the first observer: a step's cost is on it when the journal and spans see it
+        ctx.observers.insert(0, ctx.cost)
     if spans is not None:
         ctx.observers.append(spans)
     if sinks:  # the last observer: a Step's event goes out once the journal holds it

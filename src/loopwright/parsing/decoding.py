@@ -43,7 +43,8 @@ class Action:
     args_text: str | None = field(default=None, compare=False, repr=False)
 
 
-@dataclass(frozen=True)
+@fast_frozen
+@dataclass(frozen=True, slots=True)
 class FinalAnswer:
     """The model's answer; the run ends."""
 
