@@ -124,13 +124,18 @@ class Run(Iterator[Step]):
             self._end(exc)
             raise StopIteration from exc
 
-    def _advance(self) -> Step:
-        """Serve the machine's requests until it yields its next Step (recorded here)."""
+    def _advance(self, to_end: bool = False) -> Step:
+        """Serve the machine's requests until it yields its next Step (recorded here); with
+        `to_end`, record each Step and go on until the machine returns (StopIteration)."""
         machine, ctx = self._machine, self._ctx
         item = machine.send(None)
         while True:
             if type(item) is Step:
-                return ctx.record(item)
+                ctx.record(item)
+                if not to_end:
+                    return item
+                item = machine.send(None)
+                continue
             try:
                 if type(item) is ModelRequest:
                     value: Any = call_model(ctx, item)
@@ -208,8 +213,7 @@ class Run(Iterator[Step]):
         """Drive the run to its end and return the trace."""
         if not self._finished:
             try:
-                while True:
-                    self._advance()
+                self._advance(to_end=True)
             except StopIteration:
                 self._finish()
             except BaseException as exc:
