@@ -13,7 +13,8 @@ dataclasses generates for a mutable twin of the class, so it stores each slot di
 `cls(...)` allocates a writer (the class's __new__ is object.__new__ bound to the
 writer, so no Python code runs before __init__), the writer's __init__ fills the slots,
 and its __post_init__ gives the object the frozen class before anyone else can see it,
-then runs the class's own __post_init__. The result is exactly the record dataclasses
+then runs the class's own __post_init__. The writer is made at the class's first
+construction, not at import. The result is exactly the record dataclasses
 would have built. A failed construction (a missing or unknown argument) leaves only a
 discarded object behind, with the usual TypeError naming the class.
 
@@ -59,9 +60,19 @@ def fast_frozen(cls: T) -> T:
             sub.__new__ = staticmethod(_plain_new)
 
     frozen.__init_subclass__ = classmethod(__init_subclass__)
-    # the writer before the class's own __new__: CPython gives the writer object's
-    # allocator only while its base still has it
-    frozen.__new__ = staticmethod(partial(_new, _writer(cls)))
+    dataclass_init = frozen.__dict__["__init__"]
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        """The first construction (not import: a class never built costs nothing) is the
+        dataclass's own; then it makes the writer and binds the class's __new__ to it."""
+        dataclass_init(self, *args, **kwargs)
+        if type(self) is frozen and frozen.__dict__["__init__"] is __init__:
+            # the writer before the class's own __new__: CPython gives the writer object's
+            # allocator only while its base still has it
+            frozen.__new__ = staticmethod(partial(_new, _writer(cls)))
+            frozen.__init__ = dataclass_init  # from now on only subclasses use it
+
+    frozen.__init__ = __init__
     return cls
 
 
