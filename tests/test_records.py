@@ -1,7 +1,8 @@
 """The records made at every step and run are built faster than a frozen dataclass's own
-__init__ (loopwright._slots): Step, ModelRequest and RunSpec through a writer twin
-(`fast_frozen`), Action and ToolResult through their slot descriptors. They must still
-behave exactly like frozen dataclasses."""
+__init__ (loopwright._slots.fast_frozen: allocated as a writable subclass, filled by a
+generated __init__, handed their own class before anyone sees them): Step, Usage,
+ModelRequest, RunSpec, Action, FinalAnswer and ToolResult. They must still behave exactly
+like frozen dataclasses."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from typing import Any
 
 import pytest
 
+from loopwright._slots import fast_frozen
 from loopwright.modes.spec import RunSpec
-from loopwright.parsing.steps import Action
+from loopwright.parsing.steps import Action, FinalAnswer
 from loopwright.policy import ModelRequest
 from loopwright.tools.registry import ToolError, ToolResult
 from loopwright.trace import Step, Usage
@@ -31,6 +33,7 @@ SAMPLES: list[tuple[type, dict[str, Any]]] = [
     (Action, {"thought": "t", "name": "add", "args": {"x": 1}, "call_id": "c1", "args_text": '{"x": 1}'}),
     (ToolResult, {"name": "div", "args": {"a": 1}, "value": None, "observation": "ERROR[div]: boom",
                   "error": ToolError("div", "boom", "exception"), "duration_s": 0.1}),
+    (FinalAnswer, {"thought": "t", "answer": "42"}),
 ]
 
 
@@ -120,3 +123,80 @@ def test_a_subclass_is_built_by_the_dataclass_init() -> None:
     assert type(step) is Marked and step.raw == "r" and step.usage == Usage()
     with pytest.raises(dataclasses.FrozenInstanceError):
         step.raw = "x"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(("cls", "values"), SAMPLES, ids=lambda v: getattr(v, "__name__", ""))
+def test_no_way_of_making_a_record_hands_out_its_writer(cls: type, values: dict[str, Any]) -> None:
+    record = cls(**values)
+    made = [record, cls(*values.values()), copy.copy(record), copy.deepcopy(record),
+            pickle.loads(pickle.dumps(record)), dataclasses.replace(record)]
+    for other in made:
+        assert type(other) is cls and other == record
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(other, next(iter(values)), None)
+
+
+def test_a_bad_call_names_the_record_and_leaves_it_usable() -> None:
+    with pytest.raises(TypeError, match=r"^Usage\.__init__\(\) got an unexpected keyword argument 'tokens'"):
+        Usage(tokens=3)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match=r"^Action\.__init__\(\) missing"):
+        Action("t")  # type: ignore[call-arg]
+    assert type(Action("t", "add", {})) is Action
+
+
+def test_the_first_construction_is_the_dataclasses_own_and_makes_the_writer() -> None:
+    @fast_frozen
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Point:
+        x: int
+        y: int = 0
+        seen: list[int] = dataclasses.field(default_factory=list)
+
+        def __post_init__(self) -> None:
+            self.seen.append(self.x)
+
+    first, second = Point(1), Point(2, y=3)
+    assert (type(first), type(second)) == (Point, Point)
+    assert (first.x, first.y, first.seen, second.x, second.y, second.seen) == (1, 0, [1], 2, 3, [2])
+    assert isinstance(Point.__dict__["__new__"], staticmethod)  # the writer's allocator, bound now
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        second.y = 4  # type: ignore[misc]
+
+
+def test_subclasses_at_any_depth_and_dataclass_subclasses_are_built_plainly() -> None:
+    class Marked(Step):
+        __slots__ = ()
+
+    class Deeper(Marked):
+        __slots__ = ()
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Tagged(Step):
+        tag: str = "t"
+
+    deeper, tagged = Deeper(1, "final", raw="r"), Tagged(2, "final", tag="x")
+    assert (type(deeper), deeper.raw, deeper.meta) == (Deeper, "r", {})
+    assert (type(tagged), tagged.tag, tagged.index, tagged.usage) == (Tagged, "x", 2, Usage())
+    assert type(copy.copy(deeper)) is Deeper and copy.copy(deeper) == deeper
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        tagged.tag = "y"  # type: ignore[misc]
+
+
+def test_fast_frozen_refuses_what_it_cannot_build() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class NoSlots:
+        x: int
+
+    @dataclasses.dataclass(slots=True)
+    class Mutable:
+        x: int
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class KeywordOnly:
+        x: int = dataclasses.field(kw_only=True)
+
+    for cls in (NoSlots, Mutable):
+        with pytest.raises(TypeError, match="not a frozen slots dataclass"):
+            fast_frozen(cls)
+    with pytest.raises(TypeError, match="plain init field"):
+        fast_frozen(KeywordOnly)

@@ -6,7 +6,7 @@ import json
 
 import loopwright as lw
 from conftest import act, final
-from loopwright.trace import Step, Usage, estimate_tokens
+from loopwright.trace import Step, Trace, Usage, estimate_tokens
 
 
 def test_to_dict_is_json_safe_and_round_trips_exactly(registry):
@@ -83,3 +83,57 @@ def test_an_empty_or_blank_final_answer_is_not_answered():
 def test_str_of_a_trace_trims_a_long_task():
     text = str(lw.Trace(task="word " * 20_000, mode="react"))
     assert len(text.splitlines()[0]) < 300
+
+
+def test_a_runs_usage_is_the_sum_of_what_was_added_read_at_any_time() -> None:
+    trace = Trace(task="t", mode="react", usage=Usage(10, 10, 1))
+    assert trace.usage == Usage(10, 10, 1)
+    trace.add_usage(Usage(1, 2, 3))
+    assert trace.usage == Usage(11, 12, 4)  # read after one call
+    for n in range(5):
+        trace.add_usage(Usage(n, n, n, estimated=n == 3))
+    assert trace.usage == Usage(21, 22, 14, True)  # read after several: one sum
+    assert trace.usage == Usage(21, 22, 14, True)  # and again, unchanged
+    trace.usage = Usage(1, 1, 1)  # assigned: the total is what was assigned
+    trace.add_usage(Usage(1, 0, 0))
+    assert trace.usage == Usage(2, 1, 1)
+
+
+def test_a_traces_usage_survives_copy_pickle_replace_and_round_trip() -> None:
+    import copy
+    import dataclasses
+    import pickle
+
+    trace = Trace(task="t", mode="react")
+    trace.add_usage(Usage(3, 2, 1, True))
+    for other in (copy.deepcopy(trace), pickle.loads(pickle.dumps(trace)), dataclasses.replace(trace)):
+        assert other.usage == Usage(3, 2, 1, True) and other == trace
+        other.add_usage(Usage(1, 1, 1))  # each its own: the original's total is untouched
+        assert other.usage == Usage(4, 3, 2, True) and trace.usage == Usage(3, 2, 1, True)
+    assert Trace.from_dict(trace.to_dict()).usage == Usage(3, 2, 1, True)
+    assert "usage=Usage(prompt_tokens=3" in repr(trace)
+    assert [f.name for f in dataclasses.fields(Trace)].count("usage") == 1  # one field, no private ones
+    assert not any(f.name.startswith("_") for f in dataclasses.fields(Trace))
+
+
+def test_usage_added_from_many_threads_while_others_read_is_counted_exactly_once() -> None:
+    import threading
+
+    trace = Trace(task="t", mode="react")
+    seen: list[Usage] = []
+
+    def add() -> None:
+        for _ in range(2000):
+            trace.add_usage(Usage(1, 1, 1))
+
+    def read() -> None:
+        for _ in range(2000):
+            seen.append(trace.usage)
+
+    threads = [threading.Thread(target=add) for _ in range(4)] + [threading.Thread(target=read) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert trace.usage == Usage(8000, 8000, 8000)
+    assert all(u.prompt_tokens == u.evaluated_tokens == u.completion_tokens <= 8000 for u in seen)
