@@ -31,6 +31,10 @@ class RunContext:
     """The state of one run that is not the mode's own: limits, deadline, counters, the
     trace, the calls in flight, the tool gate and the observers."""
 
+    __slots__ = ("task", "policy", "registry", "unscoped", "limits", "prompts", "trace", "deadline", "timed",
+                 "started", "_schemas", "prompt_only", "journal", "output", "gate", "observers", "cost", "events",
+                 "in_flight", "_ephemeral_id", "agent", "parent", "asynchronous", "__weakref__")  # fmt: skip
+
     def __init__(
         self,
         task: str,
