@@ -13,7 +13,7 @@ dataclasses generates for a mutable twin of the class, so it stores each slot di
 `cls(...)` allocates a writer (the class's __new__ is object.__new__ bound to the
 writer, so no Python code runs before __init__), the writer's __init__ fills the slots,
 and its __post_init__ gives the object the frozen class before anyone else can see it,
-then runs the class's own __post_init__. The writer is made at the class's first
+then runs the class's own __post_init__. The writer is made at the class's second
 construction, not at import. The result is exactly the record dataclasses
 would have built. A failed construction (a missing or unknown argument) leaves only a
 discarded object behind, with the usual TypeError naming the class.
@@ -48,9 +48,7 @@ def fast_frozen(cls: T) -> T:
     if cls.__slots__ != tuple(f.name for f in fields(cls)):  # type: ignore[attr-defined]
         raise TypeError(f"fast_frozen: {cls.__name__}'s slots are not its fields")
     frozen: Any = cls  # assigned dunders below: typed loosely on purpose
-    signature = inspect.signature(frozen.__dict__["__init__"])
-    # what inspect reports: the fields, as the dataclass's own __init__ takes them
-    frozen.__signature__ = signature.replace(parameters=list(signature.parameters.values())[1:])
+    frozen.__signature__ = _Signature(frozen.__dict__["__init__"])
 
     def __init_subclass__(sub: Any, /, writer: bool = False, **kwargs: Any) -> None:
         """A subclass (not the writer) is allocated by object.__new__ and built by the
@@ -61,16 +59,22 @@ def fast_frozen(cls: T) -> T:
 
     frozen.__init_subclass__ = classmethod(__init_subclass__)
     dataclass_init = frozen.__dict__["__init__"]
+    built: list[None] = []
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        """The first construction (not import: a class never built costs nothing) is the
-        dataclass's own; then it makes the writer and binds the class's __new__ to it."""
+        """The first two constructions are the dataclass's own (a class built once, as a
+        module's shared constant, costs no writer at import); the second makes the writer
+        and binds the class's __new__ to it."""
         dataclass_init(self, *args, **kwargs)
-        if type(self) is frozen and frozen.__dict__["__init__"] is __init__:
-            # the writer before the class's own __new__: CPython gives the writer object's
-            # allocator only while its base still has it
-            frozen.__new__ = staticmethod(partial(_new, _writer(cls)))
-            frozen.__init__ = dataclass_init  # from now on only subclasses use it
+        if type(self) is not frozen or frozen.__dict__["__init__"] is not __init__:
+            return  # a subclass, or the writer was made meanwhile
+        if not built:  # the first: perhaps a shared constant, made at import
+            built.append(None)
+            return
+        # the writer before the class's own __new__: CPython gives the writer object's
+        # allocator only while its base still has it
+        frozen.__new__ = staticmethod(partial(_new, _writer(cls)))
+        frozen.__init__ = dataclass_init  # from now on only subclasses use it
 
     frozen.__init__ = __init__
     return cls
@@ -120,6 +124,21 @@ def _writer(cls: type) -> type:
         "__setstate__": __setstate__,
     }
     return type(cls)(f"{cls.__name__}Writer", (cls,), namespace, writer=True)
+
+
+class _Signature:
+    """What inspect reports for the class: the dataclass __init__'s parameters but self
+    (worked out at the first look, not at import)."""
+
+    def __init__(self, init: Any) -> None:
+        self.init = init
+        self.signature: inspect.Signature | None = None
+
+    def __get__(self, instance: Any, owner: Any = None) -> inspect.Signature:
+        if self.signature is None:
+            signature = inspect.signature(self.init)
+            self.signature = signature.replace(parameters=list(signature.parameters.values())[1:])
+        return self.signature
 
 
 def _plain_new(cls: type, *args: Any, **kwargs: Any) -> Any:
