@@ -361,7 +361,7 @@ def _react(
                        error=None if result.error is None else result.error.message,
                        duration_s=seconds + result.duration_s, usage=call.usage, prompt_chars=prompt, prompt=copy,
                        meta=meta)
-            fenced = fence(observation, f"{name}#{k}")
+            fenced = fence(observation, f"{name}#{call_key}")
             if (on_tool_error == "reflect" and result.error is not None and executed.kind == "action"
                     and ctx.trace.llm_calls - first_call < cap):
                 so_far = pad.text + step_block(dialect, pad.number + 1, parsed.thought, _render_action(dialect, parsed),

@@ -144,7 +144,7 @@ def parse_react_step(text: str, *, dialect: Dialect | None = None) -> Action | F
         )
     m = _FAST_JSON.fullmatch(text)
     if m is not None:
-        t1, t2, name, source = m.group("t1", "t2", "name", "args")
+        t1, t2, name, source = m.groups()  # the groups t1, t2, name and args, in order
         try:
             args, end = _SCAN_JSON(source, 0)
         except (ValueError, StopIteration, RecursionError):
@@ -156,7 +156,7 @@ def parse_react_step(text: str, *, dialect: Dialect | None = None) -> Action | F
     else:
         m = _FAST_FINAL.fullmatch(text)
         if m is not None:
-            t1, t2, answer = m.group("t1", "t2", "answer")
+            t1, t2, answer = m.groups()  # the groups t1, t2 and answer, in order
             answer = answer.strip()
             if answer:
                 return FinalAnswer((t1 if t1 is not None else t2 or "").strip(), answer)
