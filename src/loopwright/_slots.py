@@ -13,15 +13,16 @@ dataclasses generates for a mutable twin of the class, so it stores each slot di
 `cls(...)` allocates a writer (the class's __new__ is object.__new__ bound to the
 writer, so no Python code runs before __init__), the writer's __init__ fills the slots,
 and its __post_init__ gives the object the frozen class before anyone else can see it,
-then runs the class's own __post_init__. The writer is made at the class's second
-construction, not at import. The result is exactly the record dataclasses
+then runs the class's own __post_init__. The result is exactly the record dataclasses
 would have built. A failed construction (a missing or unknown argument) leaves only a
-discarded object behind, with the usual TypeError naming the class.
+discarded object behind, with the usual TypeError naming the class. The writer is made
+at the class's second construction, so a class built once (a module's constant) or
+never costs nothing at import.
 
 A subclass of such a class (whose own fields or layout may differ) is built the plain
-way: its __new__ is reset when it is defined and the frozen dataclass's own __init__
-runs. Pickle and copy make an empty object through __new__ (a writer) and fill it with
-__setstate__, which the writer does before it, too, hands the object its class.
+way: its __new__ is reset when it is defined, and the dataclass's own __init__ runs.
+Pickle and copy make an empty writer through __new__; the writer's __setstate__ fills
+it and then hands it its class.
 """
 
 from __future__ import annotations

@@ -189,17 +189,14 @@ class _RunTotal:
         if counted == len(calls):
             return total
         new = calls[counted:]  # a copy: calls added meanwhile wait for the next read
-        if len(new) == 1:
-            total = total + new[0]
-        else:
-            sent, evaluated, completion, estimated = (total.prompt_tokens, total.evaluated_tokens,
-                                                      total.completion_tokens, total.estimated)
-            for usage in new:
-                sent += usage.prompt_tokens
-                evaluated += usage.evaluated_tokens
-                completion += usage.completion_tokens
-                estimated = estimated or usage.estimated
-            total = Usage(sent, evaluated, completion, estimated)
+        sent, evaluated, completion, estimated = (total.prompt_tokens, total.evaluated_tokens,
+                                                  total.completion_tokens, total.estimated)
+        for usage in new:
+            sent += usage.prompt_tokens
+            evaluated += usage.evaluated_tokens
+            completion += usage.completion_tokens
+            estimated = estimated or usage.estimated
+        total = Usage(sent, evaluated, completion, estimated)
         trace._usage = (total, counted + len(new))
         return total
 
