@@ -1,15 +1,15 @@
 """Every Python block in README.md and docs/*.md runs as written.
 
-The runner is pytest-examples (pydantic's runner for its own docs). It is made to be driven
-from a test module: `find_examples` finds the blocks (indented ones in list items too) and
-the `eval_example` fixture runs one as a module of its own, with a traceback that points at
-the Markdown line. So the docs run as one ordinary parametrised test here, with this
-suite's fixtures (the real PostgreSQL server, llama-cpp-python's server) and its `slow`
-marker, and nothing changes in how pytest collects (`testpaths` stays `tests`). sybil
-shares one namespace across a document's blocks, so a block that leans on an earlier one
-would pass unnoticed, and its settings are HTML comments beside the fence;
+The runner is pytest-examples (pydantic's, for its own docs), chosen because it is made to
+be driven from a test module: `find_examples` finds the blocks (indented ones in list
+items too) and the `eval_example` fixture runs one as a module of its own, with a
+traceback that points at the Markdown line. So the docs are one parametrised test here,
+with this suite's fixtures (the real PostgreSQL server, llama-cpp-python's server) and
+its `slow` marker, and pytest collects as before (`testpaths` stays `tests`). The others:
+sybil runs a document's blocks in one shared namespace, so a block that leans on names an
+earlier one made passes unnoticed, and its settings are HTML comments beside the fence;
 pytest-markdown-docs collects `.md` files only under `--markdown-docs` from the paths
-pytest is pointed at, and hands fixtures to a block as globals named after them.
+pytest is given, and hands a fixture to a block as a global named after the fixture.
 
 The conventions, all in the fence's info string (GitHub highlights by the first word and
 shows none of the rest):
@@ -20,16 +20,19 @@ shows none of the rest):
   namespace that block left (the blocks before are run again first, so it runs alone too).
 - ```` ```python skip="why" ````: not run; the reason stays in the fence for readers.
 
-A block that names the embedded model (`LlamaCpp(`) or an OpenAI-compatible server
-(`OpenAICompatible(`) runs for real, marked slow, with `OPENAI_BASE_URL` set to
-llama-cpp-python's server on 127.0.0.1 running the embedded model; one that names
-`PostgresStore(` runs, marked slow, with `DATABASE_URL` set to a fresh schema on the
+A block whose code uses the embedded model (`LlamaCpp`) or an OpenAI-compatible server
+(`OpenAICompatible`) runs for real, marked slow, with `OPENAI_BASE_URL` set to
+llama-cpp-python's server on 127.0.0.1 running the embedded model; one that uses
+`PostgresStore` runs, marked slow, with `DATABASE_URL` set to a fresh schema on the
 session's real PostgreSQL server.
 """
 
 from __future__ import annotations
 
+import io
+import linecache
 import sys
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -41,8 +44,6 @@ from test_models_openai import llama_server  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-REAL_MODEL = ("LlamaCpp(", "OpenAICompatible(")
-POSTGRES = "PostgresStore("
 
 
 def python_blocks() -> list[CodeExample]:
@@ -67,12 +68,22 @@ def chain(example: CodeExample, blocks: list[CodeExample]) -> list[CodeExample]:
     return same_file[start : at + 1]
 
 
+def names_in(source: str) -> set[str]:
+    """The names a block's code uses (a model named in a comment or a string is not run)."""
+    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+    return {t.string for t in tokens if t.type == tokenize.NAME}
+
+
 def needs(example: CodeExample, blocks: list[CodeExample]) -> set[str]:
-    source = "".join(b.source for b in chain(example, blocks))
+    """What a block runs against: "model" (the embedded model or a server), "server"
+    (llama-cpp-python's server) and "postgres"."""
+    names = set().union(*(names_in(b.source) for b in chain(example, blocks)))
     found = set()
-    if any(name in source for name in REAL_MODEL):
+    if names & {"LlamaCpp", "OpenAICompatible"}:
         found.add("model")
-    if POSTGRES in source:
+    if "OpenAICompatible" in names:
+        found.add("server")
+    if "PostgresStore" in names:
         found.add("postgres")
     return found
 
@@ -96,10 +107,14 @@ def test_the_block_runs_as_written(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     request: pytest.FixtureRequest,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     blocks = python_blocks()
     want = needs(example, blocks)
     if "model" in want:
+        # one thread: on a shared machine several are many times slower (7x on 2 cores at load 7)
+        monkeypatch.setenv("LOOPWRIGHT_N_THREADS", "1")
+    if "server" in want:
         monkeypatch.setenv("OPENAI_BASE_URL", request.getfixturevalue("llama_server"))
     if "postgres" in want:
         monkeypatch.setenv("DATABASE_URL", request.getfixturevalue("pg_dsn"))
@@ -108,7 +123,34 @@ def test_the_block_runs_as_written(
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, object] | None = None
     for block in chain(example, blocks):
-        namespace = eval_example.run(block, module_globals=namespace)
+        namespace = run_block(eval_example, block, namespace)
+        # The runner prints this and returns when a block raises KeyboardInterrupt.
+        assert "KeyboardInterrupt in example" not in capsys.readouterr().out, f"{block} was interrupted"
+
+
+def run_block(eval_example: EvalExample, block: CodeExample, namespace: dict[str, object] | None) -> dict[str, object]:
+    """Run one block; a failure is reported as the Markdown line that raised and the error.
+
+    pytest-examples re-points the traceback at the Markdown file with code objects whose
+    position tables do not fit on Python 3.11, and pytest's traceback printer then stops
+    with an internal error; the frames' file and line numbers are right, so say those."""
+    try:
+        return eval_example.run(block, module_globals=namespace)
+    except Exception as exc:
+        failure = describe(exc, block)
+    pytest.fail(failure, pytrace=False)
+
+
+def describe(exc: Exception, block: CodeExample) -> str:
+    """The block's lines the traceback passes through, then the error."""
+    lines = []
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == str(block.path):
+            source = linecache.getline(str(block.path), tb.tb_lineno).strip()
+            lines.append(f"{block.path}:{tb.tb_lineno}: {source}")
+        tb = tb.tb_next
+    return "\n".join([*lines, f"{type(exc).__name__}: {exc}"])
 
 
 def fence_languages(path: Path) -> list[tuple[int, str]]:
@@ -136,15 +178,16 @@ def test_every_python_block_in_the_docs_is_collected() -> None:
     assert len(collected) >= 12
 
 
-def test_a_broken_block_fails(eval_example: EvalExample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The check has teeth: a block using a name it never defines fails, as a fragment would."""
+def test_a_broken_block_fails_naming_its_markdown_line(
+    eval_example: EvalExample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check has teeth: a block using a name it never defines fails, as a fragment would,
+    and the failure names the line of the Markdown file."""
     monkeypatch.setitem(sys.modules, "__main__", sys.modules["__main__"])
     monkeypatch.chdir(tmp_path)
-    [fragment] = find_examples(_write(tmp_path / "doc.md", "```python\ntrace = lw.run(task)\n```\n"))
-    with pytest.raises(NameError, match="'lw' is not defined"):
-        eval_example.run(fragment)
-
-
-def _write(path: Path, text: str) -> Path:
-    path.write_text(text, "utf-8")
-    return path
+    doc = tmp_path / "doc.md"
+    doc.write_text("Text.\n\n```python\nimport os\n\ntrace = lw.run(task)\n```\n", "utf-8")
+    [fragment] = find_examples(doc)
+    with pytest.raises(pytest.fail.Exception) as failed:
+        run_block(eval_example, fragment, None)
+    assert str(failed.value) == f"{doc}:6: trace = lw.run(task)\nNameError: name 'lw' is not defined"
