@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import io
 import linecache
+import re
 import sys
 import tokenize
 from pathlib import Path
@@ -43,7 +44,7 @@ from pytest_examples import CodeExample, EvalExample, find_examples
 from test_models_openai import llama_server  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
 def python_blocks() -> list[CodeExample]:
@@ -88,16 +89,27 @@ def needs(example: CodeExample, blocks: list[CodeExample]) -> set[str]:
     return found
 
 
+def skip_reason(example: CodeExample) -> str | None:
+    """The reason in the fence's `skip="..."`, as written (the runner lower-cases its copy)."""
+    fence = example.path.read_text("utf-8").splitlines()[example.start_line - 1]
+    found = re.search(r'\bskip="([^"]*)"', fence)
+    return found.group(1) if found else None
+
+
+def marks_for(example: CodeExample, blocks: list[CodeExample]) -> list[pytest.MarkDecorator]:
+    reason = skip_reason(example)
+    marks = [pytest.mark.skip(reason=reason)] if reason is not None else []
+    if needs(example, blocks):
+        marks.append(pytest.mark.slow)
+    return marks
+
+
 def params() -> list[object]:
     blocks = python_blocks()
-    out = []
-    for example in blocks:
-        skip = example.prefix_settings().get("skip")
-        marks = [pytest.mark.skip(reason=skip)] if skip else []
-        if needs(example, blocks):
-            marks.append(pytest.mark.slow)
-        out.append(pytest.param(example, marks=marks, id=f"{example.path.name}:{example.start_line}"))
-    return out
+    return [
+        pytest.param(example, marks=marks_for(example, blocks), id=f"{example.path.name}:{example.start_line}")
+        for example in blocks
+    ]
 
 
 @pytest.mark.parametrize("example", params())
@@ -128,7 +140,9 @@ def test_the_block_runs_as_written(
         assert "KeyboardInterrupt in example" not in capsys.readouterr().out, f"{block} was interrupted"
 
 
-def run_block(eval_example: EvalExample, block: CodeExample, namespace: dict[str, object] | None) -> dict[str, object]:
+def run_block(
+    eval_example: EvalExample, block: CodeExample, namespace: dict[str, object] | None
+) -> dict[str, object]:
     """Run one block; a failure is reported as the Markdown line that raised and the error.
 
     pytest-examples re-points the traceback at the Markdown file with code objects whose
@@ -168,12 +182,12 @@ def test_every_python_block_in_the_docs_is_collected() -> None:
     CommonMark parser and compare with what the runner collects."""
     python_tags = {"py", "python", "python3", "pycon", "ipython"}
     in_markdown = sorted(
-        (path.name, line)
+        (path, line)
         for path in DOCS
         for line, lang in fence_languages(path)
         if lang in python_tags or lang.startswith("{.py")
     )
-    collected = sorted((example.path.name, example.start_line) for example in python_blocks())
+    collected = sorted((example.path, example.start_line) for example in python_blocks())
     assert collected == in_markdown
     assert len(collected) >= 12
 
@@ -191,3 +205,19 @@ def test_a_broken_block_fails_naming_its_markdown_line(
     with pytest.raises(pytest.fail.Exception) as failed:
         run_block(eval_example, fragment, None)
     assert str(failed.value) == f"{doc}:6: trace = lw.run(task)\nNameError: name 'lw' is not defined"
+
+
+def test_the_fence_says_which_blocks_continue_and_which_are_not_run(tmp_path: Path) -> None:
+    doc = tmp_path / "doc.md"
+    doc.write_text(
+        "```python\nx = 1\n```\n\ntext\n\n```python continues\ny = x\n```\n\n"
+        '```python skip="Serves until Ctrl-C"\nserve()\n```\n\n'
+        "```python\nfrom loopwright.models import LlamaCpp\n\nLlamaCpp()\n```\n",
+        "utf-8",
+    )
+    first, second, server, model = blocks = list(find_examples(doc))
+    assert chain(first, blocks) == [first] and chain(second, blocks) == [first, second]
+    assert chain(server, blocks) == [server]
+    assert [m.name for m in marks_for(server, blocks)] == ["skip"]
+    assert marks_for(server, blocks)[0].kwargs["reason"] == "Serves until Ctrl-C"
+    assert [m.name for m in marks_for(model, blocks)] == ["slow"] and not marks_for(second, blocks)
