@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx2
@@ -212,6 +214,7 @@ def test_folding_stubs_the_oldest_results_first_and_newer_results_stay_whole() -
     stubs = [f for f in trace.meta["folds"] if f["kind"] == "stub_results"]
     assert len(stubs) >= 2
     so_far: list[int] = []
+    whole_after_fold: list[int] = []
     for fold in stubs:  # each fold stubs the oldest results still whole, oldest first
         stubbed, before = fold["folded_steps"], fold["before_step"]
         assert stubbed == list(range(len(so_far) + 1, len(so_far) + len(stubbed) + 1))
@@ -219,10 +222,11 @@ def test_folding_stubs_the_oldest_results_first_and_newer_results_stay_whole() -
         prompt = seen[before - 1]  # the prompt of the step the fold was made for
         for k in so_far:
             assert f"page {k} body" not in prompt and f'read_output(handle="out-{k}")' in prompt
-        newer = range(len(so_far) + 1, before)
-        assert len(newer) >= 1  # the fold left newer results whole
+        newer = range(len(so_far) + 1, before)  # the newest step's result among them
         for k in newer:
             assert f"page {k} body" in prompt and f'read_output(handle="out-{k}")' not in prompt
+        whole_after_fold.append(len(newer))
+    assert min(whole_after_fold) >= 1 and max(whole_after_fold) >= 2  # a fold stubs only what it must
 
 
 # -- 7. the AG-UI result of an error-only step carries the error ----------------------------
@@ -451,11 +455,13 @@ def test_an_approval_is_journaled_before_the_call_and_a_resume_after_a_crash_doe
 
 class _StandInLlama:
     """A stand-in for llama_cpp.Llama with its contract for what the counting needs: one
-    token per byte, `create_completion` reuses the KV cache's longest prefix (as
-    `Llama.generate` does, always re-evaluating one token of a fully cached prompt) and
-    evaluates the rest with one `eval` call, then one `eval` per generated token but the last."""
+    token per byte; `create_completion` reuses the KV cache's longest prefix (as
+    `Llama.generate` does, always re-evaluating one token of a fully cached prompt),
+    evaluates the rest in one `eval` call, then samples the reply, evaluating each token
+    but the last (as it goes, with `stream=True`)."""
 
     REPLY = b" ok then"
+    _model = SimpleNamespace(vocab=None)
 
     def __init__(self, **_: Any) -> None:
         self.input_ids: list[int] = []
@@ -481,43 +487,47 @@ class _StandInLlama:
     def sample(self, *args: Any, **kwargs: Any) -> int:
         return self.tokenize(self.REPLY)[self._generated]
 
-    def create_completion(self, tokens: list[int], max_tokens: int = 16, stream: bool = False,
-                          **_: Any) -> Any:
-        tokens = list(tokens)
+    def _generate(self, tokens: list[int], max_tokens: int) -> Iterator[int]:
         prefix = 0
         for a, b in zip(self._input_ids, tokens, strict=False):
             if a != b:
                 break
             prefix += 1
-        prefix = prefix - 1 if prefix == len(tokens) else prefix
-        self.n_tokens = max(prefix, 0)
+        self.n_tokens = max(prefix - 1 if prefix == len(tokens) else prefix, 0)
         self.eval(tokens[self.n_tokens:])
-        self._generated, out = 0, []
+        self._generated = 0
         while True:
             token = self.sample()
             self._generated += 1
-            out.append(token)
+            yield token
             if self._generated >= min(max_tokens, len(self.REPLY)):
-                break  # the last token is returned, not evaluated
+                return  # the last token is returned, not evaluated
             self.eval([token])
-        text = self.detokenize(out).decode()
+
+    def create_completion(self, tokens: list[int], max_tokens: int = 16, stream: bool = False, **_: Any) -> Any:
         if stream:
-            return iter([{"choices": [{"text": text, "finish_reason": "length"}]}])
-        return {"choices": [{"text": text, "finish_reason": "length"}], "usage": {"completion_tokens": len(out)}}
+            return ({"choices": [{"text": self.detokenize([t]).decode(), "finish_reason": None}]}
+                    for t in self._generate(list(tokens), max_tokens))
+        out = list(self._generate(list(tokens), max_tokens))
+        return {"choices": [{"text": self.detokenize(out).decode(), "finish_reason": "length"}],
+                "usage": {"completion_tokens": len(out)}}
 
 
+@pytest.mark.parametrize("streamed", [False, True])
 def test_the_local_models_evaluated_tokens_are_the_whole_evaluated_suffix(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, streamed: bool,
 ) -> None:
     llama_cpp = pytest.importorskip("llama_cpp")
     monkeypatch.setattr(llama_cpp, "Llama", _StandInLlama)
+    monkeypatch.setattr(llama_cpp, "llama_vocab_is_eog", lambda vocab, token: False)
     weights = tmp_path / "stand-in.gguf"
     weights.write_bytes(b"GGUF")
     model = lw.models.LlamaCpp(weights, grammar=False, state_cache_bytes=0, max_tokens=4)
 
     def usage(prompt: str) -> lw.Usage:
-        reply = model.complete(lw.ModelRequest(prompt, purpose="summarize"))
-        assert reply.usage is not None
+        request = lw.ModelRequest(prompt, purpose="summarize")
+        reply = list(model.stream(request))[-1] if streamed else model.complete(request)
+        assert isinstance(reply, lw.Completion) and reply.usage is not None
         return reply.usage
 
     fresh = usage("The capital of France is")  # an empty cache evaluates all it was sent
@@ -528,7 +538,7 @@ def test_the_local_models_evaluated_tokens_are_the_whole_evaluated_suffix(
     assert cached > fresh.prompt_tokens
     extended = usage(longer)
     assert extended.prompt_tokens == len(longer)
-    assert extended.evaluated_tokens == len(longer) - cached  # only the suffix past the cached prefix
+    assert 0 < extended.evaluated_tokens == len(longer) - cached  # only the suffix past the cached prefix
     model.reset()
     again = usage(longer)  # a reset cache evaluates the whole prompt again
     assert again.evaluated_tokens == again.prompt_tokens == len(longer)
