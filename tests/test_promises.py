@@ -116,6 +116,23 @@ def test_a_gated_call_inside_a_child_agent_is_put_to_the_parents_approver(driver
     assert child.steps[0].kind == ("action" if parent_approves else "denied")
 
 
+def test_a_child_agents_own_approver_cannot_approve_under_a_parent_that_has_none() -> None:
+    ran: list[str] = []
+    asked_child: list[ApprovalRequest] = []
+
+    def child_approver(request: ApprovalRequest) -> bool:
+        asked_child.append(request)
+        return True
+
+    cleaner = lw.Agent("cleaner", lw.ScriptedPolicy([act("wipe", '{"path": "/data"}'), final("done")]),
+                       _wipe_registry(ran), approver=child_approver, max_steps=3)
+    trace = lw.run("q", lw.ScriptedPolicy([act("cleaner", '{"task": "wipe /data"}'), final("ok")]),
+                   lw.ToolRegistry([cleaner.as_tool()]), max_steps=3)  # the parent would deny any gated call
+    assert ran == [] and asked_child == []
+    [child] = trace.children.values()
+    assert child.steps[0].kind == "denied"
+
+
 # -- 4. one search loads at most its per-search count ---------------------------------------
 
 PER_SEARCH = 5  # what one search_tools call loads at most (fewer when K is smaller)
