@@ -1,7 +1,8 @@
-"""Twelve promises the fast suite keeps (issue 40): each broke unnoticed under a planted
-fault, so each has a test here that fails when it breaks. They are written through public
-surfaces (runs, traces, events, the store, the HTTP app) so they outlive rewrites of the
-code behind them; scripts/mutate.py plants the faults and names the test that catches each.
+"""Twelve behaviours no fast test guarded (issue 40): an independent check planted a small
+fault in each and the fast suite caught none. Each has a test here that fails when it
+breaks, written through public surfaces (runs, traces, events, the store, the HTTP app) so
+it outlives rewrites of the code behind it; scripts/mutate.py plants the faults
+(`--test tests/test_promises.py`) and names the test that catches each.
 """
 
 from __future__ import annotations
@@ -274,10 +275,10 @@ def test_the_agui_result_of_a_resumed_runs_in_doubt_step_carries_its_error(tmp_p
         in_doubt = trace.steps[-1]
         assert in_doubt.tool == "send" and in_doubt.error and not in_doubt.observation
         mapper = AGUIMapper("thread")
-        out = mapper.map(RunStarted("r", None, "t", "react"))
+        out = mapper.map(RunStarted(run_id="r", agent=None, task="t", mode="react"))
         for step in trace.steps:
-            out += mapper.map(StepEvent("r", None, step))
-        out += mapper.map(RunFinished("r", None, trace))
+            out += mapper.map(StepEvent(run_id="r", agent=None, step=step))
+        out += mapper.map(RunFinished(run_id="r", agent=None, trace=trace))
         events = [json.loads(e.model_dump_json(by_alias=True)) for e in out]
         [result] = [e for e in events if e["type"] == "TOOL_CALL_RESULT"]
         assert in_doubt.error in result["content"]
