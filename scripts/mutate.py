@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/mutate.py            # every mutation, then a table
     .venv/bin/python scripts/mutate.py --only fence --list
+    .venv/bin/python scripts/mutate.py --test tests/test_promises.py   # those one test file must catch
 
 Each mutation names a file, an exact piece of one line, its replacement and the test
 files that must catch it. The file is changed in place and restored in a `finally`
@@ -40,6 +41,7 @@ class Mutation:
 CORE = "modes/context.py"
 GATE = "modes/gate.py"
 FENCE_TEST = "tests/test_fence_model_text.py"
+PROMISES = "tests/test_promises.py"
 MUTATIONS = [
     # exactly-once
     Mutation("exactly-once: no per-key lock (ReWOO fan-out)", GATE,
@@ -244,6 +246,84 @@ MUTATIONS = [
              ("tests/test_react_context_budget.py",)),
     Mutation("memory: a section of exactly its budget is shrunk", "memory/tiered.py",
              "if used <= budget_tokens:", "if used < budget_tokens:", ("tests/test_memory_tiered.py",)),
+    # issue 40: twelve behaviours no fast test guarded, each with two or three ways to break it
+    Mutation("tool_finished: a failing tool's event says it passed", "events.py",
+             "result.error is not None))", "result.error is None))", (PROMISES,)),
+    Mutation("tool_finished: the event's dict drops error", "events.py",
+             '"seconds": self.seconds, "error": self.error}', '"seconds": self.seconds}', (PROMISES,)),
+    Mutation("child budget: a child's own token_budget wins over what the parent has left", "agents.py",
+             "else min(spec.token_budget, left)", "else spec.token_budget", (PROMISES,)),
+    Mutation("child budget: the child gets the parent's whole token_budget, not what is left", "agents.py",
+             "left = max(1, budget - parent.trace.usage.total_tokens)", "left = max(1, budget)", (PROMISES,)),
+    Mutation("child budget: the larger of the two token budgets", "agents.py",
+             "else min(spec.token_budget, left)", "else max(spec.token_budget, left)", (PROMISES,)),
+    Mutation("child approval: a child's own approver is asked before the parent's", "agents.py",
+             'out["approver"] = parent.gate.approver', 'out["approver"] = spec.approver or parent.gate.approver',
+             (PROMISES,)),
+    Mutation("child approval: a child keeps its own approver", "agents.py",
+             'out["approver"] = parent.gate.approver', 'out["approver"] = spec.approver', (PROMISES,)),
+    Mutation("child approval: a child's own approver decides under a parent that has none", "agents.py",
+             'out["approver"] = parent.gate.approver', 'out["approver"] = parent.gate.approver or spec.approver',
+             (PROMISES,)),
+    Mutation("tool search: one search loads K tools", "modes/toolsearch.py",
+             "self.index.rank(query, min(self.k, PER_SEARCH),", "self.index.rank(query, self.k,", (PROMISES,)),
+    Mutation("tool search: one search loads the per-search count even past a smaller K", "modes/toolsearch.py",
+             "self.index.rank(query, min(self.k, PER_SEARCH),", "self.index.rank(query, PER_SEARCH,", (PROMISES,)),
+    Mutation("kept output: a failing tool's error dropped beside the handle", "modes/handles.py",
+             "view(text, handle, cap), result.error, result.duration_s)", "view(text, handle, cap), None, result.duration_s)",
+             (PROMISES,)),
+    Mutation("kept output: the journal drops a failed call's error kind (its replay passes)", "durable/journal.py",
+             "None if err is None else err.kind, None if err is None else err.message,",
+             "None, None if err is None else err.message,", (PROMISES,)),
+    Mutation("folding: the newest results are stubbed first", "modes/folding.py",
+             "for e in self.entries[:-1]:  # the newest step stays whole",
+             "for e in reversed(self.entries[:-1]):  # the newest step stays whole", (PROMISES,)),
+    Mutation("folding: stubbing skips the oldest step and may take the newest", "modes/folding.py",
+             "for e in self.entries[:-1]:  # the newest step stays whole",
+             "for e in self.entries[1:]:  # the newest step stays whole", (PROMISES,)),
+    Mutation("AG-UI: an error-only step's TOOL_CALL_RESULT is empty", "ui/agui.py",
+             'content = step.observation if step.observation is not None else (step.error or "")',
+             'content = step.observation or ""', (PROMISES,)),
+    Mutation("AG-UI: an error-only step's TOOL_CALL_RESULT says nothing of the error", "ui/agui.py",
+             'else (step.error or "")', 'else ""', (PROMISES,)),
+    Mutation("server: keep_runs counts every run, waiting ones included", "ui/server.py",
+             "finished = [rid for rid, live in self.runs.items() if live.done]", "finished = list(self.runs)",
+             (PROMISES,)),
+    Mutation("server: a run nobody watches counts as finished", "ui/server.py",
+             "for rid, live in self.runs.items() if live.done]", "for rid, live in self.runs.items() if not live.watchers]",
+             (PROMISES,)),
+    Mutation("async cancel: ReWOO's started workers are not cancelled", "modes/adriver.py",
+             "task.cancel()", "pass", (PROMISES,)),
+    Mutation("async cancel: only the first ReWOO worker is cancelled", "modes/adriver.py",
+             "for task in self._tasks:", "for task in list(self._tasks)[:1]:", (PROMISES,)),
+    Mutation("exactly-once: a failed side effect is reused in the run", GATE,
+             "if admitted.ledger is not None and result.error is None:", "if admitted.ledger is not None:",
+             (PROMISES,)),
+    Mutation("exactly-once: a replayed failed side effect is reused after resume", GATE,
+             "if tool is not None and not tool.idempotent and result.error is None:",
+             "if tool is not None and not tool.idempotent:", (PROMISES,)),
+    Mutation("exactly-once: a journaled failure replays as a success", "durable/journal.py",
+             'err = None if kind is None else ToolError(name, error or "", kind)', "err = None", (PROMISES,)),
+    Mutation("approval: the decision is not journaled", GATE,
+             "journal.record_decision(request, decision)", "pass", (PROMISES,)),
+    Mutation("approval: a journaled decision is not looked up", GATE,
+             "known = journal.recorded_decision(request.key)", "known = None", (PROMISES,)),
+    Mutation("approval: a decision is journaled as still pending", "durable/journal.py",
+             "self._approval(request, decision)", "self._approval(request, None)", (PROMISES,)),
+    Mutation("local model: evaluated tokens are the last decode's (complete)", "models/llamacpp.py",
+             "evaluated = self._eval_sizes[0] if self._eval_sizes else 0",
+             "evaluated = self._eval_sizes[-1] if self._eval_sizes else 0", (PROMISES,), nth=1),
+    Mutation("local model: evaluated tokens are the last decode's (stream)", "models/llamacpp.py",
+             "evaluated = self._eval_sizes[0] if self._eval_sizes else 0",
+             "evaluated = self._eval_sizes[-1] if self._eval_sizes else 0", (PROMISES,), nth=2),
+    Mutation("local model: evaluated tokens are every decode's, the reply's included", "models/llamacpp.py",
+             "evaluated = self._eval_sizes[0] if self._eval_sizes else 0", "evaluated = sum(self._eval_sizes)",
+             (PROMISES,), nth=1),
+    Mutation("local model: evaluated tokens are the tokens sent", "models/llamacpp.py",
+             "evaluated = self._eval_sizes[0] if self._eval_sizes else 0", "evaluated = len(tokens)",
+             (PROMISES,), nth=1),
+    Mutation("local model: decode sizes not cleared between calls", "models/llamacpp.py",
+             "self._eval_sizes.clear()", "pass", (PROMISES,)),
 ]
 
 
@@ -281,9 +361,11 @@ def src_is_clean() -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="run the mutations whose name contains this text")
+    parser.add_argument("--test", help="run the mutations that this test file must catch")
     parser.add_argument("--list", action="store_true", help="list the mutations and exit")
     args = parser.parse_args(argv)
-    chosen = [m for m in MUTATIONS if args.only is None or args.only in m.name]
+    chosen = [m for m in MUTATIONS if (args.only is None or args.only in m.name)
+              and (args.test is None or args.test in m.tests)]
     if args.list:
         for m in chosen:
             print(f"{m.name}: {m.path}: {m.original!r} -> {m.replacement!r} [{' '.join(m.tests)}]")

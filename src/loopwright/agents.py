@@ -227,7 +227,7 @@ class Agent:
             out["prices"] = spec.prices if spec.prices is not None else cost.price
         elif spec.prices is not None:
             out["prices"] = spec.prices
-        out["approver"] = parent.gate.approver if parent.gate.approver is not None else spec.approver
+        out["approver"] = parent.gate.approver  # none is a denial: a child's own cannot approve past it
         spans = otel_spans(parent)
         if spans is not None:
             out["tracer"] = spans.tracer
