@@ -28,8 +28,8 @@ up to 512 tokens). A policy that reports no window (a scripted policy, a plain f
 a server whose window was not given) gets every tool. Measured on BFCL's function documents
 (benchmarks/tool_search.py, the sweep's "auto" column): a tool's entry averages about 60
 estimated tokens, so with the embedded model's 2,048-token window search is on in 0 of 100
-random registries of 12 tools, 14 of 15 tools, 99 of 20 and every one from 25; with a
-128k-token window it would take about a thousand tools.
+random registries of 12 tools, 9 of 15 tools, 97 of 20 and all from 25; with a 128k-token
+window it would take about a thousand tools.
 """
 
 from __future__ import annotations
