@@ -155,6 +155,11 @@ def test_a_registered_tool_not_loaded_is_loaded_and_run_when_called_by_name() ->
     assert grammar is not None
     offered_in_grammar = re.findall(r'^tool\d+ ::= "([\w.-]+)\\nAction Input: ', grammar, re.MULTILINE)
     assert offered_in_grammar == offered(policy.requests[1])  # the loaded tools and search_tools, no other
+    again = Windowed([step("delete_hotel", {"nights": "2"}), step("get_weather", {"city": "Paris"}),
+                      "Final Answer: done"])
+    async_trace = asyncio.run(lw.arun("weather in Paris", again, many_tools(), tool_search=3))
+    assert async_trace.steps[0].meta["tools_loaded"] == ["delete_hotel"]  # the async driver: the same
+    assert async_trace.meta["tool_search"] == trace.meta["tool_search"] and again.prompts == policy.prompts
 
 
 def test_a_name_outside_the_registry_or_the_run_s_scope_is_still_an_unknown_tool() -> None:
