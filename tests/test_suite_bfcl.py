@@ -56,9 +56,9 @@ MULTI_TURN_CLASSES = ("GorillaFileSystem", "MathAPI", "MessageAPI", "TwitterAPI"
                       "TravelAPI", "VehicleControlAPI")  # the classes the four categories involve
 EMBEDDED_WINDOW = 2048  # lw.models.LlamaCpp's default n_ctx
 DEFAULT_MAX_STEPS = lw.Limits().max_steps
+REFUSED_TICKET = "invalid args: 'ticket_id' must be an integer, got 'ticket_001'"
 KNOWN = {
-    **{f"multi_turn_{c}_173": (4 if c.startswith("miss") else 3, "close_ticket", "invalid args: 'ticket_id' must be an "
-                               "integer, got 'ticket_001'") for c in CATEGORIES},
+    **{f"multi_turn_{c}_173": (4 if c.startswith("miss") else 3, "close_ticket", REFUSED_TICKET) for c in CATEGORIES},
     "multi_turn_miss_func_49": (1, "tail", "unknown tool 'tail'"),
 }
 """Cases whose ground truth breaks the case's own documents: (turn, function, loopwright's
@@ -151,8 +151,7 @@ class Toolbox:
         self.b = b
         self.instances: dict[str, Any] = {}
         self.results: list[str] = []
-        self.tools = {c: [self._tool(c, doc) for doc in b.docs(c)] for c in b.class_modules if c in b.stateless
-                      or c in MULTI_TURN_CLASSES}
+        self.tools = {c: [self._tool(c, doc) for doc in b.docs(c)] for c in MULTI_TURN_CLASSES}
         self._registries: dict[tuple[tuple[str, ...], frozenset[str]], lw.ToolRegistry] = {}
 
     def _tool(self, class_name: str, doc: dict[str, Any]) -> lw.Tool:
