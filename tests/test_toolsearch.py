@@ -434,3 +434,28 @@ def test_resume_and_fork_load_what_a_call_by_name_loaded(tmp_path: Any, how: str
     assert after.meta["tool_search"]["loaded"] == loaded
     assert offered(then.requests[0]) == offered(first.requests[1])  # the crashed step saw the same tools
     assert store.trace(after.run_id).steps[0].meta["tools_loaded"] == ["get_stock"]
+
+
+@pytest.mark.slow
+def test_two_real_mcp_servers_tools_run_when_called_by_name() -> None:
+    """server-everything (npm) and mcp-server-time (PyPI) connected at once (15 tools): with
+    the embedded model's window "auto" shows them all (their list fits); with search on, a
+    call of the time server's tool, which the task's K did not load, runs on the real server."""
+    from helpers.mcp_servers import everything_server, time_server
+    from loopwright.mcp import MCPServer
+
+    with MCPServer.stdio(everything_server(), [], timeout_s=60) as everything, \
+            MCPServer.stdio(time_server(), ["--local-timezone", "Etc/UTC"], timeout_s=60) as clock:
+        registry = lw.ToolRegistry([*everything.tools(), *clock.tools()])
+        traces, policies = [], []
+        for tool_search in ("auto", 3):
+            policy = Windowed([step("get_current_time", {"timezone": "Etc/UTC"}), "Final Answer: done"])
+            traces.append(lw.run("Repeat the message hello back to me.", policy, registry, tool_search=tool_search))
+            policies.append(policy)
+    every, searched = traces
+    assert "tool_search" not in every.meta and len(policies[0].requests[0].tools) == len(registry) == 15
+    assert searched.meta["tool_search"]["k"] == 3 and "get_current_time" not in offered(policies[1].requests[0])
+    assert searched.steps[0].meta["tools_loaded"] == ["get_current_time"]
+    for trace in traces:
+        assert trace.stopped_reason == "final" and trace.steps[0].error is None
+        assert "Etc/UTC" in (trace.steps[0].observation or "")
