@@ -22,8 +22,9 @@ is installed and none of its dependencies are needed.
   one search_tools observation (what a step adds when the model searches).
 - Query ms: one `ToolIndex.rank` (the per-step cost of search), p50 and p95, and the
   index build once per registry.
-- Sweep: registries of N tools (each question's right functions plus random others) to
-  choose the "auto" threshold.
+- Sweep: registries of N tools (each question's right functions plus random others): recall,
+  prompt sizes, and how many of them `tool_search="auto"` searches for a model with the
+  embedded model's 2,048-token window.
 - MCP: mcp-server-time (PyPI), @modelcontextprotocol/server-everything (npm) and
   `loopwright mcp serve` with the demo tools, connected at once; one hand-written question
   per tool (ours, not a public set), alone and inside the BFCL registry.
@@ -45,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import loopwright as lw
-from loopwright.modes.toolsearch import ToolIndex, ToolSelection
+from loopwright.modes.toolsearch import ToolIndex, ToolSelection, resolve
 from loopwright.trace import estimate_tokens
 
 BFCL = "bfcl-eval==2026.3.23"
@@ -206,19 +207,22 @@ def sweep(registry: lw.ToolRegistry, questions: Sequence[tuple[str, str, set[str
     pool = list(registry.names)
     picked = rng.sample(list(questions), n_questions)
     print(f"\n## sweep: registries of N tools, {n_questions} questions, K=10")
-    print("| N | recall@10 | every tool: tokens | K=10 + search_tools: tokens |\n|---|---|---|---|")
-    for n in (10, 15, 20, 30, 40, 80, 160):
-        hits, full, searched = 0, [], []
+    print("| N | recall@10 | every tool: tokens | K=10 + search_tools: tokens | auto on, 2,048-token window |")
+    print("|---|---|---|---|---|")
+    for n in (10, 12, 15, 20, 25, 30, 40, 80, 160):
+        hits, full, searched, auto = 0, [], [], 0
         for _category, text, right in picked:
             others = [name for name in rng.sample(pool, n + len(right)) if name not in right][: n - len(right)]
             names = sorted(right) + others
             rng.shuffle(names)
             small = registry.subset(names)
+            auto += resolve("auto", small, 2048) is not None  # the embedded model's default n_ctx
             index = ToolIndex(small)
             hits += right <= set(chosen(index, small, [(_category, text, right)], 10)[0])
             full.append(first_prompt_tokens(text, small, "off"))
             searched.append(first_prompt_tokens(text, small, 10) if n > 10 else full[-1])
-        print(f"| {n} | {hits / n_questions:.3f} | {statistics.mean(full):,.0f} | {statistics.mean(searched):,.0f} |")
+        print(f"| {n} | {hits / n_questions:.3f} | {statistics.mean(full):,.0f} | {statistics.mean(searched):,.0f} "
+              f"| {auto} of {n_questions} |")
 
 
 MCP_QUESTIONS = {

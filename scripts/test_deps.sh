@@ -16,6 +16,9 @@
 #   wheelhouse): installed here, never fetched at test time.
 # - A real OTLP receiver for the OpenTelemetry end-to-end test: Arize Phoenix, in its own
 #   virtual environment ($LOOPWRIGHT_CACHE/phoenix; about 0.9 GB, kept apart from .venv's pins).
+# - The bfcl-eval wheel (BFCL's data, classes and executor), into $LOOPWRIGHT_CACHE/bfcl: the
+#   BFCL multi-turn replay suite and benchmarks/tool_search.py read it as a zip, without
+#   installing it or its dependencies.
 set -euo pipefail
 
 missing=()
@@ -54,4 +57,12 @@ if [ ! -x "$phoenix_dir/bin/phoenix" ] || ! "$phoenix_dir/bin/python" -c \
   python3 -m venv "$phoenix_dir"
   "$phoenix_dir/bin/python" -m pip install -q --disable-pip-version-check "arize-phoenix==$phoenix_version"
   echo "arize-phoenix $phoenix_version installed in $phoenix_dir"
+fi
+
+bfcl_version=2026.3.23  # tests/test_suite_bfcl.py and benchmarks/tool_search.py name the same
+bfcl_dir="$cache/bfcl"
+if [ ! -f "$bfcl_dir/bfcl_eval-$bfcl_version-py3-none-any.whl" ]; then
+  mkdir -p "$bfcl_dir"
+  python3 -m pip download -q --disable-pip-version-check --no-deps "bfcl-eval==$bfcl_version" -d "$bfcl_dir"
+  echo "bfcl-eval $bfcl_version wheel in $bfcl_dir"
 fi

@@ -1,17 +1,27 @@
-"""Tool search (issue 25, part 1): a run with many tools sees the K most relevant to its task
-plus search_tools, which loads others for the rest of the run; resume and fork see the same."""
+"""Tool search: a run with many tools sees the K most relevant to its task plus search_tools,
+which loads others for the rest of the run; a registered tool called by name loads and runs;
+"auto" decides from the model's context window; resume and fork see the same tools."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
 import loopwright as lw
 from loopwright.models.grammar import grammar_for
-from loopwright.modes.toolsearch import AUTO_K, AUTO_MIN_TOOLS, SEARCH_TOOL, ToolIndex, resolve
+from loopwright.modes.toolsearch import (
+    AUTO_K,
+    AUTO_SHARE,
+    SEARCH_TOOL,
+    ToolIndex,
+    list_tokens,
+    resolve,
+)
 
 TOPICS = [
     ("weather", "Get the weather forecast for a city", "city"),
@@ -55,17 +65,42 @@ def offered(request: lw.ModelRequest) -> list[str]:
     return [t["name"] for t in request.tools]
 
 
-def test_auto_is_off_at_or_below_the_threshold_and_on_above_it() -> None:
-    assert resolve("auto", AUTO_MIN_TOOLS) is None and resolve(None, AUTO_MIN_TOOLS) is None
-    assert resolve("auto", AUTO_MIN_TOOLS + 1) == AUTO_K
-    assert resolve("off", 10_000) is None and resolve(5, 60) == 5 and resolve(60, 60) is None
-    few = lw.ScriptedPolicy(["Final Answer: ok"])
-    lw.run("weather in Paris", few, lw.ToolRegistry(list(many_tools())[:5]))
-    assert SEARCH_TOOL not in offered(few.requests[0]) and len(few.requests[0].tools) == 5
-    policy = lw.ScriptedPolicy(["Final Answer: ok"])
-    trace = lw.run("weather in Paris", policy, many_tools())  # 60 tools: on by default
+class Windowed(lw.ScriptedPolicy):
+    """A scripted model that reports a context window, as LlamaCpp reports its n_ctx."""
+
+    def __init__(self, outputs: Sequence[Any], context_window: int = 2048) -> None:
+        super().__init__(outputs)
+        self.context_window = context_window
+
+
+def test_auto_is_on_only_when_the_whole_tool_list_would_not_fit_the_window() -> None:
+    registry = many_tools()
+    tokens = list_tokens(registry)  # the whole list as the prompt renders it, estimated
+    edge = int(tokens / AUTO_SHARE)
+    assert resolve("auto", registry, edge) is None and resolve(None, registry, edge) is None  # fits: off
+    assert resolve("auto", registry, edge - 1) == AUTO_K  # takes more than AUTO_SHARE of the window: on
+    assert resolve("auto", registry, None) is None  # the policy says nothing: off
+    assert resolve("auto", registry, 128_000) is None
+    assert resolve("off", registry, 16) is None and resolve(5, registry, None) == 5 and resolve(60, registry, 16) is None
+    few = lw.ToolRegistry(list(registry)[:AUTO_K])
+    assert resolve("auto", few, 16) is None  # no more tools than K: nothing to leave out
+    # the run: the embedded model's 2,048-token window cannot hold 60 tools' list
+    policy = Windowed(["Final Answer: ok"], 2048)
+    trace = lw.run("weather in Paris", policy, registry)
     assert len(policy.requests[0].tools) == AUTO_K + 1 and offered(policy.requests[0])[-1] == SEARCH_TOOL
     assert trace.meta["tool_search"]["k"] == AUTO_K
+    for policy in (Windowed(["Final Answer: ok"], 128_000), lw.ScriptedPolicy(["Final Answer: ok"])):
+        trace = lw.run("weather in Paris", policy, registry)  # a large window, or none reported: every tool
+        assert len(policy.requests[0].tools) == 60 and "tool_search" not in trace.meta
+
+
+def test_models_report_their_context_window() -> None:
+    assert lw.models.LlamaCpp(n_ctx=4096).context_window == 4096  # the weights load on first use, not here
+    assert lw.models.OpenAICompatible("http://127.0.0.1:9/v1", "m", context_window=32_768).context_window == 32_768
+    assert lw.models.OpenAICompatible("http://127.0.0.1:9/v1", "m").context_window is None
+    for bad in (0, -5, True, "8k"):
+        with pytest.raises(ValueError, match="context_window"):
+            lw.models.OpenAICompatible("http://127.0.0.1:9/v1", "m", context_window=bad)  # type: ignore[arg-type]
 
 
 def test_k_is_respected_and_the_tools_are_the_task_s_most_relevant() -> None:
@@ -103,11 +138,40 @@ def test_search_tools_loads_tools_that_stay_loaded_for_the_run() -> None:
     assert all(b.startswith(a) for a, b in zip(policy.prompts, policy.prompts[1:], strict=False))
 
 
-def test_a_tool_not_loaded_is_an_unknown_tool_and_does_not_run() -> None:
+def test_a_registered_tool_not_loaded_is_loaded_and_run_when_called_by_name() -> None:
     calls: list[str] = []
-    policy = lw.ScriptedPolicy([step("delete_hotel", {"nights": "2"}), "Final Answer: no"])
+    policy = Windowed([step("delete_hotel", {"nights": "2"}), step("get_weather", {"city": "Paris"}),
+                       "Final Answer: done"])
     trace = lw.run("weather in Paris", policy, many_tools(calls), tool_search=3)
-    assert calls == [] and "unknown tool" in (trace.steps[0].error or "")
+    assert "delete_hotel" not in offered(policy.requests[0])
+    assert trace.stopped_reason == "final" and calls == ["delete_hotel", "get_weather"]
+    first = trace.steps[0]
+    assert first.error is None and first.observation.startswith("delete_hotel ok")
+    assert first.meta["tools_loaded"] == ["delete_hotel"] and "tools_loaded" not in trace.steps[1].meta
+    assert trace.meta["tool_search"]["loaded"] == [*offered(policy.requests[0])[:3], "delete_hotel"]
+    # from then on it is offered like a search's find: prompt list, native list and grammar agree
+    assert offered(policy.requests[1]) == [*offered(policy.requests[0])[:3], "delete_hotel", SEARCH_TOOL]
+    grammar = grammar_for(policy.requests[1])
+    assert grammar is not None
+    offered_in_grammar = re.findall(r'^tool\d+ ::= "([\w.-]+)\\nAction Input: ', grammar, re.MULTILINE)
+    assert offered_in_grammar == offered(policy.requests[1])  # the loaded tools and search_tools, no other
+    again = Windowed([step("delete_hotel", {"nights": "2"}), step("get_weather", {"city": "Paris"}),
+                      "Final Answer: done"])
+    async_trace = asyncio.run(lw.arun("weather in Paris", again, many_tools(), tool_search=3))
+    assert async_trace.steps[0].meta["tools_loaded"] == ["delete_hotel"]  # the async driver: the same
+    assert async_trace.meta["tool_search"] == trace.meta["tool_search"] and again.prompts == policy.prompts
+
+
+def test_a_name_outside_the_registry_or_the_run_s_scope_is_still_an_unknown_tool() -> None:
+    calls: list[str] = []
+    registry = many_tools(calls)
+    scope = [n for n in registry.names if n != "delete_hotel"]
+    policy = lw.ScriptedPolicy([step("delete_hotel", {"nights": "2"}), step("no_such_tool", {"x": "1"}),
+                                "Final Answer: no"])
+    trace = lw.run("weather in Paris", policy, registry, tools=scope, tool_search=3)
+    assert calls == [] and all("unknown tool" in (s.error or "") for s in trace.steps[:2])
+    assert "delete_hotel" not in trace.meta["tool_search"]["loaded"]
+    assert all("tools_loaded" not in s.meta for s in trace.steps)
 
 
 def test_selection_and_prompts_are_deterministic() -> None:
@@ -288,3 +352,110 @@ def test_a_replan_loads_the_tools_that_match_the_failure() -> None:
     assert "get_stock" in offered(policy.requests[1]) and "get_stock(" in policy.prompts[1]
     assert trace.stopped_reason == "final" and calls == ["get_stock"] and trace.replans == 1
     assert "get_stock" in trace.meta["tool_search"]["loaded"]
+
+
+class WindowedTree:
+    """A scripted Tree-of-Thoughts model (a prompt -> text callable) with a context window:
+    it proposes `first` at the question, then the final answer, and scores every step sure."""
+
+    context_window = 2048
+
+    def __init__(self, first: str) -> None:
+        self.first = first
+        self.prompts: list[str] = []
+
+    def __call__(self, prompt: str) -> str:
+        self.prompts.append(prompt)
+        if prompt.endswith("Evaluation:"):
+            return "sure"
+        return f"1. {self.first}" if "Step 1:" not in prompt else "1. Final Answer: done"
+
+
+FAR = "delete_timezone"  # registered last: never among the K a weather task starts with
+
+
+def _script(mode: str) -> Any:
+    plan = json.dumps({"plan": [{"id": "E1", "tool": FAR, "args": {"zone": "UTC"}}]})
+    return {
+        "react": Windowed([step(FAR, {"zone": "UTC"}), "Final Answer: done"]),
+        "reflexion": Windowed([step(FAR, {"zone": "UTC"}), "Final Answer: done"]),
+        "rewoo": Windowed([plan, "Final Answer: done"]),
+        "plan_execute": Windowed([plan]),
+        "tot": WindowedTree(f"{FAR}[UTC]"),
+    }[mode]
+
+
+@pytest.mark.parametrize("mode", ["react", "rewoo", "plan_execute", "reflexion", "tot"])
+def test_every_mode_runs_a_registered_tool_outside_the_first_k_with_default_options(mode: str) -> None:
+    """60 tools and a model with the embedded model's window: "auto" turns search on, and a
+    call by name to a tool the task did not load runs (the default options, nothing else)."""
+    calls: list[str] = []
+    policy = _script(mode)
+    trace = lw.run("What is the weather forecast in Paris?", policy, many_tools(calls), mode)
+    search = trace.meta["tool_search"]
+    assert search["k"] == AUTO_K and search["loaded"].index(FAR) == AUTO_K  # not among the first K
+    assert trace.stopped_reason == "final" and trace.final_answer is not None, [s.error for s in trace.steps]
+    assert calls == [FAR]
+    ran = next(s for s in trace.steps if s.tool == FAR)
+    assert ran.error is None and ran.observation.startswith(f"{FAR} ok")
+    loading = next(s for s in trace.steps if s.meta.get("tools_loaded"))
+    assert loading.meta["tools_loaded"] == [FAR]  # the action's step, or the plan's that named it
+    assert loading.kind == ("plan" if mode in ("rewoo", "plan_execute") else "action")
+
+
+def test_a_native_tool_call_to_a_registered_tool_outside_the_list_loads_and_runs() -> None:
+    calls: list[str] = []
+    use = lw.ToolCall("get_stock", json.dumps({"ticker": "ACME"}), id="c1")
+    policy = Windowed([lw.Completion("", tool_calls=(use,)), lw.Completion("done")])
+    trace = lw.run("weather in Paris", policy, many_tools(calls), dialect="native", tool_search=3)
+    assert "get_stock" not in offered(policy.requests[0])
+    assert trace.final_answer == "done" and calls == ["get_stock"]
+    assert trace.steps[0].meta["tools_loaded"] == ["get_stock"]
+    assert "get_stock" in offered(policy.requests[1])
+    reply = policy.requests[1].messages[-1]
+    assert reply["role"] == "tool" and reply["tool_call_id"] == "c1" and "get_stock ok" in reply["content"]
+
+
+@pytest.mark.parametrize("how", ["resume", "fork"])
+def test_resume_and_fork_load_what_a_call_by_name_loaded(tmp_path: Any, how: str) -> None:
+    store = lw.SQLiteStore(tmp_path / "runs.db")
+    calls: list[str] = []
+    first = Windowed([step("get_stock", {"ticker": "ACME"}), RuntimeError("the process died")])
+    trace = lw.run("weather in Paris", first, many_tools(calls), store=store)  # auto: on for 60 tools
+    assert trace.stopped_reason == "error" and calls == ["get_stock"]
+    loaded = trace.meta["tool_search"]["loaded"]
+    assert loaded[-1] == "get_stock" and trace.steps[0].meta["tools_loaded"] == ["get_stock"]
+    then = Windowed([step("get_stock", {"ticker": "XYZ"}), "Final Answer: done"])
+    if how == "resume":
+        after = lw.resume(trace.run_id, then, many_tools(calls), store=store)
+    else:
+        after = lw.fork(trace.run_id, 1, then, many_tools(calls), store=store)
+    assert after.stopped_reason == "final" and calls == ["get_stock", "get_stock"]  # replayed, then one live call
+    assert after.meta["tool_search"]["loaded"] == loaded
+    assert offered(then.requests[0]) == offered(first.requests[1])  # the crashed step saw the same tools
+    assert store.trace(after.run_id).steps[0].meta["tools_loaded"] == ["get_stock"]
+
+
+@pytest.mark.slow
+def test_two_real_mcp_servers_tools_run_when_called_by_name() -> None:
+    """server-everything (npm) and mcp-server-time (PyPI) connected at once (15 tools): with
+    the embedded model's window "auto" shows them all (their list fits); with search on, a
+    call of the time server's tool, which the task's K did not load, runs on the real server."""
+    from helpers.mcp_servers import everything_server, time_server
+    from loopwright.mcp import MCPServer
+
+    with MCPServer.stdio(everything_server(), [], timeout_s=60) as everything, \
+            MCPServer.stdio(time_server(), ["--local-timezone", "Etc/UTC"], timeout_s=60) as clock:
+        registry = lw.ToolRegistry([*everything.tools(), *clock.tools()])
+        traces, policies = [], []
+        for tool_search in ("auto", 3):
+            policy = Windowed([step("get_current_time", {"timezone": "Etc/UTC"}), "Final Answer: done"])
+            traces.append(lw.run("Repeat the message hello back to me.", policy, registry, tool_search=tool_search))
+            policies.append(policy)
+    every, searched = traces
+    assert "tool_search" not in every.meta and len(policies[0].requests[0].tools) == len(registry) == 15
+    assert searched.meta["tool_search"]["k"] == 3 and "get_current_time" not in offered(policies[1].requests[0])
+    assert searched.steps[0].meta["tools_loaded"] == ["get_current_time"]
+    for trace in traces:
+        assert trace.stopped_reason == "final" and trace.steps[0].error is None
+        assert "Etc/UTC" in (trace.steps[0].observation or "")

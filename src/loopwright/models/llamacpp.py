@@ -190,6 +190,11 @@ class LlamaCpp:
         return f"LlamaCpp({self.name!r}, n_ctx={self.n_ctx}, grammar={self.grammar})"
 
     @property
+    def context_window(self) -> int:
+        """The context window in tokens (n_ctx): what `tool_search="auto"` decides from."""
+        return self.n_ctx
+
+    @property
     def llm(self) -> Llama:
         """The loaded llama_cpp.Llama (loaded on first access)."""
         if self._llm is None:

@@ -114,7 +114,10 @@ def _is_rejection(exc: ModelError) -> bool:
 
 
 class OpenAICompatible:
-    """A Model served over the OpenAI API by any compatible server."""
+    """A Model served over the OpenAI API by any compatible server.
+
+    context_window: the served model's context window in tokens, if known; `tool_search="auto"`
+    decides from it (with None, the default, every tool is shown)."""
 
     def __init__(
         self,
@@ -136,6 +139,7 @@ class OpenAICompatible:
         server: str | None = None,
         plan_max_steps: int = 4,
         exclude_known: bool = True,
+        context_window: int | None = None,
     ) -> None:
         if mode not in ("completion", "chat"):
             raise ValueError(f"mode must be 'completion' or 'chat', got {mode!r}")
@@ -145,6 +149,10 @@ class OpenAICompatible:
             raise ValueError(f"server must be None or one of {', '.join(SERVERS)}, got {server!r}")
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+        if context_window is not None and (
+            isinstance(context_window, bool) or not isinstance(context_window, int) or context_window < 1
+        ):
+            raise ValueError(f"context_window must be a number of tokens >= 1 or None, got {context_window!r}")
         self.base_url = base_url
         self.model = model
         self.name = model
@@ -161,6 +169,7 @@ class OpenAICompatible:
         self.server = server
         self.plan_max_steps = plan_max_steps
         self.exclude_known = exclude_known
+        self.context_window = context_window
         self._rejected: set[tuple[str, bool]] = set()  # (constraint kind, chat endpoint)
         self._probe_lock = threading.Lock()
         self._api_key = api_key or "no-key"

@@ -29,8 +29,9 @@ def check(spec: RunSpec) -> None:
 
 
 def machine(ctx: RunContext, spec: RunSpec) -> StepGen:
-    # tool search: the plan gets the K tools the task needs most; each replan also loads the
-    # tools that best match the failure (a step that named a tool not loaded finds its kin)
+    # tool search: the plan gets the K tools the task needs most; a plan that names a registered
+    # tool not loaded loads it (plan_call); each replan also loads the tools that best match the
+    # failure (a step that named a tool that does not exist finds its kin)
     selection = begin(ctx, spec, searchable=False)
     return _plan_execute(ctx, spec.max_tokens, selection)
 
@@ -43,7 +44,7 @@ def _plan_execute(ctx: RunContext, max_tokens: int | None, selection: ToolSelect
     history: list[tuple[str, str, str]] = []  # (label, tool, observation) across attempts
     transcript = [f"Question: {ctx.task}"]
     while True:
-        plan, plan_error = yield from plan_call(ctx, prompt, kind, max_tokens)
+        plan, plan_error = yield from plan_call(ctx, prompt, kind, max_tokens, selection)
         if plan is None and plan_error is None:
             return  # the policy failed or a guard fired; the run is already stopped
         failed_step, error = "plan", neutralise(plan_error or "")  # quotes the model's JSON

@@ -18,7 +18,14 @@ from loopwright.modes.folding import MEMORY_OVERHEAD, Folding, step_block
 from loopwright.modes.handles import READ_OUTPUT, READ_OUTPUT_SCHEMA
 from loopwright.modes.machine import CallTool, PolicyFailed, StepGen
 from loopwright.modes.spec import RunSpec
-from loopwright.modes.toolsearch import SEARCH_TOOL, ToolSelection, begin, narrow, query_of
+from loopwright.modes.toolsearch import (
+    SEARCH_TOOL,
+    ToolSelection,
+    begin,
+    load_called,
+    narrow,
+    query_of,
+)
 from loopwright.nearest_run import check_run_examples, with_run_example
 from loopwright.parsing.steps import Action, FinalAnswer, parse_react_step
 from loopwright.parsing.toolcalls import parse_tool_calls
@@ -203,7 +210,8 @@ def _react(
     """The ReAct loop on `ctx`. max_steps: model calls this loop may make (default the
     run's); keep_prompts: each step keeps a copy of its prompt (Reflexion runs several
     scratchpads in one trace, so a prompt is not a prefix of `trace.scratchpad`);
-    selection: the run's tool search, which answers `search_tools` calls here."""
+    selection: the run's tool search: it answers `search_tools` calls here (when searchable),
+    and a call of a registered tool it has not loaded loads that tool."""
     limits = ctx.limits
     cap = limits.max_steps if max_steps is None else max_steps
     first_call = ctx.trace.llm_calls
@@ -301,12 +309,16 @@ def _react(
 
             parse_errors = 0
             name = parsed.name
+            loaded = load_called(ctx, selection, name) if selection is not None else []
+            if loaded:  # a registered tool the search had not loaded: callable from now on
+                tools = () if plain else tuple(ctx.schemas)
             args = ctx.registry.bind(name, parsed.args)  # unchanged for an unknown tool
             stop = ctx.guard_after_call() if guarded else None
             if stop:
                 yield Step(k, "action", raw=raw, thought=parsed.thought, tool=name, args=args,
                            error=f"not executed: {stop.replace('_', ' ')} reached",
-                           duration_s=seconds, usage=call.usage, prompt_chars=prompt, prompt=copy)
+                           duration_s=seconds, usage=call.usage, prompt_chars=prompt, prompt=copy,
+                           meta={"tools_loaded": loaded} if loaded else {})
                 ctx.stop(stop)
                 return
 
@@ -330,7 +342,7 @@ def _react(
                 _native_call(pad, parsed, name, args, observation)
                 continue
 
-            if selection is not None and name == SEARCH_TOOL:  # answered here: pure, no tool runs
+            if selection is not None and selection.searchable and name == SEARCH_TOOL:  # pure: no tool runs
                 loaded, observation = selection.search(query_of(args))
                 narrow(ctx, selection)
                 tools = () if plain else tuple(ctx.schemas)
@@ -356,6 +368,8 @@ def _react(
                 meta["retries"] = call.retries  # the backend retried transient HTTP errors
             if executed.meta:
                 meta.update(executed.meta)
+            if loaded:
+                meta["tools_loaded"] = loaded
             yield Step(k, executed.kind, raw=raw, thought=parsed.thought, tool=name, args=args,
                        observation=observation,
                        error=None if result.error is None else result.error.message,

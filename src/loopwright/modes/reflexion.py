@@ -23,7 +23,7 @@ from loopwright.modes.machine import StepGen
 from loopwright.modes.react import _react, _Scratchpad
 from loopwright.modes.react import check as react_check
 from loopwright.modes.spec import Evaluator, RunSpec
-from loopwright.modes.toolsearch import begin
+from loopwright.modes.toolsearch import ToolSelection, begin
 from loopwright.prompts import REFLEXION_OUTCOMES
 from loopwright.trace import Step
 from loopwright.untrusted import neutralise
@@ -63,12 +63,13 @@ def machine(ctx: RunContext, spec: RunSpec) -> StepGen:
     attempt and critique fits; an attempt never gets more than max_steps has left.
     evaluator: see `Evaluator`; without one an attempt that answers is accepted.
     """
-    begin(ctx, spec, searchable=False)  # every attempt uses the K tools the task needs most
+    # every attempt starts from the K tools the task needs most, and what earlier attempts loaded
+    selection = begin(ctx, spec, searchable=False)
     max_steps, max_reflections = ctx.limits.max_steps, spec.setting("max_reflections")
     per_attempt = spec.attempt_steps or max(1, (max_steps - max_reflections) // (max_reflections + 1))
     judge = spec.evaluator if callable(spec.evaluator) else None
     settings = _Settings(spec.setting("dialect"), max_reflections, per_attempt, judge, spec.setting("on_tool_error"),
-                         spec.max_tokens, spec.memory, spec.context_tokens)
+                         spec.max_tokens, spec.memory, spec.context_tokens, selection)
     _Scratchpad(ctx, settings.dialect, spec.memory, spec.context_tokens)  # bad options fail now
     return _reflexion(ctx, settings)
 
@@ -83,6 +84,7 @@ class _Settings:
     max_tokens: int | None
     memory: Any
     context_tokens: int | None
+    selection: ToolSelection | None
 
 
 def _reflexion(ctx: RunContext, s: _Settings) -> StepGen:
@@ -105,7 +107,7 @@ def _reflexion(ctx: RunContext, s: _Settings) -> StepGen:
         attempts.append(record)
         try:
             yield from _react(ctx, pad, s.max_tokens, max_steps=cap, keep_prompts=True,
-                              on_tool_error=s.on_tool_error)
+                              on_tool_error=s.on_tool_error, selection=s.selection)
         finally:
             record["last_step"] = ctx.next_index - 1
             record["stopped_reason"] = trace.stopped_reason

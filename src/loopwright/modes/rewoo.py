@@ -23,7 +23,7 @@ from loopwright.modes.machine import (
     StepGen,
 )
 from loopwright.modes.spec import RunSpec
-from loopwright.modes.toolsearch import begin
+from loopwright.modes.toolsearch import ToolSelection, begin, load_called
 from loopwright.parsing.steps import PlanStep, parse_plan, substitute
 from loopwright.policy import ModelRequest, Purpose
 from loopwright.prompts import describe_tools, fill, render_evidence, worked_examples
@@ -36,15 +36,15 @@ def check(spec: RunSpec) -> None:
 
 
 def machine(ctx: RunContext, spec: RunSpec) -> StepGen:
-    begin(ctx, spec, searchable=False)  # the plan is made from the K tools the task needs most
-    return _rewoo(ctx, spec.max_tokens)
+    selection = begin(ctx, spec, searchable=False)  # the plan is made from the K tools the task needs most
+    return _rewoo(ctx, spec.max_tokens, selection)
 
 
-def _rewoo(ctx: RunContext, max_tokens: int | None) -> StepGen:
+def _rewoo(ctx: RunContext, max_tokens: int | None, selection: ToolSelection | None = None) -> StepGen:
     tools = tuple(ctx.schemas)
     plan_prompt = fill(ctx.prompts.rewoo_planner, "rewoo_planner", tools=describe_tools(tools),
                        task=ctx.task, examples=plan_examples(ctx))
-    plan, error = yield from plan_call(ctx, plan_prompt, "plan", max_tokens)
+    plan, error = yield from plan_call(ctx, plan_prompt, "plan", max_tokens, selection)
     if plan is None:
         if error is not None:
             ctx.stop("error")
@@ -115,11 +115,13 @@ def plan_examples(ctx: RunContext) -> str:
 
 
 def plan_call(
-    ctx: RunContext, prompt: str, kind: str, max_tokens: int | None
+    ctx: RunContext, prompt: str, kind: str, max_tokens: int | None, selection: ToolSelection | None = None
 ) -> Machine[tuple[list[PlanStep] | None, str | None]]:
     """Ask for a plan (use with `yield from`). Returns (plan, None) on success,
     (None, message) when the reply is not a usable plan, and (None, None) after the run
-    was stopped (the policy failed, or the budget or clock ran out)."""
+    was stopped (the policy failed, or the budget or clock ran out). With tool search, the
+    registered tools the plan names that were not loaded are loaded (the plan step's
+    meta["tools_loaded"])."""
     purpose: Purpose = "plan" if kind == "plan" else "replan"
     try:
         call = yield ModelRequest(prompt, (), purpose, tuple(ctx.schemas), (), max_tokens)
@@ -133,9 +135,12 @@ def plan_call(
         plan, error = parse_plan(raw), None
     except ParseError as exc:
         plan, error = None, str(exc)
+    meta: dict[str, Any] = {"plan": [[s.id, s.tool, s.args] for s in plan]} if plan else {}
+    loaded = [n for s in plan for n in load_called(ctx, selection, s.tool)] if plan and selection else []
+    if loaded:
+        meta["tools_loaded"] = loaded
     yield Step(ctx.next_index, kind, raw=raw, error=error, duration_s=call.seconds,
-               usage=call.usage, prompt=prompt,
-               meta={"plan": [[s.id, s.tool, s.args] for s in plan]} if plan else {})
+               usage=call.usage, prompt=prompt, meta=meta)
     stop = ctx.guard_after_call()
     if stop:
         ctx.stop(stop)

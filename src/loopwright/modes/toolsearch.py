@@ -1,25 +1,35 @@
 """Tool search: a run with many tools shows the model only the K most relevant to its task,
 plus `search_tools(query)`, a built-in tool that loads others; a loaded tool stays loaded.
 
-The selection is data the machine computes (no I/O): the run's registry is narrowed to the
-loaded tools, so the prompt's tool list, the native tool list, the embedded model's grammar
-(built from `ModelRequest.tools`) and execution all see the same set; a tool not loaded is
-an unknown tool. ReAct offers `search_tools`; ReWOO, plan-execute, Reflexion and
-Tree-of-Thoughts plan or branch from the task alone, so they get the K tools and no search.
-The index (BM25 over each tool's name, description, parameter names and examples, fused by
-reciprocal rank with dense recall when an embedder is given) is built once per registry and
-kept in its memo, so a run pays only for its queries. Ranking is deterministic (ties go to
-registration order), so a resumed or forked run, which replays the same model replies over
-the same tools, loads the same tools; each load is journaled in its step's meta
-("tools_loaded") and the whole set in `trace.meta["tool_search"]`.
+Search keeps the prompt small; it does not decide what may run. The registry (cut to a
+run's `tools=` scope) is what a run may call: a call by name to a registered, in-scope
+tool that is not loaded loads it and runs it (`load_called`), recorded in its step's
+meta["tools_loaded"] like a search's finds.
 
-`tool_search="auto"` (the default) turns search on with K=AUTO_K above AUTO_MIN_TOOLS tools.
-Measured on BFCL (benchmarks/tool_search.py; docs/benchmarks.md, issue 25): with K=10 the
-first prompt stays near 1,000 tokens whatever the registry, while the whole list costs about
-75 estimated tokens a tool; in the embedded model's own tokens the whole list's first prompt
-is about 1,220 at 20 tools and 1,690 at 30, where it no longer fits the 2,048-token window
-with the 512 tokens a constrained step reserves. recall@10 is 1.0 at 10 tools and 0.94 to
-0.95 from 20 to 40 (a miss costs one search step). Up to 20 tools every tool is shown, as before.
+The selection is data the machine computes (no I/O): the run's registry is narrowed to the
+loaded tools, so the prompt's tool list, the native tool list and the embedded model's
+grammar (built from `ModelRequest.tools`) offer the same set. ReAct offers `search_tools`;
+ReWOO, plan-execute, Reflexion and Tree-of-Thoughts plan or branch from the task alone, so
+they get the K tools and no search (and load what their plans or steps name). The index
+(BM25 over each tool's name, description, parameter names and examples, fused by
+reciprocal rank with dense recall when an embedder is given) is built once per registry
+and kept in its memo, so a run pays only for its queries. Ranking is deterministic (ties
+go to registration order), so a resumed or forked run, which replays the same model
+replies over the same tools, loads the same tools; each load is journaled in its step's
+meta ("tools_loaded") and the whole set in `trace.meta["tool_search"]`.
+
+`tool_search="auto"` (the default) decides from the model's context window, as the policy
+reports it (`context_window`: LlamaCpp's n_ctx, or what an OpenAI-compatible model was
+told): search is on, with K=AUTO_K, when the whole tool list as the prompt renders it
+(estimated at 3 bytes a token, an over-count for English) would take more than AUTO_SHARE
+of the window. The rest of the window holds the instructions and worked examples (about
+200 to 650 tokens), the task, the steps and the reply (a grammar-constrained step reserves
+up to 512 tokens). A policy that reports no window (a scripted policy, a plain function,
+a server whose window was not given) gets every tool. Measured on BFCL's function documents
+(benchmarks/tool_search.py, the sweep's "auto" column): a tool's entry averages about 60
+estimated tokens, so with the embedded model's 2,048-token window search is on in 0 of 100
+random registries of 12 tools, 9 of 15 tools, 97 of 20 and all from 25; with a 128k-token
+window it would take about a thousand tools.
 """
 
 from __future__ import annotations
@@ -31,26 +41,45 @@ from typing import TYPE_CHECKING, Any, Final
 from loopwright.modes.spec import RunSpec, ToolSearchOption
 from loopwright.prompts import describe_tools
 from loopwright.tools.registry import Tool, ToolRegistry
+from loopwright.trace import estimate_tokens
 
 if TYPE_CHECKING:
     from loopwright.memory.embedders import Embedder
     from loopwright.modes.context import RunContext
 
 SEARCH_TOOL: Final = "search_tools"
-AUTO_MIN_TOOLS: Final = 20
 AUTO_K: Final = 10
+AUTO_SHARE: Final = 0.5
+""""auto" turns search on when the whole tool list would take more than this share of the window."""
 PER_SEARCH: Final = 5
 """Tools one `search_tools` call loads at most (fewer when K is smaller)."""
 _DEPTH: Final = 50  # each ranking's depth in the fusion, as HybridMemory's default
 
 
-def resolve(option: ToolSearchOption | None, tool_count: int) -> int | None:
-    """K for a run with `tool_count` tools, or None when search is off."""
+def context_window(policy: object) -> int | None:
+    """The context window `policy` reports (its `context_window`, in tokens), or None."""
+    window = getattr(policy, "context_window", None)
+    if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
+        return None
+    return window
+
+
+def list_tokens(registry: ToolRegistry) -> int:
+    """The estimated tokens of the registry's whole tool list as a prompt renders it."""
+    return registry.memo("tool_list_tokens", lambda reg: estimate_tokens(describe_tools(reg.schemas())))
+
+
+def resolve(option: ToolSearchOption | None, registry: ToolRegistry, window: int | None) -> int | None:
+    """K for a run over `registry` by a model with a `window`-token context (None: it
+    reports none), or None when search is off."""
+    count = len(registry)
     if option is None or option == "auto":
-        return AUTO_K if tool_count > AUTO_MIN_TOOLS else None
+        if window is None or count <= AUTO_K:
+            return None
+        return AUTO_K if list_tokens(registry) > window * AUTO_SHARE else None
     if option == "off":
         return None
-    return option if option < tool_count else None  # K at least every tool: nothing to leave out
+    return option if option < count else None  # K at least every tool: nothing to leave out
 
 
 _CAMEL: Final = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
@@ -174,6 +203,14 @@ class ToolSelection:
         self.loaded += chosen
         return chosen
 
+    def load(self, name: str) -> bool:
+        """Load a tool the model called by name, if it is registered (in the run's scope)
+        and not loaded yet; whether it was loaded now."""
+        if name in self.loaded or name not in self.full or name == SEARCH_TOOL:
+            return False
+        self.loaded.append(name)
+        return True
+
     def search(self, query: str) -> tuple[list[str], str]:
         """Load the tools best matching `query` (at most min(K, PER_SEARCH)); return them
         and the observation that lists them for the model."""
@@ -198,7 +235,7 @@ class ToolSelection:
 def begin(ctx: RunContext, spec: RunSpec, *, searchable: bool) -> ToolSelection | None:
     """Narrow the run to the K tools most relevant to its task (None, and the run keeps
     every tool, when search is off for it)."""
-    k = resolve(spec.tool_search, len(ctx.registry))
+    k = resolve(spec.tool_search, ctx.registry, context_window(ctx.policy))
     if k is None:
         return None
     index = tool_index(ctx.unscoped, spec.tool_embedder)  # built once, not once per scoped run
@@ -214,6 +251,16 @@ def narrow(ctx: RunContext, selection: ToolSelection) -> None:
     ctx.trace.meta["tool_search"] = selection.record()
 
 
+def load_called(ctx: RunContext, selection: ToolSelection | None, name: str) -> list[str]:
+    """Before a call of `name`: load it for the rest of the run when it is a registered,
+    in-scope tool that is not loaded (the run's tools then include it); the tools loaded,
+    for the step's meta["tools_loaded"] (empty when nothing was)."""
+    if selection is None or not selection.load(name):
+        return []
+    narrow(ctx, selection)
+    return [name]
+
+
 def query_of(args: Any) -> str:
     """The query of a `search_tools` call: its `query` argument, else its one text value."""
     if isinstance(args, Mapping):
@@ -225,5 +272,6 @@ def query_of(args: Any) -> str:
     return str(args)
 
 
-__all__ = ["AUTO_K", "AUTO_MIN_TOOLS", "PER_SEARCH", "SEARCH_TOOL", "ToolIndex", "ToolSelection",
-           "as_words", "begin", "narrow", "query_of", "resolve", "search_tool", "tool_document", "tool_index"]
+__all__ = ["AUTO_K", "AUTO_SHARE", "PER_SEARCH", "SEARCH_TOOL", "ToolIndex", "ToolSelection", "as_words", "begin",
+           "context_window", "list_tokens", "load_called", "narrow", "query_of", "resolve", "search_tool",
+           "tool_document", "tool_index"]

@@ -30,7 +30,7 @@ from loopwright.errors import ParseError
 from loopwright.modes.context import RunContext
 from loopwright.modes.machine import CallTool, Machine, PolicyFailed, StepGen
 from loopwright.modes.spec import RunSpec
-from loopwright.modes.toolsearch import begin
+from loopwright.modes.toolsearch import ToolSelection, begin, load_called
 from loopwright.parsing.steps import Action, FinalAnswer, parse_react_step
 from loopwright.policy import ModelRequest, Purpose
 from loopwright.prompts import describe_tools
@@ -106,8 +106,10 @@ class _Search:
     """The search's settings and counters, and the calls that grow the tree."""
 
     def __init__(self, ctx: RunContext, search: str, branching: int, breadth: int, depth: int,
-                 max_nodes: int, threshold: float, allow_side_effects: bool, max_tokens: int | None) -> None:
+                 max_nodes: int, threshold: float, allow_side_effects: bool, max_tokens: int | None,
+                 selection: ToolSelection | None = None) -> None:
         self.ctx = ctx
+        self.selection = selection  # tool search: a step naming a registered tool not loaded loads it
         self.search = search
         self.branching = branching
         self.breadth = breadth
@@ -182,19 +184,21 @@ class _Search:
         where = {"node": node_id, "parent": parent.id, "depth": n}
         state = parent.state + prompts.tot_step.format(n=n, step=neutralise(text))
         child = _Node(node_id, parent, text, state)
-        parsed = _classify(text, ctx.registry)
+        selection = self.selection
+        parsed = _classify(text, ctx.registry if selection is None else selection.full)
         if isinstance(parsed, FinalAnswer):
             child.answer = parsed.answer
         elif parsed is not None:
             child.action = parsed
             name = parsed.name
+            loaded = {"tools_loaded": found} if (found := load_called(ctx, selection, name)) else {}
             args = ctx.registry.bind(name, parsed.args)
             tool = ctx.registry.get(name)
             if tool is not None and (not tool.idempotent or tool.requires_approval) and not self.allow_side_effects:
                 refusal = prompts.tot_refused.format(tool=name)
                 child.score = 0.0  # a dead branch: not scored, never expanded
                 yield Step(ctx.next_index, "denied", thought=text, tool=name, args=args,
-                           observation=refusal, error=refusal, meta={**where, "score": 0.0})
+                           observation=refusal, error=refusal, meta={**where, **loaded, "score": 0.0})
                 return child
             executed = yield CallTool(name, args, f"tot:{node_id}")
             result = executed.result
@@ -203,7 +207,7 @@ class _Search:
                        observation=result.observation,
                        error=None if result.error is None else result.error.message,
                        duration_s=result.duration_s,
-                       meta={**where, "tool_s": result.duration_s, **(executed.meta or {})})
+                       meta={**where, **loaded, "tool_s": result.duration_s, **(executed.meta or {})})
             child.state += prompts.tot_observation.format(
                 n=n, observation=fence(result.observation, f"{name}#{node_id}"))
         prompt = child.state + prompts.tot_value
@@ -262,11 +266,11 @@ def machine(ctx: RunContext, spec: RunSpec) -> StepGen:
     score a node needs to be expanded, or an answer to be accepted (sure 1.0, likely 0.5,
     impossible 0.0, n/10 for a number). allow_side_effects: let branches call tools that
     are not idempotent or need approval (see the module docstring)."""
-    begin(ctx, spec, searchable=False)  # branches use the K tools the task needs most
+    selection = begin(ctx, spec, searchable=False)  # branches use the K tools the task needs most
     state = ctx.prompts.tot_state.format(tools=describe_tools(ctx.schemas), task=ctx.task)
     tree = _Search(ctx, spec.setting("search"), spec.setting("branching"), spec.setting("breadth"),
                    spec.setting("depth"), spec.setting("max_nodes"), float(spec.setting("threshold")),
-                   spec.setting("allow_side_effects"), spec.max_tokens)
+                   spec.setting("allow_side_effects"), spec.max_tokens, selection)
     return _tot(tree, _Node("n0", None, "", state))
 
 
