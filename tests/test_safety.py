@@ -199,6 +199,52 @@ def test_an_approver_that_raises_denies(log):
     assert log == [] and "approval service down" in trace.steps[0].observation
 
 
+LONG_FAILURE = "approval service down: " + " ".join(f"detail-{i}" for i in range(40)) + " END-OF-MESSAGE"
+
+
+def broken_approver(request: ApprovalRequest) -> bool:
+    raise RuntimeError(LONG_FAILURE)
+
+
+@pytest.mark.parametrize("on_deny", ["observe", "stop"])
+def test_an_approver_that_raises_is_a_denial_with_its_whole_message_and_traceback(log, on_deny, tmp_path):
+    policy = lw.ScriptedPolicy([act("delete_file", '{"path": "/x"}'), final("x")])
+    with SQLiteStore(tmp_path / "runs.db") as store:
+        trace = lw.run("t", policy, make_tools(log), approver=broken_approver, on_deny=on_deny,
+                       store=store, run_id="r")
+        journaled = store.trace("r")
+    step = trace.steps[0]
+    assert log == [] and step.kind == "denied"  # fails closed
+    assert step.error == f"approver failed: RuntimeError: {LONG_FAILURE}"
+    assert step.observation == f"DENIED[delete_file]: approver failed: RuntimeError: {LONG_FAILURE}"
+    tb = step.meta["traceback"]
+    assert tb.startswith("Traceback (most recent call last):")
+    assert "in broken_approver" in tb and "raise RuntimeError(LONG_FAILURE)" in tb
+    assert tb.rstrip().endswith("END-OF-MESSAGE")
+    assert journaled.steps[0].meta["traceback"] == tb
+    assert LONG_FAILURE in str(trace)  # printed whole, not clipped
+
+
+def test_decision_and_approval_pending_are_exported_at_the_top(log):
+    from loopwright import safety
+
+    assert lw.Decision is safety.Decision and lw.ApprovalPending is safety.ApprovalPending
+    assert lw.ApprovalRequest is safety.ApprovalRequest
+    assert {"Decision", "ApprovalPending", "ApprovalRequest"} <= set(lw.__all__)
+
+    def careful(request: lw.ApprovalRequest) -> lw.Decision:
+        if request.args["path"] == "/later":
+            raise lw.ApprovalPending(request.key)
+        return lw.Decision(approved=request.args["path"] == "/tmp/x", reason="only /tmp/x")
+
+    calls = [act("delete_file", '{"path": "/tmp/x"}'), act("delete_file", '{"path": "/etc"}'),
+             act("delete_file", '{"path": "/later"}')]
+    trace = lw.run("t", lw.ScriptedPolicy(calls), make_tools(log), approver=careful)
+    assert [s.kind for s in trace.steps] == ["action", "denied"]
+    assert trace.steps[1].observation == "DENIED[delete_file]: only /tmp/x"
+    assert trace.stopped_reason == "paused" and log == [("delete_file", {"path": "/tmp/x"})]
+
+
 class LooksApproved:
     """Not a Decision, but shaped like one that approves."""
 
@@ -218,11 +264,11 @@ def test_approver_answers_other_than_true_deny(log, answer):
 
 def test_only_true_or_an_approving_decision_approves():
     request = ApprovalRequest("delete_file", {"path": "/x"}, "k", 1)
-    assert ask(lambda r: True, request).approved is True
-    assert ask(lambda r: Decision(True, "ok"), request) == Decision(True, "ok")
-    assert ask(lambda r: False, request).approved is False
-    assert ask(lambda r: Decision(False, "no"), request) == Decision(False, "no")
-    assert ask(lambda r: "yes", request).approved is False
+    assert ask(lambda r: True, request)[0].approved is True
+    assert ask(lambda r: Decision(True, "ok"), request) == (Decision(True, "ok"), None)
+    assert ask(lambda r: False, request)[0].approved is False
+    assert ask(lambda r: Decision(False, "no"), request) == (Decision(False, "no"), None)
+    assert ask(lambda r: "yes", request)[0].approved is False
 
 
 def test_a_decision_refuses_an_approval_that_is_not_a_bool(log):

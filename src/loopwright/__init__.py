@@ -78,6 +78,7 @@ from loopwright.parsing import (
 )
 from loopwright.policy import Completion, Model, ModelRequest, Policy, ScriptedPolicy, ToolCall
 from loopwright.prompts import PromptSet
+from loopwright.safety import ApprovalPending, ApprovalRequest, Decision
 from loopwright.tools import (
     Tool,
     ToolError,
@@ -121,12 +122,15 @@ __all__ = [
     "Agent",
     "STOP_REASONS",
     "Action",
+    "ApprovalPending",
+    "ApprovalRequest",
     "ApprovalRequested",
     "CallInfo",
     "AsyncEvents",
     "AsyncRun",
     "BootstrapResult",
     "Completion",
+    "Decision",
     "EvalReport",
     "Event",
     "EventSink",

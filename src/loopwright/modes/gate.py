@@ -117,18 +117,19 @@ class ToolGate:
                     meta["child_run_id"] = child
             return Executed(result, meta=meta)
         if tool is not None and tool.requires_approval:
-            decision = self._approval(call, tool)
+            decision, failure = self._approval(call, tool)
             if decision.approved is not True:  # fail closed on anything but an approval
                 observation = denial_observation(call.name, decision.reason)
                 denied = ToolResult(call.name, call.args, None, observation,
                                     ToolError(call.name, decision.reason, "denied"), 0.0)
                 for observer in ctx.observers:
                     observer.tool(call.key, denied, "denied")
+                why = None if failure is None else {"traceback": failure}  # the approver raised
                 if self.on_deny == "stop":
                     ctx.record(Step(ctx.next_index, "denied", tool=call.name, args=call.args,
-                                    observation=observation, error=decision.reason))
+                                    observation=observation, error=decision.reason, meta=why or {}))
                     raise StopRun("denied", observation)
-                return Executed(denied, "denied")
+                return Executed(denied, "denied", why)
         ledger = None if tool is None or tool.idempotent else self._ledger_key(tool, call.args)
         return Admitted(call, tool, recorded, ledger)
 
@@ -210,7 +211,8 @@ class ToolGate:
     def _ledger_key(self, tool: Tool, args: dict[str, Any]) -> str:
         return tool.name + "\x00" + idempotency_key(tool, args)
 
-    def _approval(self, call: CallTool, tool: Tool) -> Decision:
+    def _approval(self, call: CallTool, tool: Tool) -> tuple[Decision, str | None]:
+        """The decision on a gated call, and the traceback when the approver raised."""
         request = ApprovalRequest(call.name, call.args, approval_key(call.name, call.args), call.key,
                                   tool.side_effects, tool.description, self.ctx.trace.run_id)
         agent = getattr(self.ctx, "agent", None)
@@ -220,14 +222,14 @@ class ToolGate:
         if journal is not None:
             known = journal.recorded_decision(request.key)
             if known is not None:
-                return known
+                return known, None
         if self.approver is None:  # fail closed: a gated tool never runs unapproved
-            return Decision(False, "this tool needs approval and the run has no approver")
+            return Decision(False, "this tool needs approval and the run has no approver"), None
         events = self.ctx.events
         if events is not None:  # a UI watching the run can ask a person now
             events.approval(request)
         try:
-            decision = ask(self.approver, request)
+            decision, failure = ask(self.approver, request)
         except ApprovalPending:
             self.ctx.trace.meta["pending_approval"] = request.to_dict()
             if journal is not None:
@@ -235,7 +237,7 @@ class ToolGate:
             raise StopRun("paused", f"waiting for approval of {call.name}") from None
         if journal is not None:
             journal.record_decision(request, decision)
-        return decision
+        return decision, failure
 
 
 def idempotency_key(tool: Any, args: dict[str, Any]) -> str:
