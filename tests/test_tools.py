@@ -596,6 +596,74 @@ def test_tool_exception_becomes_the_seed_observation() -> None:
     assert out.as_observation() == "ERROR[divide]: ZeroDivisionError: division by zero"
 
 
+PRICES = {"tea": 31}
+
+
+def _price_of(item: str) -> int:
+    return PRICES[item]
+
+
+@tool
+def price(item: str) -> int:
+    """The price of an item in cents."""
+    return _price_of(item) + 0
+
+
+@tool
+async def aprice(item: str) -> int:
+    """The price of an item in cents."""
+    await asyncio.sleep(0)
+    return _price_of(item)
+
+
+@pytest.mark.parametrize("timeout_s", [None, 5.0], ids=["inline", "in-a-thread"])
+@pytest.mark.parametrize("made", [price, aprice], ids=["sync", "async"])
+def test_a_tool_exception_keeps_the_tools_own_traceback(made: Tool, timeout_s: float | None) -> None:
+    reg = ToolRegistry([made], tool_timeout_s=timeout_s)
+    for result in (reg.execute(made.name, {"item": "zz"}),
+                   asyncio.run(reg.aexecute(made.name, {"item": "zz"}))):
+        assert result.observation == f"ERROR[{made.name}]: KeyError: 'zz'"  # what the model reads: short
+        tb = result.error.traceback
+        assert tb.startswith("Traceback (most recent call last):") and tb.rstrip().endswith("KeyError: 'zz'")
+        assert f"in {made.name}" in tb and "in _price_of" in tb and "return PRICES[item]" in tb
+        assert "registry.py" not in tb and "offload.py" not in tb  # the tool's frames, not the caller's
+
+
+def test_a_tool_exception_traceback_is_on_the_step_and_in_the_journal(tmp_path) -> None:
+    import loopwright as lw
+
+    calls = ['Thought: t\nAction: price\nAction Input: {"item": "zz"}', "Thought: t\nFinal Answer: ?"]
+    with lw.SQLiteStore(tmp_path / "runs.db") as store:
+        trace = lw.run("t", lw.ScriptedPolicy(calls), ToolRegistry([price]), store=store, run_id="r")
+        journaled = store.trace("r")
+    step = trace.steps[0]
+    assert step.observation == "ERROR[price]: KeyError: 'zz'" and step.error == "KeyError: 'zz'"
+    assert "in _price_of" in step.meta["traceback"]
+    assert journaled.steps[0].meta["traceback"] == step.meta["traceback"]
+
+
+def test_a_tool_that_raises_tool_error_reports_that_error() -> None:
+    @tool
+    def lookup(item: str) -> str:
+        """Look an item up."""
+        raise ToolError("lookup", f"no item {item!r}; try 'tea'", "invalid_args")
+
+    @tool
+    def misnamed(item: str) -> str:
+        """Raise an error naming another tool."""
+        raise ToolError("other", "not here")
+
+    reg = ToolRegistry([lookup, misnamed])
+    out = reg.dispatch("lookup", {"item": "zz"})
+    assert out == ToolError("lookup", "no item 'zz'; try 'tea'", "invalid_args")
+    assert out.as_observation() == "ERROR[lookup]: no item 'zz'; try 'tea'"
+    assert reg.dispatch("misnamed", {"item": "x"}) == ToolError("misnamed", "not here")  # named for its tool
+    assert asyncio.run(reg.aexecute("lookup", {"item": "zz"})).error == out
+    assert isinstance(out, Exception) and str(out) == out.as_observation()
+    with pytest.raises(ToolError, match="no item"):
+        raise out
+
+
 def test_unknown_tool_names_the_available_ones() -> None:
     out = registry().dispatch("x", {})
     assert isinstance(out, ToolError) and out.kind == "unknown_tool"

@@ -195,6 +195,8 @@ class ToolGate:
             ctx.trace.tool_calls += 1
         for observer in ctx.observers:
             observer.tool(key, result, "action")
+        if result.error is not None and result.error.traceback:  # the step keeps where the tool failed
+            kept = {**(kept or {}), "traceback": result.error.traceback}
         if self.children and key in self.children:  # the call ran a child agent
             self._child_paused(key)
             return Executed(result, meta={**(kept or {}), "child_run_id": self.children.pop(key)})
