@@ -16,7 +16,7 @@ import json
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from loopwright.guards import call_key
 
@@ -145,6 +145,10 @@ def decisions_approver(decisions: Mapping[str, Decision | bool], fallback: Appro
         raise ApprovalPending(request.key)
 
     return approver
+
+
+NO_APPROVER: Final = "this tool needs approval and the run has no approver"
+"""The reason a gated call is denied in a run given no approver."""
 
 
 def denial_observation(tool: str, reason: str) -> str:

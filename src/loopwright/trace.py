@@ -334,7 +334,7 @@ class Trace(_Totals):
         """A readable account: a line a step (a call and its result, an answer, a thought),
         an error in full when its line cut it short, each child agent run's steps indented
         under the call that started it, and the totals."""
-        lines = [f"Task: {_clip(self.task, 200)}  [{self.mode}]"]
+        lines = [f"Task: {clip(self.task, 200)}  [{self.mode}]"]
         self._step_lines(lines, "")
         u = self.usage
         lines.append(
@@ -357,17 +357,17 @@ class Trace(_Totals):
             said = ""
             if s.tool is not None:
                 args = json.dumps(s.args, default=str, ensure_ascii=False)
-                head += f" {s.step_id + ' = ' if s.step_id else ''}{s.tool}({_clip(args, 60)})"
+                head += f" {s.step_id + ' = ' if s.step_id else ''}{s.tool}({clip(args, 60)})"
             if s.observation is not None:
                 said = s.observation
-                head += f" -> {_clip(said, 80)}"
+                head += f" -> {clip(said, 80)}"
             elif s.error is not None:
                 said = s.error
-                head += f" !! {_clip(said, 80)}"
+                head += f" !! {clip(said, 80)}"
             elif s is last and answered and s.kind in ("final", "solve"):
-                head += f" => {_clip(self.final_answer or '', 80)}"
+                head += f" => {clip(self.final_answer or '', 80)}"
             elif s.tool is None and s.thought:
-                head += f" {_clip(s.thought, 80)}"
+                head += f" {clip(s.thought, 80)}"
             lines.append(head)
             if s.error is not None and (s.error not in said or len(said) > 80 or "\n" in said):
                 lines.append(f"{more}error: {s.error.strip()}".replace("\n", f"\n{more}       "))
@@ -387,7 +387,7 @@ class Trace(_Totals):
                 child._step_lines(lines, indent + " " * 6)
 
 
-def _clip(text: str, limit: int) -> str:
+def clip(text: str, limit: int) -> str:
     """One line of at most `limit` characters, cut at a word boundary when one is near."""
     text = " ".join(text.split()) if "\n" in text or "\r" in text else text
     if len(text) <= limit:

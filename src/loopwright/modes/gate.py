@@ -27,6 +27,7 @@ from loopwright.modes.handles import READ_OUTPUT, keep_output, read_output
 from loopwright.modes.machine import CallTool, Executed, Journal, StopRun
 from loopwright.modes.observers import Observer
 from loopwright.safety import (
+    NO_APPROVER,
     ApprovalPending,
     ApprovalRequest,
     Approver,
@@ -226,7 +227,7 @@ class ToolGate:
             if known is not None:
                 return known, None
         if self.approver is None:  # fail closed: a gated tool never runs unapproved
-            return Decision(False, "this tool needs approval and the run has no approver"), None
+            return Decision(False, NO_APPROVER), None
         events = self.ctx.events
         if events is not None:  # a UI watching the run can ask a person now
             events.approval(request)
