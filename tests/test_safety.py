@@ -315,6 +315,28 @@ def test_destructive_call_with_same_args_and_key_executes_once(log):
     assert trace.tool_calls == 1
 
 
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_the_approver_is_asked_only_for_calls_that_will_run(log, driver):
+    asked: list[str] = []
+
+    def approver(request: ApprovalRequest) -> bool:
+        asked.append(request.args["path"])
+        return True
+
+    a, b, c = (act("delete_file", json.dumps({"path": p})) for p in ("/a", "/b", "/c"))
+    policy = lw.ScriptedPolicy([a, b, a, c, final("done")])
+    if driver == "sync":
+        trace = lw.run("t", policy, make_tools(log), approver=approver)
+    else:
+        import asyncio
+
+        trace = asyncio.run(lw.arun("t", policy, make_tools(log), approver=approver))
+    assert [args["path"] for _, args in log] == ["/a", "/b", "/c"]  # three executions
+    assert asked == ["/a", "/b", "/c"]  # three questions: the repeat of /a is not asked about
+    assert "not run again" in trace.steps[2].meta["exactly_once"]
+    assert trace.steps[2].observation == "deleted /a"
+
+
 def test_a_new_idempotency_key_is_a_new_side_effect(log):
     a = act("send_payment", '{"to": "bob", "cents": 500, "request_id": "r-1"}')
     b = act("send_payment", '{"to": "bob", "cents": 500, "request_id": "r-2"}')

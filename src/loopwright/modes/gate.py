@@ -117,7 +117,12 @@ class ToolGate:
                 if child is not None:
                     meta["child_run_id"] = child
             return Executed(result, meta=meta)
+        ledger = None if tool is None or tool.idempotent else self._ledger_key(tool, call.args)
+        admitted = Admitted(call, tool, recorded, ledger)
         if tool is not None and tool.requires_approval:
+            reused = self.reuse(admitted)  # the same side effect ran already: it will not run, so ask no one
+            if reused is not None:
+                return reused
             decision, failure = self._approval(call, tool)
             if decision.approved is not True:  # fail closed on anything but an approval
                 observation = denial_observation(call.name, decision.reason)
@@ -131,8 +136,7 @@ class ToolGate:
                                     observation=observation, error=decision.reason, meta=why or {}))
                     raise StopRun("denied", observation)
                 return Executed(denied, "denied", why)
-        ledger = None if tool is None or tool.idempotent else self._ledger_key(tool, call.args)
-        return Admitted(call, tool, recorded, ledger)
+        return admitted
 
     def lock(self, ledger: str) -> threading.Lock:
         """The lock two identical side effects share (the second waits, then reuses)."""
