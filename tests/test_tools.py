@@ -7,6 +7,7 @@ import json
 import sys
 import threading
 import time
+import warnings
 from typing import Annotated, Any, Literal
 
 import pytest
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, Field
 from typing_extensions import TypedDict
 
-from loopwright.errors import LoopwrightError, ToolDefinitionError
+from loopwright.errors import LoopwrightError, ToolDefinitionError, UntypedParameterWarning
 from loopwright.tools.registry import (
     Tool,
     ToolArgumentError,
@@ -280,9 +281,67 @@ def test_unannotated_parameters_accept_any_value() -> None:
     def echo(value):  # type: ignore[no-untyped-def]
         return value
 
-    reg = ToolRegistry([echo])
+    with pytest.warns(UntypedParameterWarning):
+        reg = ToolRegistry([echo])
     assert reg["echo"].parameters["properties"] == {"value": {}}
     assert reg.dispatch("echo", {"value": [1, {"a": None}]}) == [1, {"a": None}]
+
+
+def test_a_tool_with_an_unannotated_parameter_warns_naming_the_tool_and_parameter() -> None:
+    def greet(name, greeting: str = "hi"):  # type: ignore[no-untyped-def]
+        return f"{greeting} {name}"
+
+    with pytest.warns(UntypedParameterWarning) as caught:
+        tool(greet)
+    assert len(caught) == 1 and issubclass(caught[0].category, UserWarning)
+    assert str(caught[0].message).startswith("tool 'greet': parameter 'name' has no type annotation")
+    assert caught[0].filename == __file__  # points at the line that made the tool
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tool(add)  # fully typed: no warning
+        Tool(lambda _i=3: _i, name="bound")  # nothing the model fills in
+
+
+def test_strict_warning_settings_refuse_an_untyped_tool() -> None:
+    def greet(name):  # type: ignore[no-untyped-def]
+        return f"hi {name}"
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UntypedParameterWarning)
+        with pytest.raises(UntypedParameterWarning, match="'name'"):
+            ToolRegistry([greet])
+
+
+def test_underscore_parameters_are_the_tools_own_not_the_models() -> None:
+    with pytest.warns(UntypedParameterWarning, match="'x'"):  # `x` untyped; `_i` is no parameter
+        made = [Tool(lambda x, _i=i: x * _i, name=f"times{i}") for i in (2, 3)]  # type: ignore[misc]
+
+    @tool
+    def fetch(url: str, _retries: int = 2, **headers: str) -> str:
+        """Fetch a URL."""
+        return f"{url} {_retries} {sorted(headers)}"
+
+    def scaled(_base: int = 10, /, x: int = 1) -> int:
+        return _base * x
+
+    reg = ToolRegistry([*made, fetch, tool(scaled)])
+    assert made[0].parameters["properties"] == {"x": {}} and made[0].parameters["required"] == ["x"]
+    assert set(fetch.parameters["properties"]) == {"url"} and set(reg["scaled"].parameters["properties"]) == {"x"}
+    assert reg.dispatch("times2", {"x": 5}) == 10 and reg.dispatch("times3", {"x": 5}) == 15
+    for name, args in (("times2", {"x": 5, "_i": 100}), ("fetch", {"url": "u", "_retries": 99}),
+                       ("scaled", {"x": 2, "_base": 0})):
+        out = reg.dispatch(name, args)
+        assert isinstance(out, ToolError) and out.kind == "invalid_args", (name, out)
+    assert reg.dispatch("fetch", {"url": "u", "h": "v"}) == "u 2 ['h']"
+    assert reg.dispatch("scaled", {"x": 2}) == 20
+
+
+def test_an_underscore_parameter_without_a_default_is_a_definition_error() -> None:
+    def secret(x: int, _key: str) -> str:
+        return _key
+
+    with pytest.raises(ToolDefinitionError, match="'_key' starts with '_'.*no default"):
+        tool(secret)
 
 
 class Opaque:

@@ -29,6 +29,7 @@ from loopwright.errors import (
     StoreError,
     ToolDefinitionError,
     ToolSetChangedError,
+    UntypedParameterWarning,
 )
 from loopwright.events import (
     ApprovalRequested,
@@ -177,6 +178,7 @@ __all__ = [
     "ToolRegistry",
     "ToolResult",
     "Trace",
+    "UntypedParameterWarning",
     "Usage",
     "current_call",
     "fork",
