@@ -284,6 +284,43 @@ def test_a_decision_refuses_an_approval_that_is_not_a_bool(log):
     assert "approver failed: TypeError" in trace.steps[0].observation
 
 
+CUT = "added a missing closing '}': the arguments may have been cut short"
+
+
+def test_a_repaired_call_to_a_tool_that_changes_things_is_not_run(log):
+    asked: list[ApprovalRequest] = []
+    cut_payment = 'Thought: pay\nAction: send_payment\nAction Input: {"to": "bob", "cents": 31, "request_id": "r"'
+    cut_delete = 'Thought: clean\nAction: delete_file\nAction Input: {"path": "/tmp/x"'
+    policy = lw.ScriptedPolicy([cut_payment, cut_delete, act("send_payment", '{"to": "bob", "cents": 31, '
+                                                             '"request_id": "r"}'), final("paid")])
+    trace = lw.run("t", policy, make_tools(log), approver=lambda r: asked.append(r) or True)
+    assert log == [("send_payment", {"to": "bob", "cents": 31, "request_id": "r"})]  # only the whole call ran
+    assert asked == []  # a call that will not run is not put to the approver
+    for step, tool, kind in ((trace.steps[0], "send_payment", "write"), (trace.steps[1], "delete_file", "destructive")):
+        assert step.kind == "action" and step.meta["repaired"] == [CUT]
+        assert step.observation.startswith(f"ERROR[{tool}]: invalid args: the arguments were not valid JSON")
+        assert f"{tool} changes things ({kind}), so a repaired call is not run" in step.observation
+        assert step.observation.endswith("send the call again with its complete arguments")
+    assert "repaired" not in trace.steps[2].meta and trace.steps[2].observation == "sent 31 to bob"
+    assert trace.tool_calls == 1
+    assert "send the call again" in policy.prompts[1]  # the model reads why
+
+
+def test_a_repaired_call_to_a_read_tool_runs_and_says_so(log):
+    policy = lw.ScriptedPolicy(['Thought: read\nAction: read_file\nAction Input: {"path": "/a"', final("read")])
+    trace = lw.run("t", policy, make_tools(log))
+    assert log == [("read_file", {"path": "/a"})]
+    assert trace.steps[0].observation == "contents" and trace.steps[0].meta["repaired"] == [CUT]
+
+
+def test_a_repaired_native_tool_call_that_changes_things_is_not_run(log):
+    call = lw.ToolCall("delete_file", '{"path": "/tmp/x"', id="c1")
+    policy = lw.ScriptedPolicy([lw.Completion("", tool_calls=(call,)), lw.Completion("kept")])
+    trace = lw.run("t", policy, make_tools(log), dialect="native", approver=lambda r: True)
+    assert log == [] and trace.steps[0].meta["repaired"] == [CUT]
+    assert "a repaired call is not run" in trace.steps[0].observation
+
+
 def test_scope_limits_the_run_whatever_the_model_says(log):
     reg = make_tools(log)
     policy = lw.ScriptedPolicy([act("delete_file", '{"path": "/"}'), final("x")])

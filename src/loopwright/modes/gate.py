@@ -100,6 +100,8 @@ class ToolGate:
             for observer in ctx.observers:
                 observer.tool(call.key, result, "action")
             return Executed(result)
+        if call.repaired and tool is not None and tool.side_effects in ("write", "destructive"):
+            return self._resend(call, tool)
         journal = self.journal
         if journal is None and (tool is None or (tool.idempotent and not tool.requires_approval)):
             return None
@@ -214,6 +216,18 @@ class ToolGate:
         if child is not None and child.stopped_reason == "paused":
             self.ctx.trace.meta["pending_approval"] = child.meta.get("pending_approval")
             raise StopRun("paused", f"waiting for an approval in child agent run {self.children.pop(key)}")
+
+    def _resend(self, call: CallTool, tool: Tool) -> Executed:
+        """Not run: the arguments of a call that changes things had to be repaired to be
+        read (they may have been cut short), so the model is asked to send it again whole."""
+        message = (f"invalid args: the arguments were not valid JSON as sent and had to be repaired "
+                   f"({'; '.join(call.repaired)}); {call.name} changes things ({tool.side_effects}), so a "
+                   f"repaired call is not run: send the call again with its complete arguments")
+        error = ToolError(call.name, message, "invalid_args")
+        result = ToolResult(call.name, call.args, None, error.as_observation(), error, 0.0)
+        for observer in self.ctx.observers:
+            observer.tool(call.key, result, "action")
+        return Executed(result, meta={"not_run": "repaired arguments"})
 
     def _ledger_key(self, tool: Tool, args: dict[str, Any]) -> str:
         return tool.name + "\x00" + idempotency_key(tool, args)
