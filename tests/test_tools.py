@@ -296,6 +296,13 @@ def test_a_tool_with_an_unannotated_parameter_warns_naming_the_tool_and_paramete
     assert len(caught) == 1 and issubclass(caught[0].category, UserWarning)
     assert str(caught[0].message).startswith("tool 'greet': parameter 'name' has no type annotation")
     assert caught[0].filename == __file__  # points at the line that made the tool
+    with pytest.warns(UntypedParameterWarning) as caught:
+        ToolRegistry([greet])
+    with pytest.warns(UntypedParameterWarning) as through_a_run:
+        import loopwright as lw
+
+        lw.run("t", lambda prompt: "Final Answer: hi", [greet])
+    assert caught[0].filename == through_a_run[0].filename == __file__
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         tool(add)  # fully typed: no warning

@@ -463,11 +463,12 @@ def typed_arguments(
 
 
 def _warn_untyped(tool_name: str, untyped: list[str]) -> None:
-    """Warn, at the line that made the tool, that these parameters have no type."""
+    """Warn, at the user's line that made the tool (the first frame outside loopwright),
+    that these parameters have no type."""
     names = ", ".join(map(repr, untyped))
     example = f"{untyped[0]}: str or {untyped[0]}: int"
     level, frame = 1, sys._getframe(1)
-    while frame.f_back is not None and frame.f_code.co_filename.startswith(_TOOLS_DIR):
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
         frame, level = frame.f_back, level + 1
     warnings.warn(
         f"tool {tool_name!r}: parameter{'s' if len(untyped) > 1 else ''} {names} "
@@ -478,7 +479,7 @@ def _warn_untyped(tool_name: str, untyped: list[str]) -> None:
     )
 
 
-_TOOLS_DIR: Final = os.path.dirname(__file__) + os.sep
+_PACKAGE_DIR: Final = os.path.dirname(os.path.dirname(__file__)) + os.sep  # loopwright's own frames
 
 
 def _refusing(check: Check, hidden: frozenset[str]) -> Check:
