@@ -374,6 +374,40 @@ def test_the_approver_is_asked_only_for_calls_that_will_run(log, driver):
     assert trace.steps[2].observation == "deleted /a"
 
 
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_concurrent_rewoo_workers_ask_only_for_calls_that_will_run(driver):
+    # the deletion takes 50 ms, so the workers overlap: the repeat of /a must wait for the
+    # first to settle, then reuse it, instead of asking while it runs
+    deleted: list[str] = []
+    asked: list[str] = []
+    lock = threading.Lock()
+
+    @lw.tool(side_effects="destructive")
+    def delete_file(path: str) -> str:
+        """Delete a file."""
+        threading.Event().wait(0.05)
+        with lock:
+            deleted.append(path)
+        return f"deleted {path}"
+
+    def approver(request: ApprovalRequest) -> bool:
+        with lock:
+            asked.append(request.args["path"])
+        return True
+
+    steps = [{"id": f"E{i}", "tool": "delete_file", "args": {"path": p}} for i, p in enumerate(["/a", "/b", "/a", "/c"], 1)]
+    policy = lw.ScriptedPolicy([json.dumps({"plan": steps}), "done"])
+    if driver == "sync":
+        trace = lw.run("t", policy, [delete_file], mode="rewoo", approver=approver)
+    else:
+        import asyncio
+
+        trace = asyncio.run(lw.arun("t", policy, [delete_file], mode="rewoo", approver=approver))
+    assert sorted(deleted) == ["/a", "/b", "/c"]
+    assert sorted(asked) == ["/a", "/b", "/c"]  # four calls, three executions, three questions
+    assert sum("exactly_once" in s.meta for s in trace.steps) == 1
+
+
 def test_a_new_idempotency_key_is_a_new_side_effect(log):
     a = act("send_payment", '{"to": "bob", "cents": 500, "request_id": "r-1"}')
     b = act("send_payment", '{"to": "bob", "cents": 500, "request_id": "r-2"}')

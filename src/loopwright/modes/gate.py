@@ -83,7 +83,7 @@ class ToolGate:
         self.rerun_unfinished = rerun_unfinished
         self._ledger: dict[str, tuple[str, ToolResult]] = {}
         self.children: dict[str, str] = {}  # call key -> the child agent run it started (RunContext.adopt)
-        self._locks: dict[str, threading.Lock] = {}
+        self._locks: dict[str, threading.RLock] = {}
         self._lock = threading.Lock()
 
     def admit(self, call: CallTool) -> Executed | Admitted | None:
@@ -140,10 +140,20 @@ class ToolGate:
                 return Executed(denied, "denied", why)
         return admitted
 
-    def lock(self, ledger: str) -> threading.Lock:
-        """The lock two identical side effects share (the second waits, then reuses)."""
+    def lock(self, ledger: str) -> threading.RLock:
+        """The lock two identical side effects share (the second waits, then reuses);
+        reentrant, so a driver holding it from a call's approval on takes it again."""
         with self._lock:
-            return self._locks.setdefault(ledger, threading.Lock())
+            return self._locks.setdefault(ledger, threading.RLock())
+
+    def gated_ledger(self, call: CallTool) -> str | None:
+        """The exactly-once key of a side effect that needs approval, None for any other
+        call. A driver holds its lock from the question to the result, so an identical
+        call in flight settles first and a repeat is answered from it, never asked about."""
+        tool = self.ctx.registry.get(call.name)
+        if tool is None or tool.idempotent or not tool.requires_approval:
+            return None
+        return self._ledger_key(tool, call.args)
 
     def reuse(self, admitted: Admitted) -> Executed | None:
         """The earlier result of the same side effect in this run, if it succeeded."""
