@@ -84,6 +84,16 @@ def test_str_shows_the_answer_on_the_final_step_line(registry):
     assert last.split()[:2] == ["2", "final"] and last.endswith("=> the sum is 2")
 
 
+def test_str_leaves_no_step_line_blank(registry):
+    plan = json.dumps({"plan": [{"id": "E1", "tool": "add", "args": {"x": 1, "y": 1}}]})
+    trace = lw.run("Add", lw.ScriptedPolicy([plan, "It is 2."]), registry, mode="rewoo")
+    lines = str(trace).splitlines()[1:-1]
+    assert [line.split()[:2] for line in lines] == [["1", "plan"], ["2", "action"], ["3", "solve"]]
+    assert all(len(line.split()) > 2 for line in lines)
+    assert lines[0].endswith('"plan": [{"id": "E1", "tool": "add", "args": {"x": 1, "y": 1}}]}')
+    assert lines[-1].endswith("=> It is 2.")
+
+
 def test_str_marks_a_child_run_and_indents_its_steps_under_the_call(registry):
     helper = lw.Agent("helper", lw.ScriptedPolicy([act("add", '{"x": 20, "y": 22}'), final("forty-two")]),
                       registry)

@@ -366,8 +366,8 @@ class Trace(_Totals):
                 head += f" !! {clip(said, 80)}"
             elif s is last and answered and s.kind in ("final", "solve"):
                 head += f" => {clip(self.final_answer or '', 80)}"
-            elif s.tool is None and s.thought:
-                head += f" {clip(s.thought, 80)}"
+            elif s.tool is None and (s.thought or s.raw):  # a plan, a critique: what the model said
+                head += f" {clip(s.thought or s.raw, 80)}"
             lines.append(head)
             if s.error is not None and (s.error not in said or len(said) > 80 or "\n" in said):
                 lines.append(f"{more}error: {s.error.strip()}".replace("\n", f"\n{more}       "))
