@@ -337,8 +337,7 @@ def _run(args: argparse.Namespace) -> int:
             console.print(f"[yellow]interrupted{escape(during)}: partial trace below[/]")
             console.print(escape(str(trace)))
         print_summary(console, trace, wall, args.save)
-        if not args.approve:
-            approval_hint(console, trace)
+        approval_hint(console, trace)  # (with --approve a call is never denied for want of an approver)
     return EXIT_ANSWERED if trace.answered else EXIT_NO_ANSWER
 
 

@@ -424,24 +424,7 @@ def typed_arguments(
         else:
             fields[param.name] = NotRequired[annotation]
             defaults[param.name] = param.default
-    try:
-        typed: Any = (
-            TypedDict(f"{tool_name}_args", fields, extra_items=extra)  # type: ignore[operator]
-            if extra is not None
-            else TypedDict(f"{tool_name}_args", fields)  # type: ignore[operator]
-        )
-        typed.__pydantic_config__ = ConfigDict(strict=True, arbitrary_types_allowed=True)
-        if extra is None:
-            typed.__pydantic_config__["extra"] = "forbid"
-        adapter = TypeAdapter(typed)
-        schema = adapter.json_schema(schema_generator=_LenientJsonSchema)
-    except Exception as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise ToolDefinitionError(
-            f"tool {tool_name!r}: cannot build a validator for its parameters "
-            f"({type(exc).__name__}: {first_line})"
-        ) from exc
-    schema = _clean_schema(schema)
+    adapter, schema = _validator(tool_name, fields, extra)
     for key, default in defaults.items():
         ok, value = _jsonable(default)
         if ok and key in fields:
@@ -460,6 +443,28 @@ def typed_arguments(
         check=check, positional=tuple(positional),
         defaults=defaults,
     )  # fmt: skip
+
+
+def _validator(tool_name: str, fields: dict[str, Any], extra: Any) -> tuple[TypeAdapter[Any], dict[str, Any]]:
+    """The strict validator of these parameters (a TypedDict of them) and its JSON Schema."""
+    try:
+        typed: Any = (
+            TypedDict(f"{tool_name}_args", fields, extra_items=extra)  # type: ignore[operator]
+            if extra is not None
+            else TypedDict(f"{tool_name}_args", fields)  # type: ignore[operator]
+        )
+        typed.__pydantic_config__ = ConfigDict(strict=True, arbitrary_types_allowed=True)
+        if extra is None:
+            typed.__pydantic_config__["extra"] = "forbid"
+        adapter: TypeAdapter[Any] = TypeAdapter(typed)
+        schema = adapter.json_schema(schema_generator=_LenientJsonSchema)
+    except Exception as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise ToolDefinitionError(
+            f"tool {tool_name!r}: cannot build a validator for its parameters "
+            f"({type(exc).__name__}: {first_line})"
+        ) from exc
+    return adapter, _clean_schema(schema)
 
 
 def _warn_untyped(tool_name: str, untyped: list[str]) -> None:
