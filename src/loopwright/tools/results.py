@@ -23,10 +23,12 @@ ToolErrorKind = Literal[
 
 @dataclass(frozen=True, slots=True)
 class ToolError(Exception):
-    """A failed tool call, returned (never raised) so the model can read it and recover.
+    """A failed tool call, returned by the registry (never raised out of it) so the model
+    can read it and recover.
 
     A tool may raise one to report a failure in its own words (`raise lw.ToolError("lookup",
-    "no item 'zz'")`): the registry returns it as it is, named for the tool that raised it.
+    "no item 'zz'")`): the registry returns a copy named for the tool that raised it (the
+    copy holds none of the raise's frames).
     `traceback`: for an exception inside the tool, the traceback from the tool's own frames
     (the step keeps it in `meta["traceback"]`; the model reads only the observation)."""
 
@@ -111,7 +113,7 @@ def _failure(name: str, exc: Exception) -> ToolError:
     if isinstance(exc, Timeout):
         return ToolError(name, f"timeout after {exc.seconds:g}s", "timeout")
     if isinstance(exc, ToolError):  # the tool reported its failure itself
-        return exc if exc.tool == name else replace(exc, tool=name)
+        return replace(exc, tool=name)
     return ToolError(name, _exception_text(exc), "exception", _tool_traceback(exc))
 
 
