@@ -398,7 +398,8 @@ def approval_hint(console: Console, trace: Trace) -> None:
     gated = dict.fromkeys(s.tool for s in trace.steps if s.kind == "denied" and s.error == NO_APPROVER)
     if gated:
         names = ", ".join(str(name) for name in gated)
-        console.print(f"[yellow]denied {escape(names)}: it needs approval and nothing was there to give it; "
+        needs = "they need" if len(gated) > 1 else "it needs"
+        console.print(f"[yellow]denied {escape(names)}: {needs} approval and nothing was there to give it; "
                       "run again with --approve to be asked at the terminal before each such call[/]")
 
 
