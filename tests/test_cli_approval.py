@@ -49,6 +49,25 @@ def test_without_approve_a_destructive_call_is_denied(tmp_path, capsys):
     assert code == 0
 
 
+def test_without_approve_the_denial_says_how_to_allow_it(tmp_path, capsys):
+    tape = cassette(tmp_path, approve=False)
+    danger_tools.DELETED.clear()
+    cli.main(["run", "Clean up /tmp/x", "--tools", "danger_tools:TOOLS", "--replay", tape])
+    err = " ".join(capsys.readouterr().err.split())
+    assert danger_tools.DELETED == []
+    assert "denied delete_file: it needs approval" in err and "run again with --approve" in err
+
+
+def test_a_denial_at_the_terminal_gives_no_approve_hint(tmp_path, capsys, monkeypatch):
+    tape = cassette(tmp_path, approve=False)
+    danger_tools.DELETED.clear()
+    monkeypatch.setattr("builtins.input", lambda prompt="": "n")
+    cli.main(["run", "Clean up /tmp/x", "--tools", "danger_tools:TOOLS", "--replay", tape, "--approve"])
+    err = capsys.readouterr().err
+    assert "DENIED[delete_file]: denied at the terminal" in " ".join(err.split())
+    assert "run again with --approve" not in err
+
+
 def test_approve_asks_at_the_terminal_and_yes_runs_it(tmp_path, capsys, monkeypatch):
     tape = cassette(tmp_path)
     danger_tools.DELETED.clear()

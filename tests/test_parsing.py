@@ -124,6 +124,25 @@ def test_entities_are_decoded_once() -> None:
     assert isinstance(step, Action) and step.args == {"q": "&quot;"}
 
 
+def test_every_repair_of_the_arguments_is_recorded_on_the_action() -> None:
+    cut = parse_react_step('Thought: buy\nAction: buy\nAction Input: {"item": "tea", "cents": 31')
+    assert isinstance(cut, Action) and cut.args == {"item": "tea", "cents": 31}
+    assert cut.repaired == ("added a missing closing '}': the arguments may have been cut short",)
+    entities = parse_react_step("Action: search\nAction Input: {&quot;q&quot;: &quot;x&quot;}")
+    assert isinstance(entities, Action) and entities.repaired == ("decoded HTML entities in the JSON syntax",)
+    both = parse_react_step('Action: a\nAction Input: {&quot;q&quot;: "&amp;quot;"')
+    assert isinstance(both, Action) and len(both.repaired) == 2
+    for clean in ('Thought: t\nAction: buy\nAction Input: {"item": "tea", "cents": 31}',  # the fast path
+                  'Action: search\nAction Input: ```json\n{"q": "it&#39;s"}\n```\nmore text',
+                  "Action: lookup[it&#39;s]"):
+        step = parse_react_step(clean)
+        assert isinstance(step, Action) and step.repaired == (), clean
+    [native] = parse_tool_calls([ToolCall("buy", '{"item": "tea", "cents": 31', id="c1")])
+    assert native.args == {"item": "tea", "cents": 31} and native.repaired == cut.repaired
+    [whole] = parse_tool_calls([ToolCall("buy", '{"item": "tea"}', id="c2")])
+    assert whole.repaired == ()
+
+
 def test_only_first_line_of_action_name_is_the_name() -> None:
     step = parse_react_step('Action: search\nto find it\nAction Input: {"q": 1}')
     assert isinstance(step, Action) and step.name == "search"

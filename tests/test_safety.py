@@ -199,6 +199,52 @@ def test_an_approver_that_raises_denies(log):
     assert log == [] and "approval service down" in trace.steps[0].observation
 
 
+LONG_FAILURE = "approval service down: " + " ".join(f"detail-{i}" for i in range(40)) + " END-OF-MESSAGE"
+
+
+def broken_approver(request: ApprovalRequest) -> bool:
+    raise RuntimeError(LONG_FAILURE)
+
+
+@pytest.mark.parametrize("on_deny", ["observe", "stop"])
+def test_an_approver_that_raises_is_a_denial_with_its_whole_message_and_traceback(log, on_deny, tmp_path):
+    policy = lw.ScriptedPolicy([act("delete_file", '{"path": "/x"}'), final("x")])
+    with SQLiteStore(tmp_path / "runs.db") as store:
+        trace = lw.run("t", policy, make_tools(log), approver=broken_approver, on_deny=on_deny,
+                       store=store, run_id="r")
+        journaled = store.trace("r")
+    step = trace.steps[0]
+    assert log == [] and step.kind == "denied"  # fails closed
+    assert step.error == f"approver failed: RuntimeError: {LONG_FAILURE}"
+    assert step.observation == f"DENIED[delete_file]: approver failed: RuntimeError: {LONG_FAILURE}"
+    tb = step.meta["traceback"]
+    assert tb.startswith("Traceback (most recent call last):")
+    assert "in broken_approver" in tb and "raise RuntimeError(LONG_FAILURE)" in tb
+    assert tb.rstrip().endswith("END-OF-MESSAGE")
+    assert journaled.steps[0].meta["traceback"] == tb
+    assert LONG_FAILURE in str(trace)  # printed whole, not clipped
+
+
+def test_decision_and_approval_pending_are_exported_at_the_top(log):
+    from loopwright import safety
+
+    assert lw.Decision is safety.Decision and lw.ApprovalPending is safety.ApprovalPending
+    assert lw.ApprovalRequest is safety.ApprovalRequest
+    assert {"Decision", "ApprovalPending", "ApprovalRequest"} <= set(lw.__all__)
+
+    def careful(request: lw.ApprovalRequest) -> lw.Decision:
+        if request.args["path"] == "/later":
+            raise lw.ApprovalPending(request.key)
+        return lw.Decision(approved=request.args["path"] == "/tmp/x", reason="only /tmp/x")
+
+    calls = [act("delete_file", '{"path": "/tmp/x"}'), act("delete_file", '{"path": "/etc"}'),
+             act("delete_file", '{"path": "/later"}')]
+    trace = lw.run("t", lw.ScriptedPolicy(calls), make_tools(log), approver=careful)
+    assert [s.kind for s in trace.steps] == ["action", "denied"]
+    assert trace.steps[1].observation == "DENIED[delete_file]: only /tmp/x"
+    assert trace.stopped_reason == "paused" and log == [("delete_file", {"path": "/tmp/x"})]
+
+
 class LooksApproved:
     """Not a Decision, but shaped like one that approves."""
 
@@ -218,11 +264,11 @@ def test_approver_answers_other_than_true_deny(log, answer):
 
 def test_only_true_or_an_approving_decision_approves():
     request = ApprovalRequest("delete_file", {"path": "/x"}, "k", 1)
-    assert ask(lambda r: True, request).approved is True
-    assert ask(lambda r: Decision(True, "ok"), request) == Decision(True, "ok")
-    assert ask(lambda r: False, request).approved is False
-    assert ask(lambda r: Decision(False, "no"), request) == Decision(False, "no")
-    assert ask(lambda r: "yes", request).approved is False
+    assert ask(lambda r: True, request)[0].approved is True
+    assert ask(lambda r: Decision(True, "ok"), request) == (Decision(True, "ok"), None)
+    assert ask(lambda r: False, request)[0].approved is False
+    assert ask(lambda r: Decision(False, "no"), request) == (Decision(False, "no"), None)
+    assert ask(lambda r: "yes", request)[0].approved is False
 
 
 def test_a_decision_refuses_an_approval_that_is_not_a_bool(log):
@@ -236,6 +282,43 @@ def test_a_decision_refuses_an_approval_that_is_not_a_bool(log):
                    make_tools(log), approver=lambda r: Decision("yes"))  # type: ignore[arg-type]
     assert log == [] and trace.steps[0].kind == "denied"
     assert "approver failed: TypeError" in trace.steps[0].observation
+
+
+CUT = "added a missing closing '}': the arguments may have been cut short"
+
+
+def test_a_repaired_call_to_a_tool_that_changes_things_is_not_run(log):
+    asked: list[ApprovalRequest] = []
+    cut_payment = 'Thought: pay\nAction: send_payment\nAction Input: {"to": "bob", "cents": 31, "request_id": "r"'
+    cut_delete = 'Thought: clean\nAction: delete_file\nAction Input: {"path": "/tmp/x"'
+    policy = lw.ScriptedPolicy([cut_payment, cut_delete, act("send_payment", '{"to": "bob", "cents": 31, '
+                                                             '"request_id": "r"}'), final("paid")])
+    trace = lw.run("t", policy, make_tools(log), approver=lambda r: asked.append(r) or True)
+    assert log == [("send_payment", {"to": "bob", "cents": 31, "request_id": "r"})]  # only the whole call ran
+    assert asked == []  # a call that will not run is not put to the approver
+    for step, tool, kind in ((trace.steps[0], "send_payment", "write"), (trace.steps[1], "delete_file", "destructive")):
+        assert step.kind == "action" and step.meta["repaired"] == [CUT]
+        assert step.observation.startswith(f"ERROR[{tool}]: invalid args: the arguments were not valid JSON")
+        assert f"{tool} changes things ({kind}), so a repaired call is not run" in step.observation
+        assert step.observation.endswith("send the call again with its complete arguments")
+    assert "repaired" not in trace.steps[2].meta and trace.steps[2].observation == "sent 31 to bob"
+    assert trace.tool_calls == 1
+    assert "send the call again" in policy.prompts[1]  # the model reads why
+
+
+def test_a_repaired_call_to_a_read_tool_runs_and_says_so(log):
+    policy = lw.ScriptedPolicy(['Thought: read\nAction: read_file\nAction Input: {"path": "/a"', final("read")])
+    trace = lw.run("t", policy, make_tools(log))
+    assert log == [("read_file", {"path": "/a"})]
+    assert trace.steps[0].observation == "contents" and trace.steps[0].meta["repaired"] == [CUT]
+
+
+def test_a_repaired_native_tool_call_that_changes_things_is_not_run(log):
+    call = lw.ToolCall("delete_file", '{"path": "/tmp/x"', id="c1")
+    policy = lw.ScriptedPolicy([lw.Completion("", tool_calls=(call,)), lw.Completion("kept")])
+    trace = lw.run("t", policy, make_tools(log), dialect="native", approver=lambda r: True)
+    assert log == [] and trace.steps[0].meta["repaired"] == [CUT]
+    assert "a repaired call is not run" in trace.steps[0].observation
 
 
 def test_scope_limits_the_run_whatever_the_model_says(log):
@@ -267,6 +350,62 @@ def test_destructive_call_with_same_args_and_key_executes_once(log):
     assert second.observation == trace.steps[0].observation == "sent 500 to bob"
     assert "not run again" in second.meta["exactly_once"]
     assert trace.tool_calls == 1
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_the_approver_is_asked_only_for_calls_that_will_run(log, driver):
+    asked: list[str] = []
+
+    def approver(request: ApprovalRequest) -> bool:
+        asked.append(request.args["path"])
+        return True
+
+    a, b, c = (act("delete_file", json.dumps({"path": p})) for p in ("/a", "/b", "/c"))
+    policy = lw.ScriptedPolicy([a, b, a, c, final("done")])
+    if driver == "sync":
+        trace = lw.run("t", policy, make_tools(log), approver=approver)
+    else:
+        import asyncio
+
+        trace = asyncio.run(lw.arun("t", policy, make_tools(log), approver=approver))
+    assert [args["path"] for _, args in log] == ["/a", "/b", "/c"]  # three executions
+    assert asked == ["/a", "/b", "/c"]  # three questions: the repeat of /a is not asked about
+    assert "not run again" in trace.steps[2].meta["exactly_once"]
+    assert trace.steps[2].observation == "deleted /a"
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_concurrent_rewoo_workers_ask_only_for_calls_that_will_run(driver):
+    # the deletion takes 50 ms, so the workers overlap: the repeat of /a must wait for the
+    # first to settle, then reuse it, instead of asking while it runs
+    deleted: list[str] = []
+    asked: list[str] = []
+    lock = threading.Lock()
+
+    @lw.tool(side_effects="destructive")
+    def delete_file(path: str) -> str:
+        """Delete a file."""
+        threading.Event().wait(0.05)
+        with lock:
+            deleted.append(path)
+        return f"deleted {path}"
+
+    def approver(request: ApprovalRequest) -> bool:
+        with lock:
+            asked.append(request.args["path"])
+        return True
+
+    steps = [{"id": f"E{i}", "tool": "delete_file", "args": {"path": p}} for i, p in enumerate(["/a", "/b", "/a", "/c"], 1)]
+    policy = lw.ScriptedPolicy([json.dumps({"plan": steps}), "done"])
+    if driver == "sync":
+        trace = lw.run("t", policy, [delete_file], mode="rewoo", approver=approver)
+    else:
+        import asyncio
+
+        trace = asyncio.run(lw.arun("t", policy, [delete_file], mode="rewoo", approver=approver))
+    assert sorted(deleted) == ["/a", "/b", "/c"]
+    assert sorted(asked) == ["/a", "/b", "/c"]  # four calls, three executions, three questions
+    assert sum("exactly_once" in s.meta for s in trace.steps) == 1
 
 
 def test_a_new_idempotency_key_is_a_new_side_effect(log):

@@ -58,6 +58,59 @@ def test_str_of_a_trace_names_steps_and_totals(registry):
     assert "Stopped: final" in text and "model calls: 2" in text
 
 
+WORDS = [f"word{i:02d}" for i in range(60)]
+
+
+def test_str_cuts_long_text_at_word_boundaries_never_inside_a_word():
+    @lw.tool
+    def prose(topic: str) -> str:
+        """Write some prose."""
+        return " ".join(WORDS)
+
+    thought = " ".join(WORDS)
+    policy = lw.ScriptedPolicy([act("prose", '{"topic": "' + " ".join(WORDS[:20]) + '"}'), final("ok", thought)])
+    lines = str(lw.run(" ".join(WORDS * 5), policy, lw.ToolRegistry([prose]))).splitlines()
+    cut = [line for line in lines if "…" in line]
+    assert len(cut) >= 2  # the task line and the observation
+    for line in cut:
+        for piece in line.split("…")[:-1]:  # the text before each mark ends on a whole word
+            last = piece.replace('"', " ").replace("(", " ").split()[-1]
+            assert last in WORDS, line
+
+
+def test_str_shows_the_answer_on_the_final_step_line(registry):
+    trace = lw.run("Add", lw.ScriptedPolicy([act("add", '{"x": 1, "y": 1}'), final("the sum is 2")]), registry)
+    last = str(trace).splitlines()[-2]
+    assert last.split()[:2] == ["2", "final"] and last.endswith("=> the sum is 2")
+
+
+def test_str_leaves_no_step_line_blank(registry):
+    plan = json.dumps({"plan": [{"id": "E1", "tool": "add", "args": {"x": 1, "y": 1}}]})
+    trace = lw.run("Add", lw.ScriptedPolicy([plan, "It is 2."]), registry, mode="rewoo")
+    lines = str(trace).splitlines()[1:-1]
+    assert [line.split()[:2] for line in lines] == [["1", "plan"], ["2", "action"], ["3", "solve"]]
+    assert all(len(line.split()) > 2 for line in lines)
+    assert lines[0].endswith('"plan": [{"id": "E1", "tool": "add", "args": {"x": 1, "y": 1}}]}')
+    assert lines[-1].endswith("=> It is 2.")
+
+
+def test_str_marks_a_child_run_and_indents_its_steps_under_the_call(registry):
+    helper = lw.Agent("helper", lw.ScriptedPolicy([act("add", '{"x": 20, "y": 22}'), final("forty-two")]),
+                      registry)
+    parent = lw.run("ask", lw.ScriptedPolicy([act("helper", '{"task": "add"}'), final("done")]),
+                    lw.ToolRegistry([helper.as_tool()]))
+    child_id = parent.steps[0].meta["child_run_id"]
+    lines = str(parent).splitlines()
+    at = next(i for i, line in enumerate(lines) if "helper(" in line)
+    assert child_id in lines[at + 1] and "child run" in lines[at + 1]
+    call_indent = len(lines[at]) - len(lines[at].lstrip())
+    child_steps = lines[at + 2:at + 4]
+    assert "add(" in child_steps[0] and "-> 42" in child_steps[0]
+    assert child_steps[1].endswith("=> forty-two")
+    assert all(len(line) - len(line.lstrip()) > call_indent + 4 for line in child_steps)
+    assert lines[at + 4].split()[:2] == ["2", "final"]
+
+
 def test_transcript_reads_as_the_react_exchange(registry):
     trace = lw.run("Add", lw.ScriptedPolicy([act("add", '{"x": 1, "y": 1}', "sum it"), final("2")]), registry)
     assert trace.transcript.startswith("Question: Add\nThought: sum it\nAction: add")

@@ -29,6 +29,7 @@ from loopwright.errors import (
     StoreError,
     ToolDefinitionError,
     ToolSetChangedError,
+    UntypedParameterWarning,
 )
 from loopwright.events import (
     ApprovalRequested,
@@ -78,6 +79,7 @@ from loopwright.parsing import (
 )
 from loopwright.policy import Completion, Model, ModelRequest, Policy, ScriptedPolicy, ToolCall
 from loopwright.prompts import PromptSet
+from loopwright.safety import ApprovalPending, ApprovalRequest, Decision
 from loopwright.tools import (
     Tool,
     ToolError,
@@ -121,12 +123,15 @@ __all__ = [
     "Agent",
     "STOP_REASONS",
     "Action",
+    "ApprovalPending",
+    "ApprovalRequest",
     "ApprovalRequested",
     "CallInfo",
     "AsyncEvents",
     "AsyncRun",
     "BootstrapResult",
     "Completion",
+    "Decision",
     "EvalReport",
     "Event",
     "EventSink",
@@ -173,6 +178,7 @@ __all__ = [
     "ToolRegistry",
     "ToolResult",
     "Trace",
+    "UntypedParameterWarning",
     "Usage",
     "current_call",
     "fork",

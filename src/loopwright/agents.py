@@ -28,7 +28,7 @@ names it in `meta["child_run_id"]`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
@@ -59,6 +59,7 @@ from loopwright.policy import Policy
 from loopwright.prompts import DEFAULT_PROMPTS, PromptSet
 from loopwright.safety import Approver
 from loopwright.tools.registry import SideEffects, Tool, ToolError, ToolRegistry
+from loopwright.tools.toolset import Scope, Tools, as_registry
 from loopwright.trace import Trace
 
 if TYPE_CHECKING:
@@ -84,7 +85,7 @@ class Agent:
     spec: RunSpec  # the options every run of the agent starts from (task left empty)
 
     def __init__(
-        self, name: str, policy: Policy, registry: ToolRegistry, mode: str = "react",
+        self, name: str, policy: Policy, registry: Tools, mode: str = "react",
         instructions: str | None = None, *,
         max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
         max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
@@ -93,7 +94,7 @@ class Agent:
         attempt_steps: int | None = None, evaluator: Evaluator | bool | None = None, search: Search | None = None,
         branching: int | None = None, breadth: int | None = None, depth: int | None = None,
         max_nodes: int | None = None, threshold: float | None = None, allow_side_effects: bool | None = None,
-        tools: Iterable[str] | None = None, approver: Approver | None = None, on_deny: OnDeny = "observe",
+        tools: Scope | None = None, approver: Approver | None = None, on_deny: OnDeny = "observe",
         prompts: PromptSet | None = None, memory: Memory | None = None, context_tokens: int | None = None,
         output_type: Any = None, store: RunStore | None = None, journal_meta: Mapping[str, Any] | None = None,
         tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
@@ -104,8 +105,7 @@ class Agent:
             raise TypeError(f"an agent's name must be a non-empty str, got {name!r}")
         if instructions is not None and not isinstance(instructions, str):
             raise TypeError(f"instructions must be a str or None, got {type(instructions).__name__}")
-        if not isinstance(registry, ToolRegistry):
-            raise TypeError(f"registry must be a loopwright.ToolRegistry, got {type(registry).__name__}")
+        registry = as_registry(registry)  # a list of tools is made a registry once, here
         given["prompts"] = instructed(given.get("prompts") or DEFAULT_PROMPTS, instructions)
         spec = RunSpec("", mode, **given)  # a bad mode or option fails here, not at the first run
         MODES[mode][0](spec)

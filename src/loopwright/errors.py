@@ -21,6 +21,12 @@ class ToolDefinitionError(TypeError, LoopwrightError):
     """A tool that cannot be built: bad name, unsupported annotation, invalid schema."""
 
 
+class UntypedParameterWarning(UserWarning):
+    """A Python tool with a parameter that has no type annotation: the model is shown no
+    type for it and any value passes. `warnings.simplefilter("error", UntypedParameterWarning)`
+    refuses such tools."""
+
+
 class ScriptExhaustedError(LoopwrightError):
     """A ScriptedPolicy was called more often than it was scripted."""
 

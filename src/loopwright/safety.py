@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from loopwright.guards import call_key
 
@@ -100,21 +101,36 @@ class ApprovalPending(Exception):
 Approver = Callable[[ApprovalRequest], "Decision | bool"]
 
 
-def ask(approver: Approver, request: ApprovalRequest) -> Decision:
-    """Call an approver and normalise its answer. ApprovalPending propagates; any other
-    exception is a denial (an approver that breaks must not approve by accident), and so
-    is any answer but `True` or a Decision: the gate fails closed."""
+def ask(approver: Approver, request: ApprovalRequest) -> tuple[Decision, str | None]:
+    """Call an approver and normalise its answer; the decision, and the traceback when the
+    approver raised. ApprovalPending propagates; any other exception is a denial (an
+    approver that breaks must not approve by accident) whose reason keeps the whole
+    message, and so is any answer but `True` or a Decision: the gate fails closed."""
     try:
         out = approver(request)
     except ApprovalPending:
         raise
     except Exception as exc:
-        return Decision(False, f"approver failed: {type(exc).__name__}: {exc}")
+        return Decision(False, f"approver failed: {_exception_text(exc)}"), _traceback_text(exc)
     if isinstance(out, Decision):
-        return out
+        return out, None
     if isinstance(out, bool):
-        return Decision(out, "approved" if out else "denied by approver")
-    return Decision(False, f"approver returned {type(out).__name__}, not a Decision or bool")
+        return Decision(out, "approved" if out else "denied by approver"), None
+    return Decision(False, f"approver returned {type(out).__name__}, not a Decision or bool"), None
+
+
+def _exception_text(exc: BaseException) -> str:
+    try:
+        return f"{type(exc).__name__}: {exc}"
+    except Exception:  # its __str__ raised: the type still says something
+        return f"{type(exc).__name__} (its message could not be read)"
+
+
+def _traceback_text(exc: BaseException) -> str:
+    try:
+        return "".join(traceback.format_exception(exc))
+    except Exception:
+        return _exception_text(exc)
 
 
 def decisions_approver(decisions: Mapping[str, Decision | bool], fallback: Approver | None = None) -> Approver:
@@ -129,6 +145,10 @@ def decisions_approver(decisions: Mapping[str, Decision | bool], fallback: Appro
         raise ApprovalPending(request.key)
 
     return approver
+
+
+NO_APPROVER: Final = "this tool needs approval and the run has no approver"
+"""The reason a gated call is denied in a run given no approver."""
 
 
 def denial_observation(tool: str, reason: str) -> str:

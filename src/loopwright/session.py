@@ -16,7 +16,7 @@ from loopwright.memory import default_memory as _default_memory
 from loopwright.memory.sqlite import MemoryStore
 from loopwright.modes import MODES, run
 from loopwright.policy import Policy
-from loopwright.tools.registry import ToolRegistry
+from loopwright.tools.toolset import Tools, as_registry
 from loopwright.trace import Trace, estimate_tokens
 from loopwright.untrusted import fence
 
@@ -71,7 +71,7 @@ class Session:
     def __init__(
         self,
         policy: Policy,
-        registry: ToolRegistry,
+        registry: Tools,
         memory: Memory | None = None,
         mode: str = "react",
         *,
@@ -84,7 +84,7 @@ class Session:
         if memory_tokens < 0:
             raise ValueError(f"memory_tokens must be >= 0, got {memory_tokens!r}")
         self.policy = policy
-        self.registry = registry
+        self.registry = as_registry(registry)
         store = limits.get("store")
         if isinstance(store, MemoryStore):
             del limits["store"]  # a memory store, not a run journal

@@ -331,17 +331,11 @@ class Trace(_Totals):
         return cls.from_dict(json.loads(text))
 
     def __str__(self) -> str:
-        lines = [f"Task: {_clip(self.task, 200)}  [{self.mode}]"]
-        for s in self.steps:
-            head = f"  {s.index:>3} {s.kind:<11}"
-            if s.tool is not None:
-                args = json.dumps(s.args, default=str, ensure_ascii=False)
-                head += f" {s.step_id + ' = ' if s.step_id else ''}{s.tool}({_clip(args, 60)})"
-            if s.observation is not None:
-                head += f" -> {_clip(s.observation, 80)}"
-            elif s.error is not None:
-                head += f" !! {_clip(s.error, 80)}"
-            lines.append(head)
+        """A readable account: a line a step (a call and its result, an answer, a thought),
+        an error in full when its line cut it short, each child agent run's steps indented
+        under the call that started it, and the totals."""
+        lines = [f"Task: {clip(self.task, 200)}  [{self.mode}]"]
+        self._step_lines(lines, "")
         u = self.usage
         lines.append(
             f"Stopped: {self.stopped_reason}  answer: {self.final_answer!r}  "
@@ -352,10 +346,57 @@ class Trace(_Totals):
         )
         return "\n".join(lines)
 
+    def _step_lines(self, lines: list[str], indent: str) -> None:
+        """Each step's lines, with its child runs under it (the same, indented further)."""
+        answered = self.stopped_reason == "final" and self.final_answer is not None
+        last = self.steps[-1] if self.steps else None
+        shown: set[str] = set()
+        for s in self.steps:
+            head = f"{indent}  {s.index:>3} {s.kind:<11}"
+            more = f"{indent}{' ' * 18}"  # continuation lines line up under the step's text
+            said = ""
+            if s.tool is not None:
+                args = json.dumps(s.args, default=str, ensure_ascii=False)
+                head += f" {s.step_id + ' = ' if s.step_id else ''}{s.tool}({clip(args, 60)})"
+            if s.observation is not None:
+                said = s.observation
+                head += f" -> {clip(said, 80)}"
+            elif s.error is not None:
+                said = s.error
+                head += f" !! {clip(said, 80)}"
+            elif s is last and answered and s.kind in ("final", "solve"):
+                head += f" => {clip(self.final_answer or '', 80)}"
+            elif s.tool is None and (s.thought or s.raw):  # a plan, a critique: what the model said
+                head += f" {clip(s.thought or s.raw, 80)}"
+            lines.append(head)
+            if s.error is not None and (s.error not in said or len(said) > 80 or "\n" in said):
+                lines.append(f"{more}error: {s.error.strip()}".replace("\n", f"\n{more}       "))
+            if s.meta.get("traceback"):
+                lines.append(f"{more}(traceback in the step's meta['traceback'])")
+            child_id = s.meta.get("child_run_id")
+            child = self.children.get(child_id) if isinstance(child_id, str) else None
+            if child is not None and isinstance(child_id, str):
+                shown.add(child_id)
+                lines.append(f"{more}child run {child_id} [{child.mode}]: {len(child.steps)} steps, "
+                             f"stopped {child.stopped_reason}")
+                child._step_lines(lines, more)
+        for child_id, child in self.children.items():  # a child no step names (e.g. paused)
+            if child_id not in shown:
+                lines.append(f"{indent}  child run {child_id} [{child.mode}]: {len(child.steps)} steps, "
+                             f"stopped {child.stopped_reason}")
+                child._step_lines(lines, indent + " " * 6)
 
-def _clip(text: str, limit: int) -> str:
-    text = text.replace("\n", " ")
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+def clip(text: str, limit: int) -> str:
+    """One line of at most `limit` characters, cut at a word boundary when one is near."""
+    text = " ".join(text.split()) if "\n" in text or "\r" in text else text
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    space = cut.rfind(" ")
+    if space >= limit // 2:  # else one long word (a URL, a hash): cut it
+        cut = cut[:space]
+    return cut.rstrip() + "…"
 
 
 # --- trace files ----------------------------------------------------------------------

@@ -28,6 +28,7 @@ from loopwright.modes import run
 from loopwright.policy import Policy
 from loopwright.tools.examples import CallExample, RunExample, ToolExample
 from loopwright.tools.registry import ToolRegistry
+from loopwright.tools.toolset import Tools, as_registry
 from loopwright.trace import Trace
 
 __all__ = ["FORMAT", "PLACEMENTS", "VERSION", "BootstrapResult", "bootstrap_examples", "kept_calls", "whole_run"]
@@ -39,7 +40,7 @@ _EXAMPLE_KEYS: Final = frozenset({"args", "question", "result"})
 _EVIDENCE: Final = re.compile(r"#E\d")
 
 Checker = Callable[[str | None, Any], bool]
-RegistrySource = ToolRegistry | Callable[[], ToolRegistry]
+RegistrySource = Tools | Callable[[], ToolRegistry]
 
 
 @dataclass(frozen=True)
@@ -274,15 +275,19 @@ def bootstrap_examples(
     if max_runs is not None and (not isinstance(max_runs, int) or isinstance(max_runs, bool) or max_runs < 0):
         raise ValueError(f"max_runs must be a whole number >= 0 or None, got {max_runs!r}")
     check = is_correct or default_is_correct
-    make = registry if callable(registry) and not isinstance(registry, ToolRegistry) else None
-    if make is None and not isinstance(registry, ToolRegistry):
-        raise TypeError(f"registry must be a ToolRegistry or a function making one, got {type(registry).__name__}")
+    make: Callable[[], Any] | None = None
+    tools: Any = None
+    if callable(registry) and not isinstance(registry, ToolRegistry):
+        make = registry
+    else:
+        tools = as_registry(registry)  # a list of tools is made a registry once
     examples: dict[str, list[ToolExample]] = {}
     seen: set[tuple[str, str]] = set()
     runs: list[RunExample] = []
     run_count = correct = 0
     for task, expected in _labelled(labelled_tasks):
-        tools = make() if make is not None else registry
+        if make is not None:
+            tools = make()
         if not isinstance(tools, ToolRegistry):
             raise TypeError(f"the registry function must return a ToolRegistry, got {type(tools).__name__}")
         trace = run(task, policy, tools, mode=mode, max_steps=max_steps, **limits)

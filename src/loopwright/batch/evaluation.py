@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from loopwright.batch.runner import PolicySource, Progress, arun_many
-from loopwright.tools.registry import ToolRegistry
+from loopwright.tools.toolset import Tools
 from loopwright.trace import Trace
 
 Scorer = Callable[[str | None, Any], "bool | float"]
@@ -245,7 +245,7 @@ def _summary(mode: str, rows: Sequence[ItemResult], wall: float) -> ModeSummary:
 async def aevaluate(
     dataset: str | Path | Iterable[Mapping[str, Any]],
     policy: PolicySource,
-    registry: ToolRegistry,
+    registry: Tools,
     *,
     modes: Sequence[str] = ("react",),
     scorer: str | Scorer = "exact",
@@ -282,7 +282,7 @@ async def aevaluate(
 def evaluate(
     dataset: str | Path | Iterable[Mapping[str, Any]],
     policy: PolicySource,
-    registry: ToolRegistry,
+    registry: Tools,
     **options: Any,
 ) -> EvalReport:
     """Run every item of `dataset` in each of `modes` and score the answers.

@@ -43,6 +43,7 @@ from loopwright.policy import Policy
 from loopwright.prompts import PromptSet
 from loopwright.safety import Approver
 from loopwright.tools.registry import ToolRegistry
+from loopwright.tools.toolset import Scope, Tools, as_registry
 from loopwright.trace import Step, Trace
 
 if TYPE_CHECKING:
@@ -205,7 +206,7 @@ class LocalExecutor:
 
 
 async def arun_many(
-    tasks: Iterable[str], policy: PolicySource, registry: ToolRegistry, *, mode: str = "react",
+    tasks: Iterable[str], policy: PolicySource, registry: Tools, *, mode: str = "react",
     concurrency: int = 8, store: SQLiteStore | None = None, progress: Progress | None = None,
     executor: Executor | None = None, batch_id: str = "batch",
     max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
@@ -215,7 +216,7 @@ async def arun_many(
     attempt_steps: int | None = None, evaluator: Evaluator | bool | None = None, search: Search | None = None,
     branching: int | None = None, breadth: int | None = None, depth: int | None = None,
     max_nodes: int | None = None, threshold: float | None = None, allow_side_effects: bool | None = None,
-    tools: Iterable[str] | None = None, approver: Approver | None = None, on_deny: OnDeny = "observe",
+    tools: Scope | None = None, approver: Approver | None = None, on_deny: OnDeny = "observe",
     prompts: PromptSet | None = None, memory: Memory | None = None, context_tokens: int | None = None,
     output_type: Any = None, run_id: str | None = None, journal_meta: Mapping[str, Any] | None = None,
     tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
@@ -238,7 +239,7 @@ async def arun_many(
         raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
     if "run_id" in limits and store is not None:
         raise TypeError("run_many names each run from its task (task_run_id); do not pass run_id with store")
-    spec = BatchSpec(policy, registry, mode, limits, store, batch_id)
+    spec = BatchSpec(policy, as_registry(registry), mode, limits, store, batch_id)  # one registry for every task
     traces: list[Trace | None] = [None] * len(items)
 
     def done(index: int, trace: Trace) -> None:
@@ -254,7 +255,7 @@ async def arun_many(
 
 
 def run_many(
-    tasks: Iterable[str], policy: PolicySource, registry: ToolRegistry, *, mode: str = "react",
+    tasks: Iterable[str], policy: PolicySource, registry: Tools, *, mode: str = "react",
     concurrency: int = 8, store: SQLiteStore | None = None, progress: Progress | None = None,
     executor: Executor | None = None, batch_id: str = "batch",
     max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
@@ -264,7 +265,7 @@ def run_many(
     attempt_steps: int | None = None, evaluator: Evaluator | bool | None = None, search: Search | None = None,
     branching: int | None = None, breadth: int | None = None, depth: int | None = None,
     max_nodes: int | None = None, threshold: float | None = None, allow_side_effects: bool | None = None,
-    tools: Iterable[str] | None = None, approver: Approver | None = None, on_deny: OnDeny = "observe",
+    tools: Scope | None = None, approver: Approver | None = None, on_deny: OnDeny = "observe",
     prompts: PromptSet | None = None, memory: Memory | None = None, context_tokens: int | None = None,
     output_type: Any = None, run_id: str | None = None, journal_meta: Mapping[str, Any] | None = None,
     tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,

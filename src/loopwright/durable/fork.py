@@ -10,7 +10,7 @@ other, and it records where it came from (`RunRecord.forked_from`, `forked_at_st
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from loopwright.durable.base import StoreBase
@@ -32,8 +32,7 @@ from loopwright.modes.spec import (
 from loopwright.policy import Policy
 from loopwright.prompts import PromptSet
 from loopwright.safety import Approver, Decision
-from loopwright.tools.registry import ToolRegistry
-from loopwright.tools.toolset import tool_set
+from loopwright.tools.toolset import Scope, Tools, as_registry, tool_set
 from loopwright.trace import Trace
 
 if TYPE_CHECKING:
@@ -42,7 +41,7 @@ if TYPE_CHECKING:
 
 
 def iter_fork(
-    run_id: str, at_step: int, policy: Policy, registry: ToolRegistry, *, store: StoreBase,
+    run_id: str, at_step: int, policy: Policy, registry: Tools, *, store: StoreBase,
     new_run_id: str | None = None, approver: Approver | None = None,
     decisions: Mapping[str, Decision | bool] | None = None,
     max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
@@ -52,13 +51,14 @@ def iter_fork(
     attempt_steps: int | None = None, evaluator: Evaluator | bool | None = None, search: Search | None = None,
     branching: int | None = None, breadth: int | None = None, depth: int | None = None,
     max_nodes: int | None = None, threshold: float | None = None, allow_side_effects: bool | None = None,
-    tools: Iterable[str] | None = None, on_deny: OnDeny | None = None, prompts: PromptSet | None = None,
+    tools: Scope | None = None, on_deny: OnDeny | None = None, prompts: PromptSet | None = None,
     memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
     tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
     tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Run:
     """`fork`, as a Run to iterate for each Step as it is replayed or made."""
     given = overrides(locals())
+    registry = as_registry(registry)
     record = store.load_run(run_id)
     if isinstance(at_step, bool) or not isinstance(at_step, int) or not 0 <= at_step <= record.step_count:
         raise StoreError(f"at_step must be a step number from 0 to {record.step_count} "
@@ -83,7 +83,7 @@ def iter_fork(
 
 
 def fork(
-    run_id: str, at_step: int, policy: Policy, registry: ToolRegistry, *, store: StoreBase,
+    run_id: str, at_step: int, policy: Policy, registry: Tools, *, store: StoreBase,
     new_run_id: str | None = None, approver: Approver | None = None,
     decisions: Mapping[str, Decision | bool] | None = None,
     max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
@@ -93,7 +93,7 @@ def fork(
     attempt_steps: int | None = None, evaluator: Evaluator | bool | None = None, search: Search | None = None,
     branching: int | None = None, breadth: int | None = None, depth: int | None = None,
     max_nodes: int | None = None, threshold: float | None = None, allow_side_effects: bool | None = None,
-    tools: Iterable[str] | None = None, on_deny: OnDeny | None = None, prompts: PromptSet | None = None,
+    tools: Scope | None = None, on_deny: OnDeny | None = None, prompts: PromptSet | None = None,
     memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
     tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
     tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,

@@ -29,7 +29,7 @@ out, Ctrl-C, a pause for approval) is where the replay picks up live.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from loopwright.durable.base import RunRecord, StoreBase
@@ -51,7 +51,15 @@ from loopwright.policy import Policy
 from loopwright.prompts import PromptSet
 from loopwright.safety import Approver, Decision, decisions_approver
 from loopwright.tools.registry import ToolRegistry
-from loopwright.tools.toolset import ToolSetDiff, diff_tool_sets, tool_set
+from loopwright.tools.toolset import (
+    Scope,
+    Tools,
+    ToolSetDiff,
+    as_registry,
+    diff_tool_sets,
+    tool_names,
+    tool_set,
+)
 from loopwright.trace import Trace
 
 if TYPE_CHECKING:
@@ -77,7 +85,7 @@ def tool_changes(record: RunRecord, registry: ToolRegistry, tools: Any = None) -
         return ToolSetDiff()
     scope = record.config.get("tools") if tools is None else tools
     if scope is not None:  # a scoped tool this registry lacks shows as removed
-        registry = registry.subset([n for n in scope if n in registry])
+        registry = registry.subset([n for n in tool_names(scope) if n in registry])
     return diff_tool_sets(recorded, tool_set(registry))
 
 
@@ -94,7 +102,7 @@ def overrides(given: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def iter_resume(
-    run_id: str, policy: Policy, registry: ToolRegistry, *, store: StoreBase, approver: Approver | None = None,
+    run_id: str, policy: Policy, registry: Tools, *, store: StoreBase, approver: Approver | None = None,
     decisions: Mapping[str, Decision | bool] | None = None, rerun_unfinished: bool = False,
     allow_tool_changes: bool = False,
     max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
@@ -104,13 +112,14 @@ def iter_resume(
     attempt_steps: int | None = None, evaluator: Evaluator | bool | None = None, search: Search | None = None,
     branching: int | None = None, breadth: int | None = None, depth: int | None = None,
     max_nodes: int | None = None, threshold: float | None = None, allow_side_effects: bool | None = None,
-    tools: Iterable[str] | None = None, on_deny: OnDeny | None = None, prompts: PromptSet | None = None,
+    tools: Scope | None = None, on_deny: OnDeny | None = None, prompts: PromptSet | None = None,
     memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
     tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
     tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
 ) -> Run:
     """`resume`, as a Run to iterate for each Step as it is replayed or made."""
     given = overrides(locals())
+    registry = as_registry(registry)
     record, journal = store.reopen(run_id)
     try:
         changes = tool_changes(record, registry, given.get("tools"))
@@ -145,7 +154,7 @@ def recorded_approver(
 
 
 def resume(
-    run_id: str, policy: Policy, registry: ToolRegistry, *, store: StoreBase, approver: Approver | None = None,
+    run_id: str, policy: Policy, registry: Tools, *, store: StoreBase, approver: Approver | None = None,
     decisions: Mapping[str, Decision | bool] | None = None, rerun_unfinished: bool = False,
     allow_tool_changes: bool = False,
     max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
@@ -155,7 +164,7 @@ def resume(
     attempt_steps: int | None = None, evaluator: Evaluator | bool | None = None, search: Search | None = None,
     branching: int | None = None, breadth: int | None = None, depth: int | None = None,
     max_nodes: int | None = None, threshold: float | None = None, allow_side_effects: bool | None = None,
-    tools: Iterable[str] | None = None, on_deny: OnDeny | None = None, prompts: PromptSet | None = None,
+    tools: Scope | None = None, on_deny: OnDeny | None = None, prompts: PromptSet | None = None,
     memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
     tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
     tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,

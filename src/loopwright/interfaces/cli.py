@@ -61,7 +61,8 @@ from loopwright.interfaces.common import (
 from loopwright.interfaces.live import LiveLine, ModelText, describe_in_flight
 from loopwright.modes import MODES
 from loopwright.modes.front import start
-from loopwright.trace import Step, Trace
+from loopwright.safety import NO_APPROVER
+from loopwright.trace import Step, Trace, clip
 
 
 def _register_provided() -> None:
@@ -301,7 +302,7 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     if not args.quiet:
         console.print(
-            f"[bold]{escape(_clip(args.task, TASK_SHOWN))}[/]"
+            f"[bold]{escape(clip(args.task, TASK_SHOWN))}[/]"
             + (f" [dim]({len(args.task):,} characters)[/]" if len(args.task) > TASK_SHOWN else "")
             + f"  [dim]mode {args.mode} · model {escape(str(getattr(model, 'name', model)))} · "
             f"tools {', '.join(registry.names)}[/]"
@@ -336,6 +337,7 @@ def _run(args: argparse.Namespace) -> int:
             console.print(f"[yellow]interrupted{escape(during)}: partial trace below[/]")
             console.print(escape(str(trace)))
         print_summary(console, trace, wall, args.save)
+        approval_hint(console, trace)  # (with --approve a call is never denied for want of an approver)
     return EXIT_ANSWERED if trace.answered else EXIT_NO_ANSWER
 
 
@@ -359,17 +361,17 @@ def print_step(console: Console, step: Step) -> None:
     }.get(step.kind, "white")
     lines: list[str] = []
     if step.thought:
-        lines.append(f"[dim]{escape(_clip(step.thought, 160))}[/]")
+        lines.append(f"[dim]{escape(clip(step.thought, 160))}[/]")
     if step.tool is not None:
         args = json.dumps(step.args, ensure_ascii=False, default=str)
         label = f"{step.step_id} = " if step.step_id else ""
-        lines.append(f"{escape(label + step.tool)}({escape(_clip(args, 120))})")
+        lines.append(f"{escape(label + step.tool)}({escape(clip(args, 120))})")
     elif step.raw.strip() and (step.kind != "final" or not step.thought):
-        lines.append(escape(_clip(step.raw.strip(), 200)))
+        lines.append(escape(clip(step.raw.strip(), 200)))
     if step.observation is not None:
-        lines.append(f"→ {escape(_clip(step.observation, 200))}")
+        lines.append(f"→ {escape(clip(step.observation, 200))}")
     if step.error is not None and step.error != step.observation:
-        lines.append(f"[red]! {escape(_clip(step.error, 200))}[/]")
+        lines.append(f"[red]! {escape(clip(step.error, 200))}[/]")
     head = f"[{colour}]{step.index:>2} {step.kind:<11}[/]"
     indent = " " * 14
     for i, line in enumerate(lines or [""]):
@@ -391,9 +393,14 @@ def print_summary(console: Console, trace: Trace, wall_s: float, saved: str | No
     )
 
 
-def _clip(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+def approval_hint(console: Console, trace: Trace) -> None:
+    """Say how to allow the calls this run denied for want of an approver."""
+    gated = dict.fromkeys(s.tool for s in trace.steps if s.kind == "denied" and s.error == NO_APPROVER)
+    if gated:
+        names = ", ".join(str(name) for name in gated)
+        needs = "they need" if len(gated) > 1 else "it needs"
+        console.print(f"[yellow]denied {escape(names)}: {needs} approval and nothing was there to give it; "
+                      "run again with --approve to be asked at the terminal before each such call[/]")
 
 
 add_subcommand(

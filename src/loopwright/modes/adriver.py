@@ -127,6 +127,17 @@ class AsyncRun:
                 thrown = exc
 
     async def _execute(self, call: CallTool) -> Executed:
+        ledger = self._ctx.gate.gated_ledger(call)
+        if ledger is None:
+            return await self._through_gate(call, None)
+        import asyncio
+
+        # an identical gated side effect in flight settles before this one is asked about
+        async with self._locks.setdefault(ledger, asyncio.Lock()):
+            return await self._through_gate(call, ledger)
+
+    async def _through_gate(self, call: CallTool, held: str | None) -> Executed:
+        """`held`: the ledger lock this task holds already (asyncio locks do not nest)."""
         gate, ctx = self._ctx.gate, self._ctx
         tool = ctx.registry.get(call.name)
         if tool is not None and tool.requires_approval:  # an approver is user code that may block
@@ -141,6 +152,8 @@ class AsyncRun:
             return admitted  # type: ignore[no-any-return]
         if admitted.ledger is None:
             return gate.finish(admitted, await self._run_tool(call, gate.begin(admitted)))
+        if admitted.ledger == held:
+            return gate.reuse(admitted) or gate.finish(admitted, await self._run_tool(call, gate.begin(admitted)))
         import asyncio
 
         async with self._locks.setdefault(admitted.ledger, asyncio.Lock()):  # the second reuses

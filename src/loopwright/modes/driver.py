@@ -62,6 +62,14 @@ def call_model(ctx: RunContext, request: ModelRequest) -> ModelCall:
 def execute(ctx: RunContext, call: CallTool) -> Executed:
     """One tool call through the gate (never raises for tool behaviour; StopRun when the
     gate ends the run)."""
+    ledger = ctx.gate.gated_ledger(call)
+    if ledger is None:
+        return _through_gate(ctx, call)
+    with ctx.gate.lock(ledger):  # an identical gated side effect in flight settles before this one is asked about
+        return _through_gate(ctx, call)
+
+
+def _through_gate(ctx: RunContext, call: CallTool) -> Executed:
     gate = ctx.gate
     admitted = gate.admit(call)
     if admitted is None:  # nothing to gate, record or deduplicate

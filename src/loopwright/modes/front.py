@@ -14,7 +14,7 @@ run's config under "meta"), tracer, cost_budget_usd, prices, tool_search (K tool
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
@@ -40,7 +40,7 @@ from loopwright.modes.watch import AsyncEvents, Events
 from loopwright.policy import Policy
 from loopwright.prompts import PromptSet
 from loopwright.safety import Approver
-from loopwright.tools.registry import ToolRegistry
+from loopwright.tools.toolset import Scope, Tools, as_registry
 from loopwright.trace import Trace
 
 if TYPE_CHECKING:
@@ -57,25 +57,27 @@ MODES: Final[dict[str, tuple[Callable[[RunSpec], None], Callable[[RunContext, Ru
 """Each mode's settings check and its machine."""
 
 
-def start(spec: RunSpec, policy: Policy, registry: ToolRegistry, *, journal: Journal | None = None,
+def start(spec: RunSpec, policy: Policy, registry: Tools, *, journal: Journal | None = None,
           rerun_unfinished: bool = False, sinks: Sequence[EventSink] = (), agent: str | None = None) -> Run:
     """Start the run `spec` describes: its settings checked, its context opened (and
     journaled with a store), its machine made. `journal`: the one resume or fork continue;
-    `sinks`: where its events go (`agent` tags them: a child run's agent name)."""
+    `sinks`: where its events go (`agent` tags them: a child run's agent name).
+    `registry`: a ToolRegistry, or a list of Tools and functions made into one."""
+    registry = as_registry(registry)
     check, machine = MODES[spec.mode]
     check(spec)
     ctx = open_context(spec, policy, registry, journal, rerun_unfinished, sinks, agent)
     return Run(ctx, machine(ctx, spec))
 
 
-def run_spec(spec: RunSpec, policy: Policy, registry: ToolRegistry) -> Trace:
+def run_spec(spec: RunSpec, policy: Policy, registry: Tools) -> Trace:
     """Run what a RunSpec describes to the end and return its Trace: `lw.run` with its
     keywords given as one value, e.g. a spec kept, sent elsewhere or varied with
     `spec.replace(...)`. With `spec.store` the run is journaled, as `lw.run` does."""
     return start(spec, policy, registry).run()
 
 
-async def arun_spec(spec: RunSpec, policy: Policy, registry: ToolRegistry) -> Trace:
+async def arun_spec(spec: RunSpec, policy: Policy, registry: Tools) -> Trace:
     """`run_spec` on the running event loop (as `lw.arun`)."""
     return await AsyncRun(start(spec, policy, registry)).run()
 
@@ -91,7 +93,7 @@ def _spec(task: str, mode: str, given: dict[str, Any]) -> RunSpec:
 
 
 def iter_run(
-    task: str, policy: Policy, registry: ToolRegistry, mode: str = "react", *,
+    task: str, policy: Policy, registry: Tools, mode: str = "react", *,
     max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
     max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
     on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
@@ -99,7 +101,7 @@ def iter_run(
     attempt_steps: int | None = None, evaluator: Evaluator | bool | None = None, search: Search | None = None,
     branching: int | None = None, breadth: int | None = None, depth: int | None = None,
     max_nodes: int | None = None, threshold: float | None = None, allow_side_effects: bool | None = None,
-    tools: Iterable[str] | None = None, approver: Approver | None = None, on_deny: OnDeny = "observe",
+    tools: Scope | None = None, approver: Approver | None = None, on_deny: OnDeny = "observe",
     prompts: PromptSet | None = None, memory: Memory | None = None, context_tokens: int | None = None,
     output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
     journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
@@ -110,7 +112,7 @@ def iter_run(
     return start(_spec(task, mode, locals()), policy, registry)
 
 def run(
-    task: str, policy: Policy, registry: ToolRegistry, mode: str = "react", *,
+    task: str, policy: Policy, registry: Tools, mode: str = "react", *,
     max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
     max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
     on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
@@ -118,7 +120,7 @@ def run(
     attempt_steps: int | None = None, evaluator: Evaluator | bool | None = None, search: Search | None = None,
     branching: int | None = None, breadth: int | None = None, depth: int | None = None,
     max_nodes: int | None = None, threshold: float | None = None, allow_side_effects: bool | None = None,
-    tools: Iterable[str] | None = None, approver: Approver | None = None, on_deny: OnDeny = "observe",
+    tools: Scope | None = None, approver: Approver | None = None, on_deny: OnDeny = "observe",
     prompts: PromptSet | None = None, memory: Memory | None = None, context_tokens: int | None = None,
     output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
     journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
@@ -130,7 +132,7 @@ def run(
     return start(_spec(task, mode, locals()), policy, registry).run()
 
 def aiter_run(
-    task: str, policy: Policy, registry: ToolRegistry, mode: str = "react", *,
+    task: str, policy: Policy, registry: Tools, mode: str = "react", *,
     max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
     max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
     on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
@@ -138,7 +140,7 @@ def aiter_run(
     attempt_steps: int | None = None, evaluator: Evaluator | bool | None = None, search: Search | None = None,
     branching: int | None = None, breadth: int | None = None, depth: int | None = None,
     max_nodes: int | None = None, threshold: float | None = None, allow_side_effects: bool | None = None,
-    tools: Iterable[str] | None = None, approver: Approver | None = None, on_deny: OnDeny = "observe",
+    tools: Scope | None = None, approver: Approver | None = None, on_deny: OnDeny = "observe",
     prompts: PromptSet | None = None, memory: Memory | None = None, context_tokens: int | None = None,
     output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
     journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
@@ -150,7 +152,7 @@ def aiter_run(
     return AsyncRun(start(_spec(task, mode, locals()), policy, registry))
 
 async def arun(
-    task: str, policy: Policy, registry: ToolRegistry, mode: str = "react", *,
+    task: str, policy: Policy, registry: Tools, mode: str = "react", *,
     max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
     max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
     on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
@@ -158,7 +160,7 @@ async def arun(
     attempt_steps: int | None = None, evaluator: Evaluator | bool | None = None, search: Search | None = None,
     branching: int | None = None, breadth: int | None = None, depth: int | None = None,
     max_nodes: int | None = None, threshold: float | None = None, allow_side_effects: bool | None = None,
-    tools: Iterable[str] | None = None, approver: Approver | None = None, on_deny: OnDeny = "observe",
+    tools: Scope | None = None, approver: Approver | None = None, on_deny: OnDeny = "observe",
     prompts: PromptSet | None = None, memory: Memory | None = None, context_tokens: int | None = None,
     output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
     journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
@@ -171,7 +173,7 @@ async def arun(
     return await AsyncRun(start(_spec(task, mode, locals()), policy, registry)).run()
 
 def iter_events(
-    task: str, policy: Policy, registry: ToolRegistry, mode: str = "react", *,
+    task: str, policy: Policy, registry: Tools, mode: str = "react", *,
     max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
     max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
     on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
@@ -179,7 +181,7 @@ def iter_events(
     attempt_steps: int | None = None, evaluator: Evaluator | bool | None = None, search: Search | None = None,
     branching: int | None = None, breadth: int | None = None, depth: int | None = None,
     max_nodes: int | None = None, threshold: float | None = None, allow_side_effects: bool | None = None,
-    tools: Iterable[str] | None = None, approver: Approver | None = None, on_deny: OnDeny = "observe",
+    tools: Scope | None = None, approver: Approver | None = None, on_deny: OnDeny = "observe",
     prompts: PromptSet | None = None, memory: Memory | None = None, context_tokens: int | None = None,
     output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
     journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
@@ -194,7 +196,7 @@ def iter_events(
     return Events(partial(_watched, spec, policy, registry))
 
 def aiter_events(
-    task: str, policy: Policy, registry: ToolRegistry, mode: str = "react", *,
+    task: str, policy: Policy, registry: Tools, mode: str = "react", *,
     max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
     max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
     on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
@@ -202,7 +204,7 @@ def aiter_events(
     attempt_steps: int | None = None, evaluator: Evaluator | bool | None = None, search: Search | None = None,
     branching: int | None = None, breadth: int | None = None, depth: int | None = None,
     max_nodes: int | None = None, threshold: float | None = None, allow_side_effects: bool | None = None,
-    tools: Iterable[str] | None = None, approver: Approver | None = None, on_deny: OnDeny = "observe",
+    tools: Scope | None = None, approver: Approver | None = None, on_deny: OnDeny = "observe",
     prompts: PromptSet | None = None, memory: Memory | None = None, context_tokens: int | None = None,
     output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
     journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
@@ -215,16 +217,16 @@ def aiter_events(
     return AsyncEvents(partial(_watched, spec, policy, registry))
 
 
-def _watched(spec: RunSpec, policy: Policy, registry: ToolRegistry, sinks: Sequence[EventSink]) -> Run:
+def _watched(spec: RunSpec, policy: Policy, registry: Tools, sinks: Sequence[EventSink]) -> Run:
     return start(spec, policy, registry, sinks=sinks)
 
 
 def iter_react(
-    task: str, policy: Policy, registry: ToolRegistry, *,
+    task: str, policy: Policy, registry: Tools, *,
     max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
     max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
     on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
-    on_tool_error: OnToolError | None = None, tools: Iterable[str] | None = None,
+    on_tool_error: OnToolError | None = None, tools: Scope | None = None,
     approver: Approver | None = None, on_deny: OnDeny = "observe", prompts: PromptSet | None = None,
     memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
     store: RunStore | None = None, run_id: str | None = None, journal_meta: Mapping[str, Any] | None = None,
@@ -236,11 +238,11 @@ def iter_react(
 
 
 def run_react(
-    task: str, policy: Policy, registry: ToolRegistry, *,
+    task: str, policy: Policy, registry: Tools, *,
     max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
     max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
     on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
-    on_tool_error: OnToolError | None = None, tools: Iterable[str] | None = None,
+    on_tool_error: OnToolError | None = None, tools: Scope | None = None,
     approver: Approver | None = None, on_deny: OnDeny = "observe", prompts: PromptSet | None = None,
     memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
     store: RunStore | None = None, run_id: str | None = None, journal_meta: Mapping[str, Any] | None = None,
@@ -251,11 +253,11 @@ def run_react(
     return start(_spec(task, "react", locals()), policy, registry).run()
 
 def iter_rewoo(
-    task: str, policy: Policy, registry: ToolRegistry, *,
+    task: str, policy: Policy, registry: Tools, *,
     max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
     max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
     on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
-    on_tool_error: OnToolError | None = None, tools: Iterable[str] | None = None,
+    on_tool_error: OnToolError | None = None, tools: Scope | None = None,
     approver: Approver | None = None, on_deny: OnDeny = "observe", prompts: PromptSet | None = None,
     memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
     store: RunStore | None = None, run_id: str | None = None, journal_meta: Mapping[str, Any] | None = None,
@@ -267,11 +269,11 @@ def iter_rewoo(
 
 
 def run_rewoo(
-    task: str, policy: Policy, registry: ToolRegistry, *,
+    task: str, policy: Policy, registry: Tools, *,
     max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
     max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
     on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
-    on_tool_error: OnToolError | None = None, tools: Iterable[str] | None = None,
+    on_tool_error: OnToolError | None = None, tools: Scope | None = None,
     approver: Approver | None = None, on_deny: OnDeny = "observe", prompts: PromptSet | None = None,
     memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
     store: RunStore | None = None, run_id: str | None = None, journal_meta: Mapping[str, Any] | None = None,
@@ -282,11 +284,11 @@ def run_rewoo(
     return start(_spec(task, "rewoo", locals()), policy, registry).run()
 
 def iter_plan_execute(
-    task: str, policy: Policy, registry: ToolRegistry, *,
+    task: str, policy: Policy, registry: Tools, *,
     max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
     max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
     on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
-    on_tool_error: OnToolError | None = None, tools: Iterable[str] | None = None,
+    on_tool_error: OnToolError | None = None, tools: Scope | None = None,
     approver: Approver | None = None, on_deny: OnDeny = "observe", prompts: PromptSet | None = None,
     memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
     store: RunStore | None = None, run_id: str | None = None, journal_meta: Mapping[str, Any] | None = None,
@@ -298,11 +300,11 @@ def iter_plan_execute(
 
 
 def run_plan_execute(
-    task: str, policy: Policy, registry: ToolRegistry, *,
+    task: str, policy: Policy, registry: Tools, *,
     max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
     max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
     on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
-    on_tool_error: OnToolError | None = None, tools: Iterable[str] | None = None,
+    on_tool_error: OnToolError | None = None, tools: Scope | None = None,
     approver: Approver | None = None, on_deny: OnDeny = "observe", prompts: PromptSet | None = None,
     memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
     store: RunStore | None = None, run_id: str | None = None, journal_meta: Mapping[str, Any] | None = None,
@@ -313,13 +315,13 @@ def run_plan_execute(
     return start(_spec(task, "plan_execute", locals()), policy, registry).run()
 
 def iter_reflexion(
-    task: str, policy: Policy, registry: ToolRegistry, *,
+    task: str, policy: Policy, registry: Tools, *,
     max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
     max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
     on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
     on_tool_error: OnToolError | None = None, max_reflections: int | None = None,
     attempt_steps: int | None = None, evaluator: Evaluator | bool | None = None,
-    tools: Iterable[str] | None = None, approver: Approver | None = None, on_deny: OnDeny = "observe",
+    tools: Scope | None = None, approver: Approver | None = None, on_deny: OnDeny = "observe",
     prompts: PromptSet | None = None, memory: Memory | None = None, context_tokens: int | None = None,
     output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
     journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
@@ -331,13 +333,13 @@ def iter_reflexion(
 
 
 def run_reflexion(
-    task: str, policy: Policy, registry: ToolRegistry, *,
+    task: str, policy: Policy, registry: Tools, *,
     max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
     max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
     on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
     on_tool_error: OnToolError | None = None, max_reflections: int | None = None,
     attempt_steps: int | None = None, evaluator: Evaluator | bool | None = None,
-    tools: Iterable[str] | None = None, approver: Approver | None = None, on_deny: OnDeny = "observe",
+    tools: Scope | None = None, approver: Approver | None = None, on_deny: OnDeny = "observe",
     prompts: PromptSet | None = None, memory: Memory | None = None, context_tokens: int | None = None,
     output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
     journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
@@ -348,14 +350,14 @@ def run_reflexion(
     return start(_spec(task, "reflexion", locals()), policy, registry).run()
 
 def iter_tot(
-    task: str, policy: Policy, registry: ToolRegistry, *,
+    task: str, policy: Policy, registry: Tools, *,
     max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
     max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
     on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
     on_tool_error: OnToolError | None = None, search: Search | None = None, branching: int | None = None,
     breadth: int | None = None, depth: int | None = None, max_nodes: int | None = None,
     threshold: float | None = None, allow_side_effects: bool | None = None,
-    tools: Iterable[str] | None = None, approver: Approver | None = None, on_deny: OnDeny = "observe",
+    tools: Scope | None = None, approver: Approver | None = None, on_deny: OnDeny = "observe",
     prompts: PromptSet | None = None, memory: Memory | None = None, context_tokens: int | None = None,
     output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
     journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,
@@ -367,14 +369,14 @@ def iter_tot(
 
 
 def run_tot(
-    task: str, policy: Policy, registry: ToolRegistry, *,
+    task: str, policy: Policy, registry: Tools, *,
     max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
     max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
     on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
     on_tool_error: OnToolError | None = None, search: Search | None = None, branching: int | None = None,
     breadth: int | None = None, depth: int | None = None, max_nodes: int | None = None,
     threshold: float | None = None, allow_side_effects: bool | None = None,
-    tools: Iterable[str] | None = None, approver: Approver | None = None, on_deny: OnDeny = "observe",
+    tools: Scope | None = None, approver: Approver | None = None, on_deny: OnDeny = "observe",
     prompts: PromptSet | None = None, memory: Memory | None = None, context_tokens: int | None = None,
     output_type: Any = None, store: RunStore | None = None, run_id: str | None = None,
     journal_meta: Mapping[str, Any] | None = None, tracer: Any = None, cost_budget_usd: float | None = None,

@@ -27,6 +27,7 @@ from loopwright.modes.handles import READ_OUTPUT, keep_output, read_output
 from loopwright.modes.machine import CallTool, Executed, Journal, StopRun
 from loopwright.modes.observers import Observer
 from loopwright.safety import (
+    NO_APPROVER,
     ApprovalPending,
     ApprovalRequest,
     Approver,
@@ -82,7 +83,7 @@ class ToolGate:
         self.rerun_unfinished = rerun_unfinished
         self._ledger: dict[str, tuple[str, ToolResult]] = {}
         self.children: dict[str, str] = {}  # call key -> the child agent run it started (RunContext.adopt)
-        self._locks: dict[str, threading.Lock] = {}
+        self._locks: dict[str, threading.RLock] = {}
         self._lock = threading.Lock()
 
     def admit(self, call: CallTool) -> Executed | Admitted | None:
@@ -99,6 +100,8 @@ class ToolGate:
             for observer in ctx.observers:
                 observer.tool(call.key, result, "action")
             return Executed(result)
+        if call.repaired and tool is not None and tool.side_effects in ("write", "destructive"):
+            return self._resend(call, tool)
         journal = self.journal
         if journal is None and (tool is None or (tool.idempotent and not tool.requires_approval)):
             return None
@@ -116,26 +119,41 @@ class ToolGate:
                 if child is not None:
                     meta["child_run_id"] = child
             return Executed(result, meta=meta)
+        ledger = None if tool is None or tool.idempotent else self._ledger_key(tool, call.args)
+        admitted = Admitted(call, tool, recorded, ledger)
         if tool is not None and tool.requires_approval:
-            decision = self._approval(call, tool)
+            reused = self.reuse(admitted)  # the same side effect ran already: it will not run, so ask no one
+            if reused is not None:
+                return reused
+            decision, failure = self._approval(call, tool)
             if decision.approved is not True:  # fail closed on anything but an approval
                 observation = denial_observation(call.name, decision.reason)
                 denied = ToolResult(call.name, call.args, None, observation,
                                     ToolError(call.name, decision.reason, "denied"), 0.0)
                 for observer in ctx.observers:
                     observer.tool(call.key, denied, "denied")
+                why = None if failure is None else {"traceback": failure}  # the approver raised
                 if self.on_deny == "stop":
                     ctx.record(Step(ctx.next_index, "denied", tool=call.name, args=call.args,
-                                    observation=observation, error=decision.reason))
+                                    observation=observation, error=decision.reason, meta=why or {}))
                     raise StopRun("denied", observation)
-                return Executed(denied, "denied")
-        ledger = None if tool is None or tool.idempotent else self._ledger_key(tool, call.args)
-        return Admitted(call, tool, recorded, ledger)
+                return Executed(denied, "denied", why)
+        return admitted
 
-    def lock(self, ledger: str) -> threading.Lock:
-        """The lock two identical side effects share (the second waits, then reuses)."""
+    def lock(self, ledger: str) -> threading.RLock:
+        """The lock two identical side effects share (the second waits, then reuses);
+        reentrant, so a driver holding it from a call's approval on takes it again."""
         with self._lock:
-            return self._locks.setdefault(ledger, threading.Lock())
+            return self._locks.setdefault(ledger, threading.RLock())
+
+    def gated_ledger(self, call: CallTool) -> str | None:
+        """The exactly-once key of a side effect that needs approval, None for any other
+        call. A driver holds its lock from the question to the result, so an identical
+        call in flight settles first and a repeat is answered from it, never asked about."""
+        tool = self.ctx.registry.get(call.name)
+        if tool is None or tool.idempotent or not tool.requires_approval:
+            return None
+        return self._ledger_key(tool, call.args)
 
     def reuse(self, admitted: Admitted) -> Executed | None:
         """The earlier result of the same side effect in this run, if it succeeded."""
@@ -194,6 +212,8 @@ class ToolGate:
             ctx.trace.tool_calls += 1
         for observer in ctx.observers:
             observer.tool(key, result, "action")
+        if result.error is not None and result.error.traceback:  # the step keeps where the tool failed
+            kept = {**(kept or {}), "traceback": result.error.traceback}
         if self.children and key in self.children:  # the call ran a child agent
             self._child_paused(key)
             return Executed(result, meta={**(kept or {}), "child_run_id": self.children.pop(key)})
@@ -207,10 +227,23 @@ class ToolGate:
             self.ctx.trace.meta["pending_approval"] = child.meta.get("pending_approval")
             raise StopRun("paused", f"waiting for an approval in child agent run {self.children.pop(key)}")
 
+    def _resend(self, call: CallTool, tool: Tool) -> Executed:
+        """Not run: the arguments of a call that changes things had to be repaired to be
+        read (they may have been cut short), so the model is asked to send it again whole."""
+        message = (f"invalid args: the arguments were not valid JSON as sent and had to be repaired "
+                   f"({'; '.join(call.repaired)}); {call.name} changes things ({tool.side_effects}), so a "
+                   f"repaired call is not run: send the call again with its complete arguments")
+        error = ToolError(call.name, message, "invalid_args")
+        result = ToolResult(call.name, call.args, None, error.as_observation(), error, 0.0)
+        for observer in self.ctx.observers:
+            observer.tool(call.key, result, "action")
+        return Executed(result, meta={"not_run": "repaired arguments"})
+
     def _ledger_key(self, tool: Tool, args: dict[str, Any]) -> str:
         return tool.name + "\x00" + idempotency_key(tool, args)
 
-    def _approval(self, call: CallTool, tool: Tool) -> Decision:
+    def _approval(self, call: CallTool, tool: Tool) -> tuple[Decision, str | None]:
+        """The decision on a gated call, and the traceback when the approver raised."""
         request = ApprovalRequest(call.name, call.args, approval_key(call.name, call.args), call.key,
                                   tool.side_effects, tool.description, self.ctx.trace.run_id)
         agent = getattr(self.ctx, "agent", None)
@@ -220,14 +253,14 @@ class ToolGate:
         if journal is not None:
             known = journal.recorded_decision(request.key)
             if known is not None:
-                return known
+                return known, None
         if self.approver is None:  # fail closed: a gated tool never runs unapproved
-            return Decision(False, "this tool needs approval and the run has no approver")
+            return Decision(False, NO_APPROVER), None
         events = self.ctx.events
         if events is not None:  # a UI watching the run can ask a person now
             events.approval(request)
         try:
-            decision = ask(self.approver, request)
+            decision, failure = ask(self.approver, request)
         except ApprovalPending:
             self.ctx.trace.meta["pending_approval"] = request.to_dict()
             if journal is not None:
@@ -235,7 +268,7 @@ class ToolGate:
             raise StopRun("paused", f"waiting for approval of {call.name}") from None
         if journal is not None:
             journal.record_decision(request, decision)
-        return decision
+        return decision, failure
 
 
 def idempotency_key(tool: Any, args: dict[str, Any]) -> str:

@@ -34,11 +34,14 @@ R = TypeVar("R")
 @dataclass(slots=True)
 class CallTool:
     """Execute one tool call through the gate; answered with an Executed. `key` names
-    the call within the run (ReAct step "3", ReWOO "E2") so a resumed run finds it."""
+    the call within the run (ReAct step "3", ReWOO "E2") so a resumed run finds it.
+    `repaired`: what the parser fixed to read the arguments (the gate runs no repaired
+    call to a tool that changes things)."""
 
     name: str
     args: dict[str, Any]
     key: str
+    repaired: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)

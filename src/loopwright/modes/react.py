@@ -313,12 +313,13 @@ def _react(
             if loaded:  # a registered tool the search had not loaded: callable from now on
                 tools = () if plain else tuple(ctx.schemas)
             args = ctx.registry.bind(name, parsed.args)  # unchanged for an unknown tool
+            repaired = {"repaired": list(parsed.repaired)} if parsed.repaired else {}  # on every step of this call
             stop = ctx.guard_after_call() if guarded else None
             if stop:
                 yield Step(k, "action", raw=raw, thought=parsed.thought, tool=name, args=args,
                            error=f"not executed: {stop.replace('_', ' ')} reached",
                            duration_s=seconds, usage=call.usage, prompt_chars=prompt, prompt=copy,
-                           meta={"tools_loaded": loaded} if loaded else {})
+                           meta={**repaired, "tools_loaded": loaded} if loaded else repaired)
                 ctx.stop(stop)
                 return
 
@@ -329,7 +330,8 @@ def _react(
                     after = f", after {nudged} nudges" if on_repeat == "nudge" else ""
                     yield Step(k, "nudge", raw=raw, thought=parsed.thought, tool=name, args=args,
                                error=f"repeated call: {name} proposed {count} times in a row{after}",
-                               duration_s=seconds, usage=call.usage, prompt_chars=prompt, prompt=copy)
+                               duration_s=seconds, usage=call.usage, prompt_chars=prompt, prompt=copy,
+                               meta=repaired)
                     ctx.stop("repeated_call")
                     return
                 observation = ctx.prompts.repeat_nudge.format(
@@ -337,7 +339,7 @@ def _react(
                 )
                 yield Step(k, "nudge", raw=raw, thought=parsed.thought, tool=name, args=args,
                            observation=observation, duration_s=seconds,
-                           usage=call.usage, prompt_chars=prompt, prompt=copy, meta={"repeats": count})
+                           usage=call.usage, prompt_chars=prompt, prompt=copy, meta={"repeats": count, **repaired})
                 pad.append(k, parsed.thought, _render_action(dialect, parsed), observation)
                 _native_call(pad, parsed, name, args, observation)
                 continue
@@ -349,14 +351,14 @@ def _react(
                 repeats.executed(observation)
                 yield Step(k, "action", raw=raw, thought=parsed.thought, tool=name, args=args,
                            observation=observation, duration_s=seconds, usage=call.usage, prompt_chars=prompt,
-                           prompt=copy, meta={"tools_loaded": loaded})
+                           prompt=copy, meta={"tools_loaded": loaded, **repaired})
                 pad.append(k, parsed.thought, _render_action(dialect, parsed), fence(observation, f"{name}#{k}"),
                            observation)
                 _native_call(pad, parsed, name, args, observation)
                 continue
 
             call_key = str(k)
-            executed = yield CallTool(name, args, call_key)
+            executed = yield CallTool(name, args, call_key, parsed.repaired)
             result = executed.result
             observation = result.observation
             repeats.executed(observation)
@@ -370,6 +372,7 @@ def _react(
                 meta.update(executed.meta)
             if loaded:
                 meta["tools_loaded"] = loaded
+            meta.update(repaired)
             yield Step(k, executed.kind, raw=raw, thought=parsed.thought, tool=name, args=args,
                        observation=observation,
                        error=None if result.error is None else result.error.message,
@@ -407,7 +410,8 @@ def _parse_native(completion: Any) -> Action | FinalAnswer:
         actions = parse_tool_calls(completion.tool_calls)
         if actions:
             first = actions[0]
-            return Action(completion.text.strip() or first.thought, first.name, first.args, first.call_id)
+            return Action(completion.text.strip() or first.thought, first.name, first.args, first.call_id,
+                          repaired=first.repaired)
     text = completion.text.strip()
     if not text:
         raise ParseError("the reply had neither a tool call nor any text; call a tool or answer")

@@ -22,6 +22,7 @@ from loopwright.modes.machine import Journal
 from loopwright.pricing import Prices
 from loopwright.prompts import PromptSet
 from loopwright.safety import Approver
+from loopwright.tools.toolset import tool_names
 from loopwright.trace import Trace, Usage
 
 if TYPE_CHECKING:  # memory imports numpy: only a run with a context budget loads it
@@ -105,8 +106,8 @@ class RunSpec:
     def __post_init__(self) -> None:
         if self.mode not in MODE_SETTINGS:
             raise ValueError(f"mode must be one of {sorted(MODE_SETTINGS)}, got {self.mode!r}")
-        if self.tools is not None and not isinstance(self.tools, tuple):
-            object.__setattr__(self, "tools", tuple(self.tools))
+        if self.tools is not None:  # names, whether given as names or as the Tools themselves
+            object.__setattr__(self, "tools", tool_names(self.tools))
         if self.tool_search is not None:
             check_option(self.tool_search)
         if _FOREIGN_GIVEN[self.mode](self).count(None) != len(_FOREIGN[self.mode]):  # one C call

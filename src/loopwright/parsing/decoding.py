@@ -34,13 +34,17 @@ class Action:
     args_text: the arguments exactly as the model wrote them, when they were one clean
     JSON object; the ReAct loop writes that back into the prompt, so the prompt stays
     byte-identical to what the model generated (a KV cache keeps it) and nothing is
-    re-encoded. Not part of equality."""
+    re-encoded. Not part of equality.
+    repaired: what the decoder fixed to read arguments that were not valid JSON as written
+    (a missing closing brace, entities in the JSON syntax); empty when none. The loop
+    records it on the step and runs no repaired call to a tool that changes things."""
 
     thought: str
     name: str
     args: dict[str, Any]
     call_id: str | None = None
     args_text: str | None = field(default=None, compare=False, repr=False)
+    repaired: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
 
 @fast_frozen
@@ -56,10 +60,11 @@ class _Bad(Exception):
     """Internal: what was wrong, before the format help is appended."""
 
 
-def _decode_json_at(text: str, start: int, seg_end: int) -> tuple[Any, int]:
+def _decode_json_at(text: str, start: int, seg_end: int) -> tuple[Any, int, tuple[str, ...]]:
     """Decode the JSON value starting at text[start] (after whitespace, a fence opener or a
     backtick); tolerates trailing text, raw newlines in strings, HTML entities around the
-    syntax and one missing closing brace. Returns (value, end position in text)."""
+    syntax and one missing closing brace. Returns (value, end position in text, the
+    repairs it took to read it: empty when the text was JSON as written)."""
     n = len(text)
     i = start
     while i < n and text[i] in " \t\r\n":
@@ -83,13 +88,18 @@ def _decode_json_at(text: str, start: int, seg_end: int) -> tuple[Any, int]:
                 continue
             if closed and not (isinstance(value, dict) and value):
                 continue  # "{" cut short is no call with no arguments
-            return (value if decoded else _unescape_deep(value)), seg_end
+            repairs = (*((_ENTITIES_REPAIRED,) if decoded else ()), *((_BRACE_REPAIRED,) if closed else ()))
+            return (value if decoded else _unescape_deep(value)), seg_end, repairs
         raise _Bad(f"Action Input is not valid JSON: {_where(first, text, i)}") from None
     except ValueError as err:  # e.g. an integer past the digit limit
         raise _Bad(f"Action Input is not valid JSON: {describe(str(err), 60)}") from None
     if "&" in text[i:end]:
         value = _unescape_deep(value)
-    return value, end
+    return value, end, ()
+
+
+_BRACE_REPAIRED: Final = "added a missing closing '}': the arguments may have been cut short"
+_ENTITIES_REPAIRED: Final = "decoded HTML entities in the JSON syntax"
 
 
 def _where(err: json.JSONDecodeError, text: str, start: int) -> str:

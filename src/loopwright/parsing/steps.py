@@ -180,7 +180,7 @@ class _Scan:
     """Mutable state of one pass over a step's anchors."""
 
     __slots__ = ("action_end", "action_name", "args", "bracket", "brackets_seen", "complete",
-                 "final", "input_error", "input_orphan", "leading_cut", "thoughts")
+                 "final", "input_error", "input_orphan", "leading_cut", "repaired", "thoughts")
 
     def __init__(self) -> None:
         self.thoughts: list[str] = []
@@ -194,6 +194,7 @@ class _Scan:
         self.input_orphan = False
         self.brackets_seen = False
         self.leading_cut: str | None = None
+        self.repaired: tuple[str, ...] = ()  # what decoding the Action Input had to fix
 
 
 def _parse_react_general(text: str, dialect: Dialect | None) -> Action | FinalAnswer:
@@ -291,7 +292,7 @@ def _read_action(
     s.action_end = line_end
     # A new Action line before the previous one was complete replaces it (the model
     # restarted); the previous one's input error is forgotten with it.
-    s.args, s.bracket, s.input_error = None, None, None
+    s.args, s.bracket, s.input_error, s.repaired = None, None, None, ()
     open_bracket = raw.find("[")
     brace = raw.find("{")
     if open_bracket >= 0 and (brace < 0 or open_bracket < brace):
@@ -319,11 +320,11 @@ def _read_action(
 def _read_input(s: _Scan, text: str, start: int, seg_end: int) -> int:
     """Decode the JSON value of an Action Input; returns where scanning resumes."""
     try:
-        value, end = _decode_json_at(text, start, seg_end)
+        value, end, repaired = _decode_json_at(text, start, seg_end)
     except _Bad as bad:
         s.input_error = str(bad)
         return start
-    s.args = value
+    s.args, s.repaired = value, repaired
     s.complete = True
     return end
 
@@ -370,7 +371,7 @@ def _build_action(s: _Scan, thought: str, help_text: str) -> Action | FinalAnswe
         if not answer.strip():
             raise _Bad(f"finish has an empty answer; {help_text}")
         return FinalAnswer(thought, answer.strip())
-    return Action(thought, name, s.args)
+    return Action(thought, name, s.args, repaired=s.repaired)
 
 
 def _bracket_text(raw: str) -> str:

@@ -97,15 +97,16 @@ def _one_call(call: Any, k: int, thought: str) -> Action:
             f"{where} names {describe(name, 40)}, not a tool name (a letter or '_', then up "
             f"to 63 letters, digits, '_', '-', '.')"
         )
-    args = _call_arguments(arguments, f"{where} ({name})")
-    return Action(thought, name, args, call_id if isinstance(call_id, str) else None)
+    args, repaired = _call_arguments(arguments, f"{where} ({name})")
+    return Action(thought, name, args, call_id if isinstance(call_id, str) else None, repaired=repaired)
 
 
-def _call_arguments(arguments: Any, where: str) -> dict[str, Any]:
+def _call_arguments(arguments: Any, where: str) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The call's arguments, and what decoding them had to repair."""
     if arguments is None:
-        return {}
+        return {}, ()
     if isinstance(arguments, Mapping):
-        return {str(k): _unescape_deep(v) for k, v in arguments.items()}
+        return {str(k): _unescape_deep(v) for k, v in arguments.items()}, ()
     if not isinstance(arguments, str):
         raise _Bad(f"arguments of {where} must be a JSON object string, "
                    f"got {type(arguments).__name__}")
@@ -113,11 +114,11 @@ def _call_arguments(arguments: Any, where: str) -> dict[str, Any]:
     if "```" in text:
         text = _FENCE_LINE.sub("", text).strip()
     if not text:
-        return {}
+        return {}, ()
     try:
-        value, _ = _decode_json_at(text, 0, len(text))
+        value, _, repaired = _decode_json_at(text, 0, len(text))
     except _Bad as bad:
         raise _Bad(f"arguments of {where}: {str(bad).replace('Action Input ', '')}") from None
     if not isinstance(value, dict):
         raise _Bad(f"arguments of {where} must be a JSON object, got {_json_type(value)}")
-    return value
+    return value, repaired

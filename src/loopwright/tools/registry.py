@@ -62,6 +62,7 @@ __all__ = [
     "ToolExample",
     "ToolRegistry",
     "ToolResult",
+
     "parse_docstring",
     "render_observation",
     "tool",
@@ -436,9 +437,10 @@ class ToolRegistry:
     def schemas(self) -> list[dict[str, Any]]:
         return [t.schema() for t in self._tools.values()]
 
-    def subset(self, names: Iterable[str]) -> ToolRegistry:
-        """Least privilege: a new registry holding only these tools, same limits."""
-        wanted = list(dict.fromkeys(names))
+    def subset(self, names: Iterable[str | Tool]) -> ToolRegistry:
+        """Least privilege: a new registry holding only these tools (named, or the Tools
+        themselves), same limits."""
+        wanted = list(dict.fromkeys(n.name if isinstance(n, Tool) else n for n in names))
         unknown = [n for n in wanted if n not in self._tools]
         if unknown:
             raise ToolDefinitionError(

@@ -5,8 +5,10 @@ observation text. Shared by the registry (`tools`) and the loops."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any, Literal
+import os
+import traceback
+from dataclasses import dataclass, field, replace
+from typing import Any, Final, Literal
 
 from loopwright._slots import fast_frozen
 from loopwright.tools.run import Timeout
@@ -20,12 +22,26 @@ ToolErrorKind = Literal[
 
 
 @dataclass(frozen=True, slots=True)
-class ToolError:
-    """A failed tool call, returned (never raised) so the model can read it and recover."""
+class ToolError(Exception):
+    """A failed tool call, returned by the registry (never raised out of it) so the model
+    can read it and recover.
+
+    A tool may raise one to report a failure in its own words (`raise lw.ToolError("lookup",
+    "no item 'zz'")`): the registry returns a copy named for the tool that raised it (the
+    copy holds none of the raise's frames).
+    `traceback`: for an exception inside the tool, the traceback from the tool's own frames
+    (the step keeps it in `meta["traceback"]`; the model reads only the observation)."""
 
     tool: str
     message: str
     kind: ToolErrorKind = "exception"
+    traceback: str | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        Exception.__init__(self, self.tool, self.message, self.kind, self.traceback)  # args: pickles
+
+    def __str__(self) -> str:
+        return self.as_observation()
 
     def as_observation(self) -> str:
         return f"ERROR[{self.tool}]: {self.message}"
@@ -96,4 +112,25 @@ def _unrenderable(name: str, value: Any, exc: Exception) -> ToolError:
 def _failure(name: str, exc: Exception) -> ToolError:
     if isinstance(exc, Timeout):
         return ToolError(name, f"timeout after {exc.seconds:g}s", "timeout")
-    return ToolError(name, _exception_text(exc), "exception")
+    if isinstance(exc, ToolError):  # the tool reported its failure itself
+        return replace(exc, tool=name)
+    return ToolError(name, _exception_text(exc), "exception", _tool_traceback(exc))
+
+
+_CALLERS: Final = (
+    os.path.dirname(__file__) + os.sep,  # the registry and the runner that called the tool
+    os.path.join(os.path.dirname(os.path.dirname(__file__)), "offload.py"),
+    os.path.join(os.path.dirname(traceback.__file__), "asyncio") + os.sep,  # an async tool's awaiter
+)
+
+
+def _tool_traceback(exc: BaseException) -> str:
+    """The exception's traceback from the tool's own frames (the registry's and the event
+    loop's frames above them are left out); all of it when none is the tool's."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_CALLERS):
+        tb = tb.tb_next
+    try:
+        return "".join(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))
+    except Exception:  # a broken __str__: the type and message text say what they can
+        return _exception_text(exc)

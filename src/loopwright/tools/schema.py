@@ -10,7 +10,10 @@ with jsonschema (Draft 2020-12), imported on first use, under the same rules: mi
 unknown and wrong-typed arguments are rejected, `True`, `"1"` and `5.0` are not integers,
 and a number parameter takes ints and floats.
 
-Signatures: an unannotated parameter accepts any value; `**kwargs` makes the schema's
+Signatures: an unannotated parameter accepts any value, and a tool built with one warns
+(UntypedParameterWarning, which a warnings filter can make an error); a parameter whose
+name starts with `_` is the tool's own (a value bound as a default, `_i=i`): it needs a
+default, the model is not shown it and cannot pass it. `**kwargs` makes the schema's
 `additionalProperties` its annotation (or `true`); `*args` cannot be filled from named
 arguments and is a ToolDefinitionError; positional-only parameters are passed by position.
 """
@@ -21,7 +24,10 @@ import copy
 import functools
 import inspect
 import json
+import os
 import re
+import sys
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import UnionType
@@ -44,7 +50,12 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 from typing_extensions import TypedDict
 
-from loopwright.errors import LoopwrightError, ToolDefinitionError, describe
+from loopwright.errors import (
+    LoopwrightError,
+    ToolDefinitionError,
+    UntypedParameterWarning,
+    describe,
+)
 from loopwright.tools.docstrings import parse_docstring as parse_docstring  # re-exported
 
 _MAX_PROBLEMS: Final = 6
@@ -376,6 +387,8 @@ def typed_arguments(
     positional: list[str] = []
     required: list[str] = []
     defaults: dict[str, Any] = {}
+    hidden: list[str] = []
+    untyped: list[str] = []
     for param in signature.parameters.values():
         annotation = Any if param.annotation is param.empty else _keep_ints(param.annotation)
         if param.kind is param.VAR_POSITIONAL:
@@ -386,6 +399,20 @@ def typed_arguments(
         if param.kind is param.VAR_KEYWORD:
             extra = annotation
             continue
+        if param.name.startswith("_"):  # the tool's own: never shown to the model or taken from it
+            if param.default is param.empty:
+                raise ToolDefinitionError(
+                    f"tool {tool_name!r}: parameter {param.name!r} starts with '_', so the model is "
+                    f"not shown it and cannot fill it, but it has no default; give it one "
+                    f"({param.name}=...) or rename it"
+                )
+            hidden.append(param.name)
+            if param.kind is param.POSITIONAL_ONLY:
+                positional.append(param.name)
+                defaults[param.name] = param.default
+            continue
+        if param.annotation is param.empty:
+            untyped.append(param.name)
         if param.kind is param.POSITIONAL_ONLY:
             positional.append(param.name)
         doc = param_docs.get(param.name)
@@ -397,6 +424,29 @@ def typed_arguments(
         else:
             fields[param.name] = NotRequired[annotation]
             defaults[param.name] = param.default
+    adapter, schema = _validator(tool_name, fields, extra)
+    for key, default in defaults.items():
+        ok, value = _jsonable(default)
+        if ok and key in fields:
+            schema["properties"][key]["default"] = value
+    if extra is not None and schema.get("additionalProperties") == {}:
+        schema["additionalProperties"] = True
+    schema.setdefault("properties", {})
+    names = tuple(fields)
+    if untyped:
+        _warn_untyped(tool_name, untyped)
+    check = _typed_check(adapter, names)
+    if hidden and extra is not None:  # **kwargs takes any name: refuse the tool's own ones
+        check = _refusing(check, frozenset(hidden))
+    return ArgumentSpec(
+        parameters=schema, names=names, required=tuple(required), open=extra is not None,
+        check=check, positional=tuple(positional),
+        defaults=defaults,
+    )  # fmt: skip
+
+
+def _validator(tool_name: str, fields: dict[str, Any], extra: Any) -> tuple[TypeAdapter[Any], dict[str, Any]]:
+    """The strict validator of these parameters (a TypedDict of them) and its JSON Schema."""
     try:
         typed: Any = (
             TypedDict(f"{tool_name}_args", fields, extra_items=extra)  # type: ignore[operator]
@@ -406,7 +456,7 @@ def typed_arguments(
         typed.__pydantic_config__ = ConfigDict(strict=True, arbitrary_types_allowed=True)
         if extra is None:
             typed.__pydantic_config__["extra"] = "forbid"
-        adapter = TypeAdapter(typed)
+        adapter: TypeAdapter[Any] = TypeAdapter(typed)
         schema = adapter.json_schema(schema_generator=_LenientJsonSchema)
     except Exception as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
@@ -414,20 +464,39 @@ def typed_arguments(
             f"tool {tool_name!r}: cannot build a validator for its parameters "
             f"({type(exc).__name__}: {first_line})"
         ) from exc
-    schema = _clean_schema(schema)
-    for key, default in defaults.items():
-        ok, value = _jsonable(default)
-        if ok:
-            schema["properties"][key]["default"] = value
-    if extra is not None and schema.get("additionalProperties") == {}:
-        schema["additionalProperties"] = True
-    schema.setdefault("properties", {})
-    names = tuple(fields)
-    return ArgumentSpec(
-        parameters=schema, names=names, required=tuple(required), open=extra is not None,
-        check=_typed_check(adapter, names), positional=tuple(positional),
-        defaults=defaults,
-    )  # fmt: skip
+    return adapter, _clean_schema(schema)
+
+
+def _warn_untyped(tool_name: str, untyped: list[str]) -> None:
+    """Warn, at the user's line that made the tool (the first frame outside loopwright),
+    that these parameters have no type."""
+    names = ", ".join(map(repr, untyped))
+    example = f"{untyped[0]}: str or {untyped[0]}: int"
+    level, frame = 1, sys._getframe(1)
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(
+        f"tool {tool_name!r}: parameter{'s' if len(untyped) > 1 else ''} {names} "
+        f"{'have' if len(untyped) > 1 else 'has'} no type annotation, so the model is shown no type "
+        f"and any value is accepted; annotate {'them' if len(untyped) > 1 else 'it'} (e.g. {example})",
+        UntypedParameterWarning,
+        stacklevel=level + 1,
+    )
+
+
+_PACKAGE_DIR: Final = os.path.dirname(os.path.dirname(__file__)) + os.sep  # loopwright's own frames
+
+
+def _refusing(check: Check, hidden: frozenset[str]) -> Check:
+    """`check`, refusing arguments named for the tool's own parameters."""
+
+    def refuse(args: dict[str, Any]) -> dict[str, Any]:
+        given = sorted(hidden.intersection(args))
+        if given:
+            raise ToolArgumentError(f"unknown argument {given[0]!r}: it is the tool's own, not an argument")
+        return check(args)
+
+    return refuse
 
 
 def _typed_check(adapter: TypeAdapter[Any], names: tuple[str, ...]) -> Check:
