@@ -39,7 +39,7 @@ Evaluator = Callable[[str, Trace], "tuple[bool, str] | bool"]
 set; returns (ok, feedback) or a bool. Feedback reaches the critique prompt."""
 PriceSpec = Prices | Callable[[Usage], float]
 ToolSearchOption = int | Literal["auto", "off"]
-"""`tool_search=`: K tools a step, "auto" (on above a number of tools) or "off"; see modes/toolsearch.py."""
+"""`tool_search=`: K tools a step, "auto" (on when the tool list would not fit the model's context window) or "off"; see modes/toolsearch.py."""
 
 
 def check_option(value: object) -> None:
