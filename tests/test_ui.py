@@ -162,7 +162,8 @@ def test_the_same_call_asked_again_is_asked_again() -> None:
         events = watch(base, run_id, on_event)
     check_order(events)
     asked = custom(events, "approval_requested")
-    assert len(asked) == 2 and asked[0]["key"] == asked[1]["key"]  # one call, two questions
+    assert len(asked) == 2 and asked[0]["args"] == asked[1]["args"]  # one call, two questions,
+    assert asked[0]["key"] != asked[1]["key"]  # each with a key of its own
     assert [d["approved"] for d in custom(events, "approval_decided")] == [False, True]
     assert ran == ["notes.txt"]
 
@@ -205,7 +206,7 @@ def test_stopping_the_server_ends_a_run_that_waits_for_approval() -> None:
     reader.join(20)  # the server stopped: the run was cancelled, its approver denied, the stream ended
     assert not reader.is_alive() and ran == []
     live = served.state.runs.runs[run_id]
-    assert live.done and live.task.done() and not live.pending
+    assert live.done and live.driver.done() and not live.pending
 
 
 def test_a_failing_policy_ends_the_stream_with_run_error(registry: lw.ToolRegistry) -> None:
@@ -223,18 +224,18 @@ def test_the_agui_endpoint_takes_a_run_agent_input_and_answers_with_the_stream(r
     with serving(app(lw.ScriptedPolicy([ADD, FINAL]), registry, max_steps=4)) as base:
         with httpx2.stream("POST", f"{base}/agui", json=body, timeout=30) as response:
             events = read_stream(response)
-        taken = httpx2.post(f"{base}/agui", json=body, timeout=10)  # the same run id again
         no_task = httpx2.post(f"{base}/agui", json={**body, "runId": "run-8", "messages": []}, timeout=10)
     check_order(events)
     assert (events[0]["threadId"], events[0]["runId"]) == ("thread-7", "run-7")
-    assert events[-1]["result"]["answer"] == "5"
-    assert taken.status_code == 409 and no_task.status_code == 422
+    assert events[-1]["result"]["answer"] == "5" and events[-1]["runId"] == "run-7"
+    assert events[0]["metadata"]["run_id"] != "run-7"  # the server's own id for the run
+    assert no_task.status_code == 422
 
 
 def test_bad_requests_get_a_status_and_a_reason(registry: lw.ToolRegistry) -> None:
     with serving(app(lw.ScriptedPolicy([FINAL]), registry)) as base:
         no_task = httpx2.post(f"{base}/runs", json={"task": "  "})
-        not_json = httpx2.post(f"{base}/runs", content=b"{task")
+        not_json = httpx2.post(f"{base}/runs", content=b"{task", headers={"Content-Type": "application/json"})
         unknown = httpx2.get(f"{base}/runs/nope/events")
         run_id = start_run(base, "say 5")
         watch(base, run_id)
@@ -242,7 +243,7 @@ def test_bad_requests_get_a_status_and_a_reason(registry: lw.ToolRegistry) -> No
         bad_answer = httpx2.post(f"{base}/runs/{run_id}/approvals/k", json={"approved": "yes"})
         page = httpx2.get(f"{base}/")
     assert no_task.status_code == 422 and "task" in no_task.json()["error"]
-    assert not_json.status_code == 422
+    assert not_json.status_code == 400
     assert unknown.status_code == 404 and "nope" in unknown.json()["error"]
     assert no_wait.status_code == 409
     assert bad_answer.status_code == 422  # "yes" is not an approval: only a real bool decides

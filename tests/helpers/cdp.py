@@ -28,14 +28,15 @@ def chromium() -> str:
 class Browser:
     """One headless Chromium with one page at `url`; `close()` ends the browser."""
 
-    def __init__(self, url: str, profile: Path, size: tuple[int, int] = (1200, 900)) -> None:
+    def __init__(self, url: str, profile: Path, size: tuple[int, int] = (1200, 900),
+                 args: tuple[str, ...] = ()) -> None:
         profile.mkdir(parents=True, exist_ok=True)
         self.log = (profile / "chromium.log").open("w")
         self.proc = subprocess.Popen(
             [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
              "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
              "--remote-debugging-port=0", "--remote-allow-origins=*", f"--user-data-dir={profile}",
-             f"--window-size={size[0]},{size[1]}", "--hide-scrollbars", url],
+             f"--window-size={size[0]},{size[1]}", "--hide-scrollbars", *args, url],
             stdout=self.log, stderr=subprocess.STDOUT)
         self._ids = itertools.count(1)
         try:
