@@ -40,7 +40,7 @@ class Browser:
             stdout=self.log, stderr=subprocess.STDOUT)
         self._ids = itertools.count(1)
         try:
-            port = self._port(profile / "DevToolsActivePort")
+            port = self.port = self._port(profile / "DevToolsActivePort")
             pages = [t for t in httpx2.get(f"http://127.0.0.1:{port}/json/list", timeout=10).json()
                      if t["type"] == "page"]
             self.ws = websocket.create_connection(pages[0]["webSocketDebuggerUrl"], timeout=30,
@@ -84,6 +84,23 @@ class Browser:
                 return value
             assert time.monotonic() < deadline, f"the page never made {expression!r} true"
             time.sleep(0.02)
+
+    def eval_in_frame(self, url_start: str, expression: str) -> Any:
+        """Evaluate in the (out-of-process) frame whose address starts with `url_start`:
+        what a page of another origin cannot read of the frames it embeds."""
+        [frame] = [t for t in httpx2.get(f"http://127.0.0.1:{self.port}/json/list", timeout=10).json()
+                   if t["type"] == "iframe" and t["url"].startswith(url_start)]
+        ws = websocket.create_connection(frame["webSocketDebuggerUrl"], timeout=30, suppress_origin=True)
+        try:
+            ws.send(json.dumps({"id": 1, "method": "Runtime.evaluate",
+                                "params": {"expression": expression, "returnByValue": True}}))
+            while True:
+                reply = json.loads(ws.recv())
+                if reply.get("id") == 1:
+                    assert "error" not in reply, reply
+                    return reply["result"]["result"].get("value")
+        finally:
+            ws.close()
 
     def screenshot(self, path: Path) -> Path:
         path.write_bytes(base64.b64decode(self.call("Page.captureScreenshot", format="png")["data"]))
