@@ -309,6 +309,49 @@ def test_serve_refuses_bad_flags_before_serving(capsys: pytest.CaptureFixture[st
     assert main(["serve", "--approval-timeout-s", "-1"]) == 2
 
 
+CASSETTE = str(Path(__file__).parent / "cassettes" / "react_json_17x23.jsonl")
+
+
+def test_serve_off_loopback_without_a_token_refuses_to_start(monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("LOOPWRIGHT_TOKEN", raising=False)
+    for host in ("0.0.0.0", "::", "192.0.2.2", "agent.lan"):
+        assert main(["serve", "--replay", CASSETTE, "--host", host]) == 2
+        assert "needs a token" in capsys.readouterr().err
+    assert main(["serve", "--replay", CASSETTE, "--allow-origin", "ui.example"]) == 2
+    assert main(["serve", "--replay", CASSETTE, "--allow-host", "a b"]) == 2
+
+
+def test_serve_off_loopback_with_a_token_takes_only_requests_that_carry_it() -> None:
+    port = _free_port()
+    source = Path(lw.__file__).parents[1]  # the loopwright this test imported
+    proc = subprocess.Popen([sys.executable, "-m", "loopwright", "serve", "--replay", CASSETTE, "--host", "0.0.0.0",
+                             "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(source), "LOOPWRIGHT_TOKEN": "s3cret-t0ken"})
+    base = f"http://127.0.0.1:{port}"
+    bearer = {"Authorization": "Bearer s3cret-t0ken"}
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                page = httpx2.get(f"{base}/", timeout=5)
+                break
+            except httpx2.HTTPError:
+                assert proc.poll() is None, proc.communicate()[1][-3000:]
+                assert time.monotonic() < deadline, "loopwright serve did not start"
+                time.sleep(0.1)
+        bare = httpx2.get(f"{base}/runs")
+        carried = httpx2.get(f"{base}/runs", headers=bearer)
+        started = httpx2.post(f"{base}/runs", json={"task": "What is 17 * 23?"}, headers=bearer)
+        refused = httpx2.post(f"{base}/runs", json={"task": "wipe secrets.db"})
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert page.status_code == 200 and bare.status_code == 401 and refused.status_code == 401
+    assert carried.status_code == 200 and started.status_code == 201
+    assert "requests need the token" in err and "s3cret-t0ken" not in err  # the secret is not printed
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
