@@ -290,7 +290,7 @@ def test_a_name_rebound_to_loopback_gets_neither_the_page_nor_the_api(tmp_path: 
         port = base.rsplit(":", 1)[1]
         browser = Browser(f"http://rebound.test:{port}/", tmp_path / "profile", args=(RESOLVE,))
         try:
-            browser.wait_for("document.readyState === 'complete'")
+            browser.wait_for("location.host.startsWith('rebound.test') && document.readyState === 'complete'")
             page = browser.eval("[!!document.getElementById('task-form'), document.body.innerText]")
             statuses = browser.eval(
                 "Promise.all([fetch('/runs', {method: 'POST', headers: {'Content-Type': 'application/json'},"
@@ -314,7 +314,10 @@ CASSETTE = str(Path(__file__).parent / "cassettes" / "react_json_17x23.jsonl")
 
 def test_serve_off_loopback_without_a_token_refuses_to_start(monkeypatch: pytest.MonkeyPatch,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    import uvicorn
+
     monkeypatch.delenv("LOOPWRIGHT_TOKEN", raising=False)
+    monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: pytest.fail("it served"))
     for host in ("0.0.0.0", "::", "192.0.2.2", "agent.lan"):
         assert main(["serve", "--replay", CASSETTE, "--host", host]) == 2
         assert "needs a token" in capsys.readouterr().err

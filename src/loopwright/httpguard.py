@@ -150,8 +150,9 @@ class Guard:
         if scope["type"] == "lifespan":
             await self.app(scope, receive, send)
             return
-        if scope["type"] != "http":  # neither app speaks websocket
-            await _refuse(scope, send, 403, "only HTTP is served here")
+        if scope["type"] != "http":  # neither app speaks websocket: refuse the handshake
+            if (await receive())["type"] == "websocket.connect":
+                await send({"type": "websocket.close", "code": 1008})
             return
         refusal = self.check(scope)
         if refusal is not None:
