@@ -70,8 +70,8 @@ _APP_OWNS: Final = ("task", "policy", "registry", "approver", "run_id")
 """Options of aiter_events the app sets itself for each run."""
 
 _CHUNK: Final = 64 * 1024
-"""Kept frames go to a watcher in writes of about this many bytes: a slow reader of a
-long run holds one such piece, not a copy of the run."""
+"""Kept frames go to a watcher in writes of at most this many bytes: a slow reader of a
+long run holds one such piece, not a copy of the run or of its longest event."""
 _EVENT_ID: Final = re.compile(r"[0-9]{1,18}")
 _NO_STORE: Final = {"Cache-Control": "no-store"}
 
@@ -131,17 +131,22 @@ class LiveRun:
 
     async def watch(self, start: int = 0) -> AsyncIterator[bytes]:
         """Every frame from number `start`, then the live ones until the run ends. Frames
-        ready together go out as one write of at most about `_CHUNK` bytes."""
-        sent = start
+        ready together go out as one write, a long one in several: no write is over
+        `_CHUNK` bytes."""
+        frame, offset = start, 0
         while True:
             changed = self._changed  # taken before looking: a frame published after is seen
-            if sent < len(self.frames):
-                end, size = sent, 0
-                while end < len(self.frames) and (size < _CHUNK or end == sent):
-                    size += len(self.frames[end])
-                    end += 1
-                yield b"".join(self.frames[sent:end])
-                sent = end
+            if frame < len(self.frames):
+                pieces, size = [], 0
+                while frame < len(self.frames) and size < _CHUNK:
+                    data = self.frames[frame]
+                    piece = data[offset:offset + _CHUNK - size]
+                    pieces.append(piece)
+                    size += len(piece)
+                    offset += len(piece)
+                    if offset == len(data):
+                        frame, offset = frame + 1, 0
+                yield b"".join(pieces)
             elif self.done:
                 return
             else:
