@@ -5,6 +5,7 @@ elicitation when the client supports it."""
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -172,3 +173,97 @@ def test_streamable_http_serves_the_same_registry_to_our_own_mcp_client():
             assert "refused" in trace.steps[0].observation  # approved here, still refused there
     finally:
         stop(proc)
+
+
+# -- who may call the HTTP server ----------------------------------------------------------
+
+INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+MCP_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+
+
+def _lan_address() -> str | None:
+    import socket
+
+    from loopwright.httpguard import is_loopback
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            sock.connect(("10.255.255.255", 1))
+        except OSError:
+            return None
+        address = str(sock.getsockname()[0])
+    return None if is_loopback(address) else address
+
+
+def _serve(port: int, *flags: str, token: str | None = None) -> subprocess.Popen[bytes]:
+    source = Path(lw.__file__).parents[1]  # the loopwright this test imported
+    env = {"PYTHONPATH": os.pathsep.join([str(HELPERS), str(source)]), "PATH": "/usr/bin:/bin"}
+    if token is not None:
+        env["LOOPWRIGHT_TOKEN"] = token
+    return subprocess.Popen(
+        [sys.executable, "-m", "loopwright", "mcp", "serve", "--tools", TOOLS, "--port", str(port), *flags],
+        cwd=str(HELPERS), env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+
+
+def test_mcp_serve_off_loopback_without_a_token_refuses_to_start(monkeypatch, capsys):
+    from loopwright.interfaces.cli import main
+    from loopwright.mcp.server import serve_http
+
+    monkeypatch.delenv("LOOPWRIGHT_TOKEN", raising=False)
+    for host in ("0.0.0.0", "::", "192.0.2.2", "agent.lan"):
+        assert main(["mcp", "serve", "--tools", "loopwright.interfaces.demo_tools:demo_registry",
+                     "--port", "1", "--host", host]) == 2
+        assert "needs a token" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="needs a token"):
+        asyncio.run(serve_http(lw.ToolRegistry(), 1, "0.0.0.0"))
+
+
+@pytest.mark.slow
+def test_mcp_serve_off_loopback_takes_only_bearer_requests_for_its_own_host_and_origin():
+    import httpx2
+
+    port = free_port()
+    proc = _serve(port, "--host", "0.0.0.0", token="s3cret-t0ken")
+    try:
+        wait_for_port(port, proc, 120)
+        url = f"http://127.0.0.1:{port}/mcp"
+        bearer = {**MCP_HEADERS, "Authorization": "Bearer s3cret-t0ken"}
+        bare = httpx2.post(url, json=INIT, headers=MCP_HEADERS)
+        wrong = httpx2.post(url, json=INIT, headers={**MCP_HEADERS, "Authorization": "Bearer nope"})
+        rebound = httpx2.post(url, json=INIT, headers={**bearer, "Host": f"attacker.example:{port}"})
+        foreign = httpx2.post(url, json=INIT, headers={**bearer, "Origin": "http://evil.example"})
+        big = httpx2.post(url, content=b" " * (5 * 1024 * 1024), headers=bearer)
+        lan = _lan_address()
+        off = None if lan is None else httpx2.post(f"http://{lan}:{port}/mcp", json=INIT, headers=MCP_HEADERS)
+        from loopwright.mcp import MCPServer
+
+        with MCPServer.http(url, headers={"Authorization": "Bearer s3cret-t0ken"}, timeout_s=60) as server:
+            registry = lw.ToolRegistry(server.tools())
+            added = registry.execute("add", {"x": 4, "y": 5}).observation
+    finally:
+        stop(proc)
+    assert (bare.status_code, wrong.status_code) == (401, 401)
+    assert rebound.status_code == 421 and foreign.status_code == 403 and big.status_code == 413
+    assert off is None or off.status_code == 401
+    assert set(registry.names) == {"add", "wipe"} and added == "9"
+
+
+@pytest.mark.slow
+def test_mcp_serve_on_loopback_still_checks_host_and_origin_itself():
+    import httpx2
+
+    port = free_port()
+    proc = _serve(port)
+    try:
+        wait_for_port(port, proc, 120)
+        url = f"http://127.0.0.1:{port}/mcp"
+        rebound = httpx2.post(url, json=INIT, headers={**MCP_HEADERS, "Host": f"attacker.example:{port}"})
+        foreign = httpx2.post(url, json=INIT, headers={**MCP_HEADERS, "Origin": "http://evil.example"})
+        plain = httpx2.post(url, content=b"{}", headers={**MCP_HEADERS, "Content-Type": "text/plain"})
+        fine = httpx2.post(url, json=INIT, headers=MCP_HEADERS)
+    finally:
+        stop(proc)
+    assert (rebound.status_code, foreign.status_code, plain.status_code) == (421, 403, 400)
+    assert fine.status_code == 200

@@ -6,10 +6,12 @@ model's text into deltas."""
 from __future__ import annotations
 
 import ast
+import asyncio
 import json
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,7 @@ from loopwright.events import (
     ToolFinished,
     ToolStarted,
 )
+from loopwright.safety import approval_key
 from loopwright.trace import Step, Trace
 from loopwright.ui import AGUIMapper, app
 
@@ -162,7 +165,8 @@ def test_the_same_call_asked_again_is_asked_again() -> None:
         events = watch(base, run_id, on_event)
     check_order(events)
     asked = custom(events, "approval_requested")
-    assert len(asked) == 2 and asked[0]["key"] == asked[1]["key"]  # one call, two questions
+    assert len(asked) == 2 and asked[0]["args"] == asked[1]["args"]  # one call, two questions,
+    assert asked[0]["key"] != asked[1]["key"]  # each with a key of its own
     assert [d["approved"] for d in custom(events, "approval_decided")] == [False, True]
     assert ran == ["notes.txt"]
 
@@ -205,7 +209,7 @@ def test_stopping_the_server_ends_a_run_that_waits_for_approval() -> None:
     reader.join(20)  # the server stopped: the run was cancelled, its approver denied, the stream ended
     assert not reader.is_alive() and ran == []
     live = served.state.runs.runs[run_id]
-    assert live.done and live.task.done() and not live.pending
+    assert live.done and live.driver.done() and not live.pending
 
 
 def test_a_failing_policy_ends_the_stream_with_run_error(registry: lw.ToolRegistry) -> None:
@@ -223,18 +227,18 @@ def test_the_agui_endpoint_takes_a_run_agent_input_and_answers_with_the_stream(r
     with serving(app(lw.ScriptedPolicy([ADD, FINAL]), registry, max_steps=4)) as base:
         with httpx2.stream("POST", f"{base}/agui", json=body, timeout=30) as response:
             events = read_stream(response)
-        taken = httpx2.post(f"{base}/agui", json=body, timeout=10)  # the same run id again
         no_task = httpx2.post(f"{base}/agui", json={**body, "runId": "run-8", "messages": []}, timeout=10)
     check_order(events)
     assert (events[0]["threadId"], events[0]["runId"]) == ("thread-7", "run-7")
-    assert events[-1]["result"]["answer"] == "5"
-    assert taken.status_code == 409 and no_task.status_code == 422
+    assert events[-1]["result"]["answer"] == "5" and events[-1]["runId"] == "run-7"
+    assert events[0]["metadata"]["run_id"] != "run-7"  # the server's own id for the run
+    assert no_task.status_code == 422
 
 
 def test_bad_requests_get_a_status_and_a_reason(registry: lw.ToolRegistry) -> None:
     with serving(app(lw.ScriptedPolicy([FINAL]), registry)) as base:
         no_task = httpx2.post(f"{base}/runs", json={"task": "  "})
-        not_json = httpx2.post(f"{base}/runs", content=b"{task")
+        not_json = httpx2.post(f"{base}/runs", content=b"{task", headers={"Content-Type": "application/json"})
         unknown = httpx2.get(f"{base}/runs/nope/events")
         run_id = start_run(base, "say 5")
         watch(base, run_id)
@@ -242,7 +246,7 @@ def test_bad_requests_get_a_status_and_a_reason(registry: lw.ToolRegistry) -> No
         bad_answer = httpx2.post(f"{base}/runs/{run_id}/approvals/k", json={"approved": "yes"})
         page = httpx2.get(f"{base}/")
     assert no_task.status_code == 422 and "task" in no_task.json()["error"]
-    assert not_json.status_code == 422
+    assert not_json.status_code == 400
     assert unknown.status_code == 404 and "nope" in unknown.json()["error"]
     assert no_wait.status_code == 409
     assert bad_answer.status_code == 422  # "yes" is not an approval: only a real bool decides
@@ -260,6 +264,160 @@ def test_only_the_most_recent_finished_runs_are_kept(registry: lw.ToolRegistry) 
         gone = httpx2.get(f"{base}/runs/{first}/events")
         kept = watch(base, second)
     assert gone.status_code == 404 and kept[-1]["type"] == "RUN_FINISHED"
+
+
+def _by_task(prompt: str) -> str:
+    """A policy for many runs at once: a task with "quick" in it answers; any other asks
+    to delete notes.txt, and answers once it has or was denied."""
+    return FINAL if any(word in prompt for word in ("quick", "deleted notes.txt", "DENIED")) else DELETE
+
+
+def _until(base: str, ready: Any, what: str, limit_s: float = 30.0) -> list[dict[str, Any]]:
+    """GET /runs until `ready(runs)` holds; the runs then."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        runs = httpx2.get(f"{base}/runs", timeout=10).json()["runs"]
+        if ready(runs):
+            return list(runs)
+        assert time.monotonic() < deadline, f"never {what}: {runs}"
+        time.sleep(0.05)
+
+
+def test_approval_keys_are_random_per_request_and_the_calls_hash_answers_nothing() -> None:
+    ran: list[str] = []
+    with serving(app(_by_task, _gated(ran), max_steps=4, approval_timeout_s=30)) as base:
+        first, second = start_run(base, "delete one"), start_run(base, "delete two")
+        runs = _until(base, lambda runs: all(r["approvals"] for r in runs), "both waiting")
+        keys = {r["run_id"]: r["approvals"][0]["key"] for r in runs}
+        hashed = approval_key("delete", {"name": "notes.txt"})  # what a page could work out offline
+        forged = [answer(base, run, hashed, True).status_code for run in (first, second)]
+        crossed = answer(base, first, keys[second], True).status_code  # another run's key
+        held = list(ran)
+        right = answer(base, first, keys[first], True).status_code
+        events = watch(base, first)
+    assert keys[first] != keys[second] and hashed not in keys.values()
+    assert len(keys[first]) >= 32  # at least 128 random bits, URL-safe
+    assert forged == [409, 409] and crossed == 409 and held == []
+    assert right == 200 and ran == ["notes.txt"]
+    assert custom(events, "approval_requested")[0]["key"] == keys[first]
+
+
+def test_a_clients_agui_run_id_labels_its_stream_and_reaches_no_other_run(registry: lw.ToolRegistry) -> None:
+    body = {"threadId": "t", "runId": "pwn1", "state": None, "tools": [], "context": [], "forwardedProps": None,
+            "messages": [{"id": "m1", "role": "user", "content": "What is 2 + 3?"}]}
+    with serving(app(lw.ScriptedPolicy([ADD, FINAL, ADD, FINAL]), registry, max_steps=4)) as base:
+        streams = []
+        for _ in range(2):  # the same runId twice: two runs, neither in the other's way
+            with httpx2.stream("POST", f"{base}/agui", json=body, timeout=30) as response:
+                streams.append(read_stream(response))
+        by_label = httpx2.get(f"{base}/runs/pwn1/events")
+        held = {r["run_id"] for r in httpx2.get(f"{base}/runs").json()["runs"]}
+    assert [s[0]["runId"] for s in streams] == ["pwn1", "pwn1"]
+    assert [s[-1]["result"]["answer"] for s in streams] == ["5", "5"]
+    ours = {s[0]["metadata"]["run_id"] for s in streams}
+    assert len(ours) == 2 and ours == held and "pwn1" not in held
+    assert by_label.status_code == 404
+
+
+def test_runs_past_the_cap_are_refused_with_429() -> None:
+    ran: list[str] = []
+    with serving(app(_by_task, _gated(ran), max_steps=4, max_runs=1)) as base:
+        waiting = start_run(base, "delete it")
+        [run] = _until(base, lambda runs: runs and runs[0]["state"] == "waiting", "waiting")
+        refused = httpx2.post(f"{base}/runs", json={"task": "quick"})
+        agui = httpx2.post(f"{base}/agui", json={"threadId": "t", "runId": "r", "messages": [
+            {"id": "m", "role": "user", "content": "quick"}]})
+        answer(base, waiting, run["approvals"][0]["key"], True)
+        watch(base, waiting)
+        after = httpx2.post(f"{base}/runs", json={"task": "quick"})
+    assert refused.status_code == 429 and "1 runs" in refused.json()["error"] and refused.headers["retry-after"]
+    assert agui.status_code == 429
+    assert after.status_code == 201
+
+
+def test_runs_waiting_for_approval_hold_no_thread_of_the_shared_pool() -> None:
+    """As many runs waiting for a person as the shared pool has threads (32), and another
+    run still gets its model calls made (a sync policy's calls go to that pool)."""
+    ran: list[str] = []
+    with serving(app(_by_task, _gated(ran), max_steps=4, max_runs=40, approval_timeout_s=120)) as base:
+        for i in range(32):
+            start_run(base, f"delete {i}")
+        _until(base, lambda runs: sum(r["state"] == "waiting" for r in runs) == 32, "32 runs waiting", 120)
+        quick = watch(base, start_run(base, "quick"), read_timeout=60)
+    assert quick[-1]["result"]["answer"] == "5" and ran == []
+
+
+def test_runs_are_forgotten_in_the_order_they_finished() -> None:
+    ran: list[str] = []
+    with serving(app(_by_task, _gated(ran), max_steps=4, keep_runs=1)) as base:
+        slow = start_run(base, "delete notes")
+        [run] = _until(base, lambda runs: runs and runs[0]["state"] == "waiting", "waiting")
+        quick = start_run(base, "quick")
+        watch(base, quick)  # quick finished first; slow still waits: it is kept
+        kept_while_waiting = httpx2.get(f"{base}/runs/{slow}").status_code
+        answer(base, slow, run["approvals"][0]["key"], True)
+        watch(base, slow)  # now slow finished last: quick goes
+        slow_events = httpx2.get(f"{base}/runs/{slow}/events")
+        quick_events = httpx2.get(f"{base}/runs/{quick}/events")
+    assert kept_while_waiting == 200
+    assert slow_events.status_code == 200 and quick_events.status_code == 404
+
+
+def test_kept_runs_are_bounded_in_bytes(registry: lw.ToolRegistry) -> None:
+    with serving(app(lw.ScriptedPolicy([FINAL]), registry)) as base:
+        probe = start_run(base, "a")
+        watch(base, probe)
+        size = httpx2.get(f"{base}/runs/{probe}").json()["bytes"]
+    with serving(app(lw.ScriptedPolicy([FINAL] * 3), registry, keep_bytes=2 * size + size // 2)) as base:
+        ids = []
+        for task in "bcd":
+            ids.append(start_run(base, task))
+            watch(base, ids[-1])
+        kept = [httpx2.get(f"{base}/runs/{run_id}").status_code for run_id in ids]
+        server = base
+    assert size > 0 and kept == [404, 200, 200], server
+
+
+def test_get_runs_lists_the_runs_and_get_run_describes_one() -> None:
+    ran: list[str] = []
+    with serving(app(_by_task, _gated(ran), max_steps=4)) as base:
+        done = start_run(base, "quick one")
+        watch(base, done)
+        waiting = start_run(base, "delete notes")
+        runs = _until(base, lambda runs: len(runs) == 2 and runs[0]["state"] == "waiting", "waiting")
+        one = httpx2.get(f"{base}/runs/{waiting}").json()
+        finished = httpx2.get(f"{base}/runs/{done}").json()
+        missing = httpx2.get(f"{base}/runs/nope")
+        answer(base, waiting, one["approvals"][0]["key"], False, "no")
+        watch(base, waiting)
+        after = httpx2.get(f"{base}/runs/{waiting}").json()
+    assert [r["run_id"] for r in runs] == [waiting, done]  # newest first
+    assert one == runs[0] and one["task"] == "delete notes" and one["events"] == f"/runs/{waiting}/events"
+    [asked] = one["approvals"]
+    assert (asked["tool"], asked["args"], asked["side_effects"], asked["description"]) == (
+        "delete", {"name": "notes.txt"}, "destructive", "Delete a file.")
+    assert (finished["state"], finished["stopped_reason"], finished["answer"]) == ("finished", "final", "5")
+    assert finished["finished_at"] >= finished["started_at"] and not finished["approvals"]
+    assert missing.status_code == 404
+    assert after["state"] == "finished" and after["approvals"] == [] and ran == []
+
+
+def test_a_reader_is_sent_a_long_run_in_pieces_not_as_one_copy() -> None:
+    from ag_ui.core import TextMessageContentEvent
+
+    from loopwright.ui.server import LiveRun
+
+    async def read() -> tuple[LiveRun, list[bytes]]:
+        live = LiveRun("r", "t", "task", AGUIMapper("t"))
+        live.publish(TextMessageContentEvent(message_id="m", delta="x" * 1000) for _ in range(3000))
+        live.publish([TextMessageContentEvent(message_id="m", delta="y" * 2_000_000)])  # one long event
+        live.publish(TextMessageContentEvent(message_id="m", delta="z" * 10) for _ in range(10))
+        live.close()
+        return live, [piece async for piece in live.watch()]
+
+    live, pieces = asyncio.run(read())
+    assert b"".join(pieces) == b"".join(live.frames) and len(pieces) > 40
+    assert max(len(piece) for piece in pieces) <= 64 * 1024
 
 
 def test_app_checks_run_options_when_it_is_made(registry: lw.ToolRegistry) -> None:

@@ -84,15 +84,17 @@ def _pooled(call: Callable[[], Any]) -> concurrent.futures.Future[Outcome]:
     return _POOL.submit(contextvars.copy_context().run, capture, call)
 
 
-async def acall_in_thread(call: Callable[[], Any], timeout: float | None, label: str) -> Outcome:
+async def acall_in_thread(call: Callable[[], Any], timeout: float | None, label: str, *,
+                          pooled: bool = True) -> Outcome:
     """`call_in_thread` awaited: the event loop goes on while the call runs. Cancelling
     the awaiting task abandons the call (a call not yet started never runs). A call with
-    no deadline runs on a shared pool's thread; one with a deadline on its own daemon
-    thread, which can be abandoned without holding up the pool."""
+    no deadline runs on a shared pool's thread, unless `pooled` is False (a call that may
+    wait on a person, which must not starve the pool); one with a deadline on its own
+    daemon thread, which can be abandoned without holding up the pool."""
     import asyncio
 
     if timeout is None:
-        return await asyncio.wrap_future(_pooled(call))
+        return await asyncio.wrap_future(_pooled(call) if pooled else _start(call, label))
     waiting = asyncio.wrap_future(_start(call, label))
     try:
         return await asyncio.wait_for(waiting, max(timeout, 0.0))

@@ -20,11 +20,11 @@ EVENT = TypeAdapter(Event)
 
 
 @contextmanager
-def serving(app: Any) -> Iterator[str]:
-    """Run `app` on uvicorn at 127.0.0.1 (a free port) in a thread; yield its base URL.
-    Leaving stops the server (its lifespan shutdown runs) and joins the thread."""
+def serving(app: Any, host: str = "127.0.0.1") -> Iterator[str]:
+    """Run `app` on uvicorn at `host` (a free port) in a thread; yield its base URL on
+    127.0.0.1. Leaving stops the server (its lifespan shutdown runs) and joins the thread."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind((host, 0))
     port = sock.getsockname()[1]
     # open event streams would hold a graceful shutdown forever: give them a second
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1))

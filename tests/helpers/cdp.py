@@ -28,18 +28,19 @@ def chromium() -> str:
 class Browser:
     """One headless Chromium with one page at `url`; `close()` ends the browser."""
 
-    def __init__(self, url: str, profile: Path, size: tuple[int, int] = (1200, 900)) -> None:
+    def __init__(self, url: str, profile: Path, size: tuple[int, int] = (1200, 900),
+                 args: tuple[str, ...] = ()) -> None:
         profile.mkdir(parents=True, exist_ok=True)
         self.log = (profile / "chromium.log").open("w")
         self.proc = subprocess.Popen(
             [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
              "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
              "--remote-debugging-port=0", "--remote-allow-origins=*", f"--user-data-dir={profile}",
-             f"--window-size={size[0]},{size[1]}", "--hide-scrollbars", url],
+             f"--window-size={size[0]},{size[1]}", "--hide-scrollbars", *args, url],
             stdout=self.log, stderr=subprocess.STDOUT)
         self._ids = itertools.count(1)
         try:
-            port = self._port(profile / "DevToolsActivePort")
+            port = self.port = self._port(profile / "DevToolsActivePort")
             pages = [t for t in httpx2.get(f"http://127.0.0.1:{port}/json/list", timeout=10).json()
                      if t["type"] == "page"]
             self.ws = websocket.create_connection(pages[0]["webSocketDebuggerUrl"], timeout=30,
@@ -83,6 +84,23 @@ class Browser:
                 return value
             assert time.monotonic() < deadline, f"the page never made {expression!r} true"
             time.sleep(0.02)
+
+    def eval_in_frame(self, url_start: str, expression: str) -> Any:
+        """Evaluate in the (out-of-process) frame whose address starts with `url_start`:
+        what a page of another origin cannot read of the frames it embeds."""
+        [frame] = [t for t in httpx2.get(f"http://127.0.0.1:{self.port}/json/list", timeout=10).json()
+                   if t["type"] == "iframe" and t["url"].startswith(url_start)]
+        ws = websocket.create_connection(frame["webSocketDebuggerUrl"], timeout=30, suppress_origin=True)
+        try:
+            ws.send(json.dumps({"id": 1, "method": "Runtime.evaluate",
+                                "params": {"expression": expression, "returnByValue": True}}))
+            while True:
+                reply = json.loads(ws.recv())
+                if reply.get("id") == 1:
+                    assert "error" not in reply, reply
+                    return reply["result"]["result"].get("value")
+        finally:
+            ws.close()
 
     def screenshot(self, path: Path) -> Path:
         path.write_bytes(base64.b64decode(self.call("Page.captureScreenshot", format="png")["data"]))

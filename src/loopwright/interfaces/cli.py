@@ -47,6 +47,7 @@ from loopwright.interfaces.common import (
     _non_negative_int,
     _positive_int,
     _seconds,
+    add_access_args,
     add_model_args,
     add_prompt_args,
     add_subcommand,
@@ -57,6 +58,7 @@ from loopwright.interfaces.common import (
     make_model,
     open_store,
     output_path,
+    serve_access,
 )
 from loopwright.interfaces.live import LiveLine, ModelText, describe_in_flight
 from loopwright.modes import MODES
@@ -422,7 +424,9 @@ def _setup_serve(p: argparse.ArgumentParser) -> None:
     add_prompt_args(p)
     add_limit_args(p)
     p.add_argument("--port", type=_positive_int, default=8000, help="serve on this port (default 8000)")
-    p.add_argument("--host", default="127.0.0.1", help="the address to bind (default 127.0.0.1)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="the address to bind (default 127.0.0.1; any other needs --token)")
+    add_access_args(p)
     p.add_argument("--approval-timeout-s", type=_seconds, default=300.0, metavar="S",
                    help="how long a tool that needs approval waits for an answer from the page "
                    "before it is denied (default 300)")
@@ -436,14 +440,18 @@ def _serve(args: argparse.Namespace) -> int:
         from loopwright.ui import app
     except ImportError as exc:
         raise UsageError(f"serving needs the ui extra ({exc.name} is missing): pip install 'loopwright[ui]'") from None
+    access = serve_access(args)
     if args.record:
         output_path(args.record, "--record")
     registry = apply_examples(load_tools(args.tools, args.tool_timeout_s), args.examples)
     options = run_options(args)
     model = make_model(args)
-    served = app(model, registry, args.mode, approval_timeout_s=args.approval_timeout_s, **options)
-    print(f"loopwright: watch runs at http://{args.host}:{args.port}/ (mode {args.mode}, model "
-          f"{getattr(model, 'name', model)}, tools {', '.join(registry.names)}); Ctrl-C stops",
+    served = app(model, registry, args.mode, approval_timeout_s=args.approval_timeout_s, token=access.token,
+                 allowed_hosts=access.hosts, allowed_origins=access.origins, **options)
+    where = f"[{args.host}]" if ":" in args.host else args.host
+    print(f"loopwright: watch runs at http://{where}:{args.port}/ (mode {args.mode}, model "
+          f"{getattr(model, 'name', model)}, tools {', '.join(registry.names)})"
+          f"{'; requests need the token' if access.token else ''}; Ctrl-C stops",
           file=sys.stderr, flush=True)
     # an open event stream would hold a graceful shutdown forever: Ctrl-C gives them 2 s
     uvicorn.run(served, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=2)

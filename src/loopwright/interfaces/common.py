@@ -20,6 +20,7 @@ from typing import Any, Final, NoReturn
 
 import loopwright as lw
 from loopwright.errors import LoopwrightError
+from loopwright.httpguard import TOKEN_ENV, Access, is_loopback
 from loopwright.prompts import DEFAULT_PROMPTS, PromptSet
 
 EXIT_ANSWERED = 0
@@ -197,6 +198,38 @@ def add_prompt_args(parser: argparse.ArgumentParser, *, for_resume: bool = False
 
 
 # -- building what the flags name ---------------------------------------------------------
+
+
+def add_access_args(parser: argparse.ArgumentParser) -> None:
+    """Who may call a served app (`serve`, `mcp serve`): the token, and the host names and
+    page origins allowed beyond the defaults."""
+    parser.add_argument(
+        "--token", default=os.environ.get(TOKEN_ENV) or None, metavar="T",
+        help=f"a secret every request must carry as 'Authorization: Bearer T' (default ${TOKEN_ENV}, "
+        "which other users cannot read from the process list); needed to serve a --host that is not loopback",
+    )  # fmt: skip
+    parser.add_argument(
+        "--allow-host", action="append", default=[], metavar="NAME[:PORT]",
+        help="also answer requests for this Host (loopback names on the port and the address "
+        "connected to are allowed already); repeatable",
+    )  # fmt: skip
+    parser.add_argument(
+        "--allow-origin", action="append", default=[], metavar="SCHEME://HOST[:PORT]",
+        help="also take requests from pages of this origin (the server's own is allowed already); repeatable",
+    )  # fmt: skip
+
+
+def serve_access(args: argparse.Namespace, **options: Any) -> Access:
+    """The Access the access flags ask for; a usage error for a --host off loopback with no
+    token, or a malformed host or origin."""
+    if not is_loopback(args.host) and not args.token:
+        raise UsageError(f"--host {args.host} is not a loopback address: anyone who reaches it could run "
+                         f"tools, so it needs a token (--token or ${TOKEN_ENV}), sent by clients as "
+                         "'Authorization: Bearer TOKEN'")
+    try:
+        return Access(args.token or None, tuple(args.allow_host), tuple(args.allow_origin), **options)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def output_path(value: str, flag: str) -> Path:

@@ -1,6 +1,7 @@
 """MCP on the command line: `loopwright run --mcp "COMMAND ARGS" / --mcp-url URL` adds a
 server's tools to a run, and `loopwright mcp serve --tools MODULE:ATTR [--port N]` serves a
-registry to other agents (stdio, or streamable HTTP at http://127.0.0.1:N/mcp).
+registry to other agents (stdio, or streamable HTTP at http://127.0.0.1:N/mcp; another --host
+needs --token).
 
 The MCP SDK is imported only when one of these is used (`pip install 'loopwright[mcp]'`)."""
 
@@ -15,7 +16,14 @@ from typing import Any
 
 import loopwright as lw
 from loopwright.errors import LoopwrightError
-from loopwright.interfaces.common import EXIT_ANSWERED, UsageError, add_subcommand, load_tools
+from loopwright.interfaces.common import (
+    EXIT_ANSWERED,
+    UsageError,
+    add_access_args,
+    add_subcommand,
+    load_tools,
+    serve_access,
+)
 
 MCP_HELP = "serve loopwright tools to other agents over the Model Context Protocol"
 
@@ -79,20 +87,25 @@ def _setup(p: argparse.ArgumentParser) -> None:
         "(default: the demo tools)",
     )  # fmt: skip
     serve.add_argument("--port", type=int, help="serve streamable HTTP on 127.0.0.1:PORT/mcp (default: stdio)")
-    serve.add_argument("--host", default="127.0.0.1", help="the address to bind with --port")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="the address to bind with --port (default 127.0.0.1; any other needs --token)")
+    add_access_args(serve)
 
 
 def _handle(args: argparse.Namespace) -> int:
     _sdk()
     from loopwright.mcp.server import serve_http, serve_stdio
 
+    access = serve_access(args) if args.port is not None else None  # (stdio has no callers to check)
     registry = load_tools(args.tools)
-    if args.port is None:
+    if access is None:
         asyncio.run(serve_stdio(registry))
     else:
-        print(f"serving {len(registry)} tools at http://{args.host}:{args.port}/mcp", file=sys.stderr)
+        where = f"[{args.host}]" if ":" in args.host else args.host
+        print(f"serving {len(registry)} tools at http://{where}:{args.port}/mcp"
+              f"{' (clients send the token as Authorization: Bearer)' if access.token else ''}", file=sys.stderr)
         try:
-            asyncio.run(serve_http(registry, args.port, args.host))
+            asyncio.run(serve_http(registry, args.port, args.host, access))
         except KeyboardInterrupt:
             pass
     return EXIT_ANSWERED

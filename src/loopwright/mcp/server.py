@@ -2,6 +2,7 @@
 
     loopwright mcp serve --tools mypkg.tools:registry            # stdio
     loopwright mcp serve --tools mypkg.tools:registry --port 8765  # streamable HTTP, /mcp
+    LOOPWRIGHT_TOKEN=... loopwright mcp serve --tools ... --port 8765 --host 0.0.0.0  # off loopback: a token
 
 Each tool's MCP annotations come from its side-effect metadata: "none"/"read" are
 readOnlyHint true; "write" is destructiveHint false; "destructive" is destructiveHint true;
@@ -15,11 +16,13 @@ are the same as inside a run.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import mcp.types as types
 from mcp.server.lowlevel.server import Server
 
+from loopwright.httpguard import Access, Guard, is_loopback
 from loopwright.tools.registry import Tool, ToolRegistry
 
 __all__ = ["annotations_for", "build_server", "serve_http", "serve_stdio"]
@@ -121,10 +124,22 @@ async def serve_stdio(registry: ToolRegistry) -> None:
         await server.run(read, write, server.create_initialization_options())
 
 
-async def serve_http(registry: ToolRegistry, port: int, host: str = "127.0.0.1") -> None:
-    """Serve streamable HTTP at http://HOST:PORT/mcp until cancelled."""
-    import uvicorn
+async def serve_http(registry: ToolRegistry, port: int, host: str = "127.0.0.1",
+                     access: Access | None = None) -> None:
+    """Serve streamable HTTP at http://HOST:PORT/mcp until cancelled.
 
-    app = build_server(registry).streamable_http_app(host=host)
+    On loopback the SDK checks Host and Origin itself. Off loopback it checks neither, so
+    there the app goes behind loopwright.httpguard, which needs a token in `access` (the
+    clients send it as `Authorization: Bearer TOKEN`) and checks Host, Origin and the body
+    size; with a token on loopback too. ValueError off loopback with no token."""
+    import uvicorn
+    from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
+
+    access = access or Access()
+    if not is_loopback(host) and access.token is None:
+        raise ValueError(f"serving MCP on {host!r}, off loopback, needs a token (Access(token=...))")
+    app: Any = build_server(registry).streamable_http_app(host=host)
+    if access.token is not None:  # the SDK checks content types itself (and DELETE has no body)
+        app = Guard(app, replace(access, json_only=False, max_body=DEFAULT_MAX_REQUEST_BODY_SIZE))
     config = uvicorn.Config(app, host=host, port=port, log_level="warning")
     await uvicorn.Server(config).serve()

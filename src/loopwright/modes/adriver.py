@@ -140,8 +140,8 @@ class AsyncRun:
         """`held`: the ledger lock this task holds already (asyncio locks do not nest)."""
         gate, ctx = self._ctx.gate, self._ctx
         tool = ctx.registry.get(call.name)
-        if tool is not None and tool.requires_approval:  # an approver is user code that may block
-            ok, admitted = await acall_in_thread(partial(gate.admit, call), None, "approval")
+        if tool is not None and tool.requires_approval:  # an approver may wait on a person: its own thread
+            ok, admitted = await acall_in_thread(partial(gate.admit, call), None, "approval", pooled=False)
             if not ok:
                 raise admitted
         else:

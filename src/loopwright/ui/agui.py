@@ -72,12 +72,15 @@ class _Open:
 
 class AGUIMapper:
     """Translate one run's events, in order, into AG-UI events. `thread_id` is AG-UI's
-    conversation id (one per run here unless the client gave one). `stream_approvals`:
-    map the run's ApprovalRequested events; the app turns it off, since its approver
-    announces each request itself (through `approval_requested`) as it starts to wait."""
+    conversation id (one per run here unless the client gave one); `run_id` the id
+    RUN_STARTED and RUN_FINISHED carry when a client chose its own (our run's id is then in
+    RUN_STARTED's metadata, `run_id`). `stream_approvals`: map the run's ApprovalRequested
+    events; the app turns it off, since its approver announces each request itself
+    (through `approval_requested`, with a key of its own) as it starts to wait."""
 
-    def __init__(self, thread_id: str, *, stream_approvals: bool = True) -> None:
+    def __init__(self, thread_id: str, *, run_id: str | None = None, stream_approvals: bool = True) -> None:
         self.thread_id = thread_id
+        self.run_id = run_id
         self.stream_approvals = stream_approvals
         self._runs: dict[str, _Open] = {}
         self._messages = 0
@@ -92,9 +95,9 @@ class AGUIMapper:
         out: list[BaseEvent] = []
         if isinstance(event, RunStarted):
             if event.agent is None:
-                out.append(RunStartedEvent(thread_id=self.thread_id, run_id=event.run_id,
+                out.append(RunStartedEvent(thread_id=self.thread_id, run_id=self.run_id or event.run_id,
                                            protocol_version=PROTOCOL_VERSION,
-                                           metadata={"task": event.task, "mode": event.mode}))
+                                           metadata={"task": event.task, "mode": event.mode, "run_id": event.run_id}))
             else:  # an agent called as a tool: its events carry its run id as subagentRunId
                 out.append(SubagentStartedEvent(subagent_run_id=event.run_id, name=event.agent,
                                                 metadata={"task": event.task, "mode": event.mode}))
@@ -127,11 +130,16 @@ class AGUIMapper:
                     "answer": trace.final_answer, "stopped_reason": trace.stopped_reason}))
         return out
 
-    def approval_requested(self, request: ApprovalRequest, agent: str | None = None) -> list[BaseEvent]:
-        """CUSTOM approval_requested (the text message open in the asking run ends first)."""
+    def approval_requested(self, request: ApprovalRequest, agent: str | None = None,
+                           key: str | None = None) -> list[BaseEvent]:
+        """CUSTOM approval_requested (the text message open in the asking run ends first);
+        `key`: the key to answer it by, in place of the request's own."""
         run = self._runs.get(request.run_id or "")
         out = [] if run is None else self._end_message(run)
-        return [*out, CustomEvent(name=APPROVAL_REQUESTED, value={**request.to_dict(), "agent": agent})]
+        value = {**request.to_dict(), "agent": agent}
+        if key is not None:
+            value["key"] = key
+        return [*out, CustomEvent(name=APPROVAL_REQUESTED, value=value)]
 
     @staticmethod
     def approval_decided(key: str, decision: Decision) -> list[BaseEvent]:
@@ -144,7 +152,7 @@ class AGUIMapper:
         for run in self._runs.values():
             out += self._close(run)
         self.finished = True
-        run_id = trace.run_id or ""
+        run_id = self.run_id or trace.run_id or ""
         if trace.stopped_reason == "error":
             why = next((s.error for s in reversed(trace.steps) if s.error), None) or "the run stopped on an error"
             return [*out, RunErrorEvent(message=why, code="error", usage=_usage(trace))]
