@@ -317,8 +317,6 @@ def test_the_server_never_forgets_a_run_that_waits_for_approval() -> None:
     assert events[-1]["type"] == "RUN_FINISHED" and events[-1]["result"]["stopped_reason"] == "final"
 
 
-@pytest.mark.xfail(strict=True, reason="the server forgets finished runs in start order, not finish order: "
-                   "a run that waited while later ones finished is dropped the moment it ends (keep_runs ordering)")
 def test_a_run_that_finished_last_is_kept_over_runs_that_finished_before_it() -> None:
     ran: list[str] = []
     web = _ui_app(_server_policy, _wipe_registry(ran), keep_runs=1, max_steps=4, approval_timeout_s=60)

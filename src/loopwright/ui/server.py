@@ -59,6 +59,7 @@ from loopwright.modes import MODES
 from loopwright.policy import Policy
 from loopwright.safety import ApprovalRequest, Approver, Decision
 from loopwright.tools import ToolRegistry
+from loopwright.tools.toolset import Tools, as_registry
 from loopwright.ui.agui import AGUIMapper
 
 PAGE_FILES: Final = {"/": ("serve.html", "text/html; charset=utf-8"),
@@ -277,7 +278,7 @@ class RunServer:
         await asyncio.gather(*drivers, return_exceptions=True)
 
 
-def app(policy: Policy, registry: ToolRegistry, mode: str = "react", *, approval_timeout_s: float = 300.0,
+def app(policy: Policy, registry: Tools, mode: str = "react", *, approval_timeout_s: float = 300.0,
         page: bool = True, keep_runs: int = 100, keep_bytes: int = 64 * 1024 * 1024, max_runs: int = 16,
         token: str | None = None, allowed_hosts: Iterable[str] = (), allowed_origins: Iterable[str] = (),
         max_body: int = MAX_BODY, **options: Any) -> Starlette:
@@ -310,7 +311,7 @@ def app(policy: Policy, registry: ToolRegistry, mode: str = "react", *, approval
             raise ValueError(f"{name} must be at least 1, got {value!r}")
     access = Access(token, tuple(allowed_hosts), tuple(allowed_origins), max_body,
                     open_paths=frozenset(PAGE_FILES) if page else frozenset())
-    server = RunServer(policy, registry, mode, options, approval_timeout_s, keep_runs, keep_bytes, max_runs)
+    server = RunServer(policy, as_registry(registry), mode, options, approval_timeout_s, keep_runs, keep_bytes, max_runs)
     routes = _routes(server)
     if page:
         routes += [Route(path, _page_file(name, media), methods=["GET"]) for path, (name, media) in PAGE_FILES.items()]
