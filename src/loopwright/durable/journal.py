@@ -304,7 +304,7 @@ class RunJournal:
             return "paused"
         if reason == "interrupted":
             return "interrupted"
-        if reason == "error" and self._unfinished:
+        if reason in ("error", "timeout") and self._unfinished:
             return "blocked"  # a side effect of unknown outcome waits for a person
         return "finished"
 
