@@ -4,6 +4,7 @@ the session starts); `sqlite_store` tests are about the SQLite file itself."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -489,20 +490,24 @@ class FailingOnce:
         return self.conn.execute(sql, params)
 
 
-def test_failed_journal_write_is_a_store_error_and_loses_no_waiting_event(sqlite_store):
+def test_failed_journal_write_is_a_store_error_and_nothing_more_is_written(sqlite_store):
     store = sqlite_store
     run_id, journal = store.start_run(None, "t", "react", {})
     journal.record_tool_start("1", "f", {})
     journal.record_tool_result("1", ToolResult("f", {}, 5, "5", None, 0.0))  # waits for the step
     real = store._conn
     store._conn = FailingOnce(real, "INSERT INTO steps")  # type: ignore[assignment]
-    with pytest.raises(lw.StoreError, match=f"cannot record run '{run_id}': disk I/O error"):
+    with pytest.raises(lw.StoreError, match=f"cannot record run '{run_id}': .*disk I/O error"):
         journal.record_step(lw.Step(1, "action", tool="f", args={}, observation="5"))
     assert rows(store, "SELECT state FROM tool_calls") == [("started",)]  # rolled back together
-    journal.record_step(lw.Step(1, "action", tool="f", args={}, observation="5"))
+    with pytest.raises(lw.StoreError, match="nothing more is written"):  # the store works again: still refused
+        journal.record_step(lw.Step(1, "action", tool="f", args={}, observation="5"))
     store._conn = real
-    assert rows(store, "SELECT state, value FROM tool_calls") == [("done", "5")]
-    assert [s.observation for s in store.trace(run_id).steps] == ["5"]
+    journal.flush()
+    store.close()
+    with contextlib.closing(sqlite3.connect(store.path)) as conn:
+        assert conn.execute("SELECT state FROM tool_calls").fetchall() == [("started",)]
+        assert conn.execute("SELECT * FROM steps").fetchall() == []
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -7,19 +7,18 @@ both databases read the same way.
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import socket
 import threading
 import time
 import weakref
-from collections.abc import Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Final, Self
 
-from loopwright.durable.journal import RunJournal, _dumps, observation_of
+from loopwright.durable.journal import RunJournal, _dumps, escape_text, loads, observation_of
 from loopwright.errors import StoreError, describe
 from loopwright.modes.handles import handle_for
 from loopwright.safety import ApprovalRequest, Decision
@@ -104,25 +103,82 @@ class StoreBase:
         self._lock = threading.RLock()
         self._journals: weakref.WeakSet[RunJournal] = weakref.WeakSet()
 
-    # -- the primitives a backend provides -------------------------------------------
+    # -- the primitives a backend provides (the driver's own errors propagate) ----------
 
-    def _execute(self, sql: str, params: tuple[Any, ...] = ()) -> int:
+    def _raw_execute(self, sql: str, params: tuple[Any, ...]) -> int:
         """One statement in its own transaction; the number of rows it changed."""
         raise NotImplementedError
 
-    def _one(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
+    def _raw_one(self, sql: str, params: tuple[Any, ...]) -> Any:
         raise NotImplementedError
 
-    def _all(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+    def _raw_all(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
         raise NotImplementedError
 
-    def _run_batch(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
+    def _raw_batch(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
         """The statements in one transaction (a driver error propagates, rolled back)."""
         raise NotImplementedError
 
-    def _snapshot(self) -> AbstractContextManager[None]:
+    def _raw_snapshot(self) -> AbstractContextManager[None]:
         """Reads that see one consistent state while another process writes."""
         raise NotImplementedError
+
+    def _before_write(self) -> None:
+        """Raise StoreError when a write must not happen (SQLite: the file was deleted or
+        replaced since it was opened)."""
+
+    def _failed(self, exc: Exception) -> StoreError:
+        """A driver error as the StoreError an operator reads."""
+        return StoreError(f"run journal {self.path}: {type(exc).__name__}: {exc}")
+
+    # -- what the store and its journals use: driver errors as StoreError ------------
+
+    @contextmanager
+    def _driver_errors(self) -> Iterator[None]:
+        try:
+            yield
+        except StoreError:
+            raise
+        except self._db_errors as exc:
+            raise self._failed(exc) from exc
+
+    def _execute(self, sql: str, params: tuple[Any, ...] = ()) -> int:
+        """One statement in its own transaction; the number of rows it changed."""
+        with self._lock, self._driver_errors():
+            self._before_write()
+            try:
+                return self._raw_execute(sql, params)
+            except UnicodeEncodeError:  # text no encoding holds (a lone surrogate): stored escaped
+                return self._raw_execute(sql, escape_text(params))
+
+    def _one(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
+        with self._lock, self._driver_errors():
+            try:
+                return self._raw_one(sql, params)
+            except UnicodeEncodeError:
+                return self._raw_one(sql, escape_text(params))
+
+    def _all(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+        with self._lock, self._driver_errors():
+            try:
+                return self._raw_all(sql, params)
+            except UnicodeEncodeError:
+                return self._raw_all(sql, escape_text(params))
+
+    def _run_batch(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
+        """The statements in one transaction: all of them or none (StoreError)."""
+        with self._lock, self._driver_errors():
+            self._before_write()
+            try:
+                self._raw_batch(statements)
+            except UnicodeEncodeError:
+                self._raw_batch([(sql, escape_text(params)) for sql, params in statements])
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[None]:
+        """Reads that see one consistent state while another process writes."""
+        with self._lock, self._driver_errors(), self._raw_snapshot():
+            yield
 
     _conn: Any = None  # the backend's connection; None once closed
 
@@ -167,7 +223,9 @@ class StoreBase:
                 (run_id, task, mode, _dumps(dict(config)), now, now, lease_owner(), now + self.lease_s,
                  forked_from, forked_at_step),
             )
-        except self._unique_errors:
+        except StoreError as exc:
+            if not isinstance(exc.__cause__, self._unique_errors):
+                raise
             raise StoreError(
                 f"run id {run_id!r} already exists in {self.path}; nothing was overwritten "
                 "(use loopwright.durable.resume to continue it, or pick another id)"
@@ -250,14 +308,14 @@ class StoreBase:
             record = self.load_run(run_id)
             transcript, scratchpad, meta, replans, started_at = self._one(
                 "SELECT transcript, scratchpad, meta, replans, started_at FROM runs WHERE id = ?", (run_id,))
-            steps = [Step.from_dict(json.loads(s)) for (s,) in
+            steps = [Step.from_dict(loads(s, self.path)) for (s,) in
                      self._all("SELECT step FROM steps WHERE run_id = ? ORDER BY idx", (run_id,))]
             trace = Trace(task=record.task, mode=record.mode, steps=steps, final_answer=record.final_answer,
                           stopped_reason=record.stopped_reason, llm_calls=record.llm_calls,
                           tool_calls=record.tool_calls, replans=replans, usage=record.usage,
                           transcript=transcript or "", started_at=started_at or record.created_at,
                           duration_s=record.duration_s, run_id=run_id,
-                          meta=json.loads(meta) if meta else {}, scratchpad=scratchpad or "")
+                          meta=loads(meta, self.path) if meta else {}, scratchpad=scratchpad or "")
             trace.outputs = self._outputs(run_id, steps, trace.meta)
             if record.forked_from is not None:
                 trace.meta.setdefault("forked_from", {"run_id": record.forked_from,
@@ -317,7 +375,7 @@ class StoreBase:
         rows = self._all(
             "SELECT tool, args, key, step, side_effects, description, state, approved, reason FROM approvals "
             "WHERE run_id = ? ORDER BY requested_at", (run_id,))
-        return [(ApprovalRequest(tool, json.loads(args), key, _step_key(step), side, desc, run_id),
+        return [(ApprovalRequest(tool, loads(args, self.path), key, _step_key(step), side, desc, run_id),
                  None if state == "pending" else Decision(bool(approved), reason or ""))
                 for tool, args, key, step, side, desc, state, approved, reason in rows]
 
@@ -345,7 +403,7 @@ class StoreBase:
         self.load_run(run_id)
         rows = self._all("SELECT key, name, args, attempts, started_at FROM tool_calls "
                          "WHERE run_id = ? AND state = 'started' ORDER BY started_at, key", (run_id,))
-        return [UnsettledCall(run_id, key, name, json.loads(args), int(attempts), started_at, call_key(run_id, key))
+        return [UnsettledCall(run_id, key, name, loads(args, self.path), int(attempts), started_at, call_key(run_id, key))
                 for key, name, args, attempts, started_at in rows]
 
     def settle(self, run_id: str, key: str, *, result: Any = _MISSING, error: str | None = None) -> None:
@@ -406,7 +464,7 @@ _RUN_SELECT: Final = (
 
 def _run_record(row: Any) -> RunRecord:
     return RunRecord(
-        id=row[0], task=row[1], mode=row[2], config=json.loads(row[3]), status=row[4],
+        id=row[0], task=row[1], mode=row[2], config=loads(row[3]), status=row[4],
         stopped_reason=row[5], final_answer=row[6], llm_calls=int(row[7]), tool_calls=int(row[8]),
         step_count=int(row[9]), usage=Usage(int(row[10]), int(row[11]), int(row[12]), bool(row[13])),
         duration_s=row[14], resumes=row[15], created_at=row[16], updated_at=row[17], forked_from=row[18],

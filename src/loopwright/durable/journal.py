@@ -38,7 +38,6 @@ class JournalStore(Protocol):
     lease_s: float
     _lock: threading.RLock
     _journals: weakref.WeakSet[RunJournal]
-    _db_errors: tuple[type[Exception], ...]
 
     def _all(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]: ...
     def _one(self, sql: str, params: tuple[Any, ...] = ()) -> Any: ...
@@ -66,6 +65,7 @@ class RunJournal:
     _last_step: int = 0
     _renew_at: float = 0.0
     _source: RunJournal | None = None
+    failed: str | None = None  # why a write failed; set once, and nothing more is written
 
     def __post_init__(self) -> None:
         self.store._journals.add(self)
@@ -78,12 +78,13 @@ class RunJournal:
 
     def _load(self, rid: str) -> None:
         store = self.store
+        where = f"{store.path} (run {rid!r})"
         for row in store._all(
             "SELECT n, completion, tool_calls, completion_meta, prompt_tokens, evaluated_tokens, "
             "completion_tokens, usage_estimated FROM model_calls WHERE run_id = ?", (rid,)):
             usage = Usage(row[4], row[5], row[6], bool(row[7]))
-            calls = tuple(ToolCall(*c) for c in json.loads(row[2])) if row[2] else ()
-            meta = json.loads(row[3]) if row[3] else {}
+            calls = tuple(ToolCall(*c) for c in loads(row[2], where)) if row[2] else ()
+            meta = loads(row[3], where) if row[3] else {}
             self._completions[row[0]] = (Completion(row[1], None if usage.estimated else usage, calls, meta), usage)
         for key, name, args, state, value, obs, kind, error, duration, attempts in store._all(
             "SELECT key, name, args, state, value, observation, error_kind, error, duration_s, attempts "
@@ -91,14 +92,14 @@ class RunJournal:
             self._attempts[key] = int(attempts)
             if state == "done":
                 err = None if kind is None else ToolError(name, error or "", kind)
-                result = ToolResult(name, json.loads(args), None if value is None else json.loads(value),
+                result = ToolResult(name, loads(args, where), None if value is None else loads(value, where),
                                     observation_of(obs, value), err, duration or 0.0)
                 self._tools[key] = ("done", result)
             else:
                 self._tools[key] = ("started", None)
                 self._unfinished.add(key)
         for idx, step in store._all("SELECT idx, step FROM steps WHERE run_id = ?", (rid,)):
-            self._steps[idx] = _comparable_step(json.loads(step))
+            self._steps[idx] = _comparable_step(loads(step, where))
 
     def _replaying_source(self) -> RunJournal | None:
         """A fork's source journal while the fork is within the steps it replays."""
@@ -132,10 +133,14 @@ class RunJournal:
             if self.lease_owner is not None and now >= self._renew_at:  # the run is alive: keep it
                 batch.append(("UPDATE runs SET lease_expires = ? WHERE id = ? AND lease_owner = ?",
                               (now + self.store.lease_s, self.run_id, self.lease_owner)))
+            if self.failed is not None:
+                raise StoreError(f"run {self.run_id!r}: nothing more is written to its journal after a failed "
+                                 f"write ({self.failed})")
             try:
                 self.store._run_batch(batch)
-            except self.store._db_errors as exc:
-                raise StoreError(f"run journal {self.store.path}: cannot record run {self.run_id!r}: {exc}") from exc
+            except StoreError as exc:
+                self.failed = str(exc)
+                raise StoreError(f"cannot record run {self.run_id!r}: {exc}") from exc
             if len(batch) > len(self._pending) + len(statements):
                 self._renew_at = now + self.store.lease_s / 3
             self._pending.clear()
@@ -153,8 +158,10 @@ class RunJournal:
         )
 
     def flush(self) -> None:
-        """Commit the events waiting for the next durable one (the store's close does)."""
-        self._commit()
+        """Commit the events waiting for the next durable one (the store's close does;
+        a journal whose write failed writes nothing more)."""
+        if self.failed is None:
+            self._commit()
 
     # -- model calls ----------------------------------------------------------------
 
@@ -330,8 +337,24 @@ def observation_of(observation: str | None, value: str | None) -> str:
         return observation
     if value is None:
         return ""
-    loaded = json.loads(value)
+    loaded = loads(value)
     return loaded if type(loaded) is str else value
+
+
+def loads(text: str, where: str = "the run journal") -> Any:
+    """A stored JSON value; StoreError when the stored text is not JSON (a damaged record)."""
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError) as exc:
+        raise StoreError(f"{where}: a stored record is damaged (not the JSON it was written as: {exc}); "
+                         "it was not used") from None
+
+
+def escape_text(params: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The parameters with text that UTF-8 cannot hold (lone surrogates, such as a file
+    name that was not UTF-8) written as backslash escapes (\\udcff): stored and read back,
+    never a failed write. In JSON text such an escape reads back as the original."""
+    return tuple(p.encode("utf-8", "backslashreplace").decode("utf-8") if type(p) is str else p for p in params)
 
 
 def _dumps(value: Any) -> str:
