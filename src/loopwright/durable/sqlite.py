@@ -18,6 +18,7 @@ Tool values are stored as JSON (rendered like `json_safe`): JSON data comes back
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import time
@@ -180,6 +181,8 @@ class SQLiteStore(StoreBase):
     (milliseconds on a virtual disk), so the default checkpoints rarely: 10,000 pages
     (about 40 MB of WAL); the WAL file is cut back to 64 MB after one.
     lease_s: how long a run's lease lasts without a journal write (see `take_lease`).
+    busy_timeout_s: how long a write waits for another process's lock before it fails (a
+    run then stops with `store_error`).
     """
 
     _db_errors = (sqlite3.Error,)
@@ -192,6 +195,7 @@ class SQLiteStore(StoreBase):
         synchronous: Synchronous = "NORMAL",
         checkpoint_pages: int = 10_000,
         lease_s: float = DEFAULT_LEASE_S,
+        busy_timeout_s: float = 10.0,
     ) -> None:
         if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, got {synchronous!r}")
@@ -203,7 +207,9 @@ class SQLiteStore(StoreBase):
         memory = self.path == ":memory:"
         if not memory:
             _check_file(Path(self.path))
-        self._busy_s = 10.0
+        if isinstance(busy_timeout_s, bool) or not isinstance(busy_timeout_s, int | float) or busy_timeout_s < 0:
+            raise ValueError(f"busy_timeout_s must be a number of seconds, got {busy_timeout_s!r}")
+        self._busy_s = float(busy_timeout_s)
         self._file_id: tuple[int, int] | None = None
         try:
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=self._busy_s)
@@ -307,8 +313,7 @@ class SQLiteStore(StoreBase):
     def _before_write(self) -> None:
         """Refuse to write once the file at `path` is not the file this store opened: a
         deleted journal would take the writes with it, and a replaced one must never get
-        this file's write-ahead log. The connection is closed (SQLite folds its log into
-        the file it belongs to), so nothing more goes to either file."""
+        this file's write-ahead log. The store is closed, so nothing more goes to either file."""
         if self._file_id is None or self._conn is None:
             return
         try:
@@ -320,6 +325,11 @@ class SQLiteStore(StoreBase):
             return
         what = "was deleted" if now is None else "was replaced by another file"
         self._flush_journals_dropped()
+        # SQLite leaves the log of a moved file where it is when it closes, for whatever
+        # file is at the path next: fold it into the file it belongs to and empty it first
+        # (this works while no other process has the old file open).
+        with contextlib.suppress(sqlite3.Error):
+            self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         self._conn.close()
         self._conn = None
         raise StoreError(f"run journal {self.path} {what} while this store had it open; nothing more was "
@@ -340,7 +350,7 @@ class SQLiteStore(StoreBase):
         if "locked" in text or "busy" in text:
             why = (f"another process held it locked for longer than the busy timeout ({self._busy_s:g} s); "
                    "nothing was written")
-        elif "full" in text:
+        elif "full" in text or ("I/O error" in text and _disk_full(self.path)):
             why = "the disk is full; nothing was written"
         elif "readonly" in text or "read-only" in text:
             why = "it is read-only (the file or its folder); nothing was written"
@@ -369,6 +379,15 @@ def _transaction(conn: sqlite3.Connection, begin: str = "BEGIN IMMEDIATE") -> It
         conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
+
+
+def _disk_full(path: str) -> bool:
+    """Whether the filesystem holding `path` has no block left (SQLite may report a write
+    that ran out of space as an I/O error)."""
+    try:
+        return os.statvfs(os.path.dirname(os.path.abspath(path))).f_bavail == 0
+    except OSError:
+        return False
 
 
 def _read_only(folder: str) -> bool:
