@@ -130,3 +130,34 @@ def test_without_postgresql_installed_the_tests_fail_naming_the_install_command(
     monkeypatch.setattr(pgserver.glob, "glob", lambda pattern: [])
     with pytest.raises(RuntimeError, match=r"PostgreSQL is not installed.*scripts/test_deps.sh.*apt-get install -y postgresql"):
         pgserver.PostgresServer()
+
+
+def test_a_store_whose_connection_dropped_reconnects_on_the_next_call(pg_server, pg_dsn):
+    with lw.PostgresStore(pg_dsn) as store:
+        lw.run("t", lw.ScriptedPolicy(REACT), make_registry(), store=store, run_id="r")
+        pg_server.restart()  # every connection to the server is dropped
+        with pytest.raises(lw.StoreError, match="connection was lost, and the next call connects again"):
+            store.list_runs()
+        assert [r.id for r in store.list_runs()] == ["r"]
+        again = lw.run("t", lw.ScriptedPolicy(REACT), make_registry(), store=store, run_id="r2")
+        assert again.final_answer == "5" and store.load_run("r2").status == "finished"
+
+
+def test_a_run_whose_connection_drops_stops_as_store_error_and_resumes_on_the_same_store(pg_server, pg_dsn):
+    restarts = [1]
+
+    @lw.tool
+    def add(x: int, y: int) -> int:
+        """Add two integers; the first time, the server restarts meanwhile."""
+        if restarts:
+            restarts.pop()
+            pg_server.restart()
+        return x + y
+
+    with lw.PostgresStore(pg_dsn) as store:
+        trace = lw.run("t", lw.ScriptedPolicy(REACT), lw.ToolRegistry([add]), store=store, run_id="r")
+        assert trace.stopped_reason == "store_error" and "connection" in trace.steps[-1].error
+        assert store.load_run("r").status == "running"  # reconnected: the journal has what was written
+        done = lw.resume("r", lw.ScriptedPolicy(REACT), lw.ToolRegistry([add]), store=store)
+        assert (done.stopped_reason, done.final_answer) == ("final", "5")
+        assert store.load_run("r").status == "finished"
