@@ -18,7 +18,20 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Final, Self
 
-from loopwright.durable.journal import RunJournal, _dumps, escape_text, loads, observation_of
+from loopwright.durable.journal import (
+    _MODEL_CALL_SUMMED,
+    _RUN_END_SUMMED,
+    _RUN_SUMMED,
+    _STEP_SUMMED,
+    _TOOL_CALL_SUMMED,
+    RunJournal,
+    _dumps,
+    checksum,
+    escape_text,
+    loads,
+    observation_of,
+    verify,
+)
 from loopwright.errors import StoreError, describe
 from loopwright.modes.handles import handle_for
 from loopwright.safety import ApprovalRequest, Decision
@@ -141,6 +154,8 @@ class StoreBase:
             raise
         except self._db_errors as exc:
             raise self._failed(exc) from exc
+        except UnicodeDecodeError as exc:  # stored text that is not UTF-8: a damaged file
+            raise self._failed(exc) from exc
 
     def _execute(self, sql: str, params: tuple[Any, ...] = ()) -> int:
         """One statement in its own transaction; the number of rows it changed."""
@@ -216,12 +231,12 @@ class StoreBase:
         elif not isinstance(run_id, str) or not 0 < len(run_id) <= 200 or not run_id.isprintable():
             raise StoreError(f"run_id must be 1-200 printable characters, got {describe(run_id)}")
         now = time.time()
+        summed = (task, mode, _dumps(dict(config)), forked_from, forked_at_step)
         try:
             self._execute(
-                "INSERT INTO runs (id, task, mode, config, status, created_at, updated_at, lease_owner, "
-                "lease_expires, forked_from, forked_at_step) VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?)",
-                (run_id, task, mode, _dumps(dict(config)), now, now, lease_owner(), now + self.lease_s,
-                 forked_from, forked_at_step),
+                "INSERT INTO runs (id, task, mode, config, forked_from, forked_at_step, checksum, status, "
+                "created_at, updated_at, lease_owner, lease_expires) VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?)",
+                (run_id, *summed, checksum(*summed), now, now, lease_owner(), now + self.lease_s),
             )
         except StoreError as exc:
             if not isinstance(exc.__cause__, self._unique_errors):
@@ -238,6 +253,10 @@ class StoreBase:
         row = self._one(_RUN_SELECT + " WHERE id = ?", (run_id,))
         if row is None:
             raise StoreError(f"no run {run_id!r} in {self.path} (see `loopwright runs list`)")
+        sums = self._one(f"SELECT {_RUN_SUMMED}, checksum, {_RUN_END_SUMMED}, end_checksum FROM runs WHERE id = ?",
+                         (run_id,))  # one row read at once: its sums agree with each other
+        verify(sums[:6], f"{self.path}: the record of run {run_id!r}")
+        verify(sums[6:], f"{self.path}: the end of run {run_id!r}")
         return _run_record(row)
 
     def list_runs(self, *, status: str | None = None, limit: int | None = None) -> list[RunRecord]:
@@ -308,8 +327,9 @@ class StoreBase:
             record = self.load_run(run_id)
             transcript, scratchpad, meta, replans, started_at = self._one(
                 "SELECT transcript, scratchpad, meta, replans, started_at FROM runs WHERE id = ?", (run_id,))
-            steps = [Step.from_dict(loads(s, self.path)) for (s,) in
-                     self._all("SELECT step FROM steps WHERE run_id = ? ORDER BY idx", (run_id,))]
+            steps = [self._step(run_id, row) for row in
+                     self._all(f"SELECT {_STEP_SUMMED}, checksum FROM steps WHERE run_id = ? ORDER BY idx",
+                               (run_id,))]
             trace = Trace(task=record.task, mode=record.mode, steps=steps, final_answer=record.final_answer,
                           stopped_reason=record.stopped_reason, llm_calls=record.llm_calls,
                           tool_calls=record.tool_calls, replans=replans, usage=record.usage,
@@ -334,6 +354,10 @@ class StoreBase:
                     pass
         return trace
 
+    def _step(self, run_id: str, row: Any) -> Step:
+        verify(row, f"{self.path}: step {row[0]} of run {run_id!r}")
+        return Step.from_dict(loads(row[3], self.path))
+
     def _outputs(self, run_id: str, steps: list[Step], meta: Mapping[str, Any]) -> dict[str, str]:
         """The results a run kept under a handle (modes/handles.py), from the tool calls'
         rows, which hold them whole: those past the cap (the step names the handle) and
@@ -344,10 +368,11 @@ class StoreBase:
                 handles.update(handle_for(str(k)) for k in fold.get("folded_steps") or ())
         outputs = {}
         for handle in sorted(handles):
-            row = self._one("SELECT observation, value FROM tool_calls WHERE run_id = ? AND key = ? AND state = 'done'",
-                            (run_id, handle.removeprefix("out-")))
+            row = self._one(f"SELECT {_TOOL_CALL_SUMMED}, checksum FROM tool_calls WHERE run_id = ? AND key = ? "
+                            "AND state = 'done'", (run_id, handle.removeprefix("out-")))
             if row is not None:
-                outputs[handle] = observation_of(row[0], row[1])
+                verify(row, f"{self.path}: tool call {row[0]!r} of run {run_id!r}")
+                outputs[handle] = observation_of(row[5], row[4])
         return outputs
 
     def prompt(self, run_id: str, n: int) -> str:
@@ -355,12 +380,13 @@ class StoreBase:
         parts: list[str] = []
         current: int | None = n
         while current is not None:
-            row = self._one("SELECT prompt_base, prompt FROM model_calls WHERE run_id = ? AND n = ?",
+            row = self._one(f"SELECT {_MODEL_CALL_SUMMED}, checksum FROM model_calls WHERE run_id = ? AND n = ?",
                             (run_id, current))
             if row is None:
                 raise StoreError(f"run {run_id!r} has no model call {current} in {self.path}")
-            parts.append(row[1])
-            current = row[0]
+            verify(row, f"{self.path}: model call {current} of run {run_id!r}")
+            parts.append(row[3])
+            current = row[2]
         return "".join(reversed(parts))
 
     # -- approvals ------------------------------------------------------------------
@@ -401,10 +427,12 @@ class StoreBase:
         """Tool calls of the run that were started and never recorded, oldest first: the
         calls a blocked run waits on (see `settle`)."""
         self.load_run(run_id)
-        rows = self._all("SELECT key, name, args, attempts, started_at FROM tool_calls "
+        rows = self._all(f"SELECT {_TOOL_CALL_SUMMED}, checksum, attempts, started_at FROM tool_calls "
                          "WHERE run_id = ? AND state = 'started' ORDER BY started_at, key", (run_id,))
-        return [UnsettledCall(run_id, key, name, loads(args, self.path), int(attempts), started_at, call_key(run_id, key))
-                for key, name, args, attempts, started_at in rows]
+        for row in rows:
+            verify(row[:9], f"{self.path}: tool call {row[0]!r} of run {run_id!r}")
+        return [UnsettledCall(run_id, row[0], row[1], loads(row[2], self.path), int(row[9]), row[10],
+                              call_key(run_id, row[0])) for row in rows]
 
     def settle(self, run_id: str, key: str, *, result: Any = _MISSING, error: str | None = None) -> None:
         """Record the outcome of an in-doubt call, as a person found it: `result` (the value
@@ -419,7 +447,7 @@ class StoreBase:
         if error is not None and not isinstance(error, str):
             raise StoreError(f"error must be a message (str), got {describe(error)}")
         self.load_run(run_id)
-        row = self._one("SELECT name, state, settled_at FROM tool_calls WHERE run_id = ? AND key = ?",
+        row = self._one("SELECT name, state, settled_at, args FROM tool_calls WHERE run_id = ? AND key = ?",
                         (run_id, key))
         if row is None or row[1] != "started":
             waiting = [c.key for c in self.unsettled(run_id)]
@@ -437,8 +465,10 @@ class StoreBase:
         now = time.time()
         changed = self._execute(
             "UPDATE tool_calls SET state = 'done', value = ?, observation = ?, error_kind = ?, error = ?, "
-            "duration_s = 0, finished_at = ?, settled_at = ? WHERE run_id = ? AND key = ? AND state = 'started'",
-            (value, observation, kind, message, now, now, run_id, key))
+            "duration_s = 0, finished_at = ?, settled_at = ?, checksum = ? WHERE run_id = ? AND key = ? "
+            "AND state = 'started'",
+            (value, observation, kind, message, now, now,
+             checksum(key, name, row[3], "done", value, observation, kind, message), run_id, key))
         if not changed:  # another process recorded or settled it in between
             raise StoreError(f"call {key!r} of run {run_id!r} got a result while settling; nothing was changed")
 

@@ -164,7 +164,15 @@ ALTER TABLE runs ADD COLUMN forked_at_step INTEGER;      -- and how many of its 
 ALTER TABLE tool_calls ADD COLUMN settled_at REAL;       -- set when a person settled the call
 """
 
-_MIGRATIONS: list[Migration] = [_script(_SCHEMA_V1), _script(_SCHEMA_V2)]
+_SCHEMA_V3: Final = """
+ALTER TABLE model_calls ADD COLUMN checksum BIGINT;      -- CRC-32 of the row as written (journal.checksum)
+ALTER TABLE tool_calls ADD COLUMN checksum BIGINT;       -- checked when read: a damaged row is an error
+ALTER TABLE steps ADD COLUMN checksum BIGINT;            -- NULL in rows written before: read as they are
+ALTER TABLE runs ADD COLUMN checksum BIGINT;             -- of task, mode, config and the fork's origin
+ALTER TABLE runs ADD COLUMN end_checksum BIGINT;         -- of the run's end (status, answer, counters, ...)
+"""
+
+_MIGRATIONS: list[Migration] = [_script(_SCHEMA_V1), _script(_SCHEMA_V2), _script(_SCHEMA_V3)]
 """_MIGRATIONS[i] takes the schema from version i to i + 1, inside one transaction."""
 
 
@@ -217,7 +225,7 @@ class SQLiteStore(StoreBase):
             raise self._open_failed(exc) from exc
         try:
             self._open(conn, memory, synchronous, checkpoint_pages)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, UnicodeDecodeError) as exc:  # stored text that is not UTF-8: a damaged file
             conn.close()
             raise self._open_failed(exc) from exc
         except BaseException:
@@ -244,7 +252,7 @@ class SQLiteStore(StoreBase):
         conn.execute(f"PRAGMA synchronous={synchronous}")
         conn.execute("PRAGMA foreign_keys=ON")
 
-    def _open_failed(self, exc: sqlite3.Error) -> StoreError:
+    def _open_failed(self, exc: sqlite3.Error | UnicodeDecodeError) -> StoreError:
         text = str(exc)
         folder = os.path.dirname(os.path.abspath(self.path))
         if self.path != ":memory:" and _read_only(folder):
@@ -354,7 +362,8 @@ class SQLiteStore(StoreBase):
             why = "the disk is full; nothing was written"
         elif "readonly" in text or "read-only" in text:
             why = "it is read-only (the file or its folder); nothing was written"
-        elif "malformed" in text or "not a database" in text or "corrupt" in text:
+        elif ("malformed" in text or "not a database" in text or "corrupt" in text
+              or isinstance(exc, UnicodeDecodeError)):
             why = "the file is damaged (check it with `sqlite3 FILE 'PRAGMA integrity_check'`)"
         else:
             why = "the database failed"
