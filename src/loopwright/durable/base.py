@@ -47,11 +47,25 @@ _OWNER: list[str] = []
 
 
 def lease_owner() -> str:
-    """Who holds a run's lease from this process: the host, the pid and a random tag (a
-    new process, even one that reuses the pid or was forked from this one, is another owner)."""
+    """Who holds a run's lease from this process: the host, the pid and a tag (the
+    process's start time where the system says it, then random hex), so a new process,
+    even one that reuses the pid or was forked from this one, is another owner."""
     if not _OWNER:
-        _OWNER.append(f"{_HOST}:{os.getpid()}:{secrets.token_hex(4)}")
+        started = _start_time(os.getpid())
+        tag = secrets.token_hex(4) if started is None else f"{started}-{secrets.token_hex(4)}"
+        _OWNER.append(f"{_HOST}:{os.getpid()}:{tag}")
     return _OWNER[0]
+
+
+def _start_time(pid: int) -> str | None:
+    """When process `pid` started, in clock ticks since boot (Linux /proc), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2:].split()  # after the command name, which may hold spaces
+    return fields[19].decode() if len(fields) > 19 else None
 
 
 os.register_at_fork(after_in_child=_OWNER.clear)
@@ -284,6 +298,13 @@ class StoreBase:
         writes; the run's end releases it). Refused with a StoreError while another process
         holds an unexpired lease, unless that process is on this host and no longer exists."""
         now = time.time()
+        row = self._one("SELECT lease_owner, lease_expires FROM runs WHERE id = ?", (run_id,))
+        if row is None:
+            self.load_run(run_id)  # raises, naming the unknown id
+        if row[0] not in (None, lease_owner()) and _owner_is_alive_here(row[0]):
+            # A live process on this host keeps its run whatever the clock says: a wall
+            # clock that jumped past the expiry must not hand a running run to a second worker.
+            self._refuse_lease(run_id, row[0], row[1])
         if self._execute(
             "UPDATE runs SET lease_owner = ?, lease_expires = ? WHERE id = ? AND "
             "(lease_owner IS NULL OR lease_owner = ? OR lease_expires < ?)",
@@ -291,14 +312,15 @@ class StoreBase:
         ):
             return
         row = self._one("SELECT lease_owner, lease_expires FROM runs WHERE id = ?", (run_id,))
-        if row is None:
-            self.load_run(run_id)  # raises, naming the unknown id
         owner, expires = row
         if _owner_is_gone(owner) and self._execute(  # compare and swap on the dead owner
             "UPDATE runs SET lease_owner = ?, lease_expires = ? WHERE id = ? AND lease_owner = ?",
             (lease_owner(), now + self.lease_s, run_id, owner),
         ):
             return
+        self._refuse_lease(run_id, owner, expires)
+
+    def _refuse_lease(self, run_id: str, owner: str, expires: float) -> None:
         raise StoreError(
             f"run {run_id!r} is held by another worker ({owner}) until "
             f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(expires))}: it is running or being "
@@ -512,17 +534,32 @@ def _step_key(step: str) -> int | str:
 
 
 def _owner_is_gone(owner: str | None) -> bool:
-    """A lease owner that is a process on this host which no longer exists. (A pid reused
-    since reads as alive: the lease is then kept until it expires, the safe side.)"""
-    if owner is None:
-        return True
+    """A lease owner that is a process on this host which no longer exists (or whose pid
+    another process has since: its start time differs). A pid reused by an owner that
+    recorded no start time reads as alive: the lease is then kept until it expires."""
+    return owner is None or _local_owner(owner) is False
+
+
+def _owner_is_alive_here(owner: str) -> bool:
+    """A lease owner that is a running process on this host (the very process, by its start
+    time, when the owner recorded one)."""
+    return _local_owner(owner) is True
+
+
+def _local_owner(owner: str) -> bool | None:
+    """Whether a lease owner on this host is running (True) or gone (False); None for
+    another host's owner, which only the lease's expiry frees."""
     parts = owner.split(":")
     if len(parts) < 3 or ":".join(parts[:-2]) != _HOST or not parts[-2].isdigit():
-        return False  # another host's process: only the expiry frees its lease
+        return None
+    pid = int(parts[-2])
     try:
-        os.kill(int(parts[-2]), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
-        return True
-    except OSError:  # exists, another user's
         return False
-    return False
+    except OSError:  # exists, another user's
+        pass
+    started = parts[-1].split("-")[0] if "-" in parts[-1] else None
+    if started is not None and started != _start_time(pid):
+        return False  # the pid is another process's now
+    return True

@@ -71,7 +71,7 @@ class RunJournal:
 
     def __post_init__(self) -> None:
         self.store._journals.add(self)
-        self._renew_at = time.time() + self.store.lease_s / 3
+        self._renew_at = time.monotonic() + self.store.lease_s / 3
         if self.preload:
             self._load(self.run_id)
         if self.fork_of is not None:
@@ -133,8 +133,10 @@ class RunJournal:
             batch = [*self._pending, *statements]
             if not batch:
                 return
-            now = time.time()
-            if self.lease_owner is not None and now >= self._renew_at:  # the run is alive: keep it
+            now, tick = time.time(), time.monotonic()  # renewals on a clock that cannot jump
+            renew = self.lease_owner is not None and tick >= self._renew_at
+            if renew:  # the run is alive: keep it, if it is still this worker's
+                self._check_lease()
                 batch.append(("UPDATE runs SET lease_expires = ? WHERE id = ? AND lease_owner = ?",
                               (now + self.store.lease_s, self.run_id, self.lease_owner)))
             if self.failed is not None:
@@ -145,9 +147,22 @@ class RunJournal:
             except StoreError as exc:
                 self.failed = str(exc)
                 raise StoreError(f"cannot record run {self.run_id!r}: {exc}") from exc
-            if len(batch) > len(self._pending) + len(statements):
-                self._renew_at = now + self.store.lease_s / 3
+            if renew:
+                self._renew_at = tick + self.store.lease_s / 3
             self._pending.clear()
+
+    def _check_lease(self) -> None:
+        """Fail (nothing more is written) when another worker holds this run's lease now:
+        it took the run over after the lease expired, and two workers never write one run."""
+        try:
+            row = self.store._one("SELECT lease_owner FROM runs WHERE id = ?", (self.run_id,))
+        except StoreError as exc:
+            self.failed = str(exc)
+            raise
+        if row is not None and row[0] not in (None, self.lease_owner):
+            self.failed = f"the run's lease was taken over by another worker ({row[0]})"
+            raise StoreError(f"cannot record run {self.run_id!r}: {self.failed}, after it expired; this worker "
+                             "stops and writes nothing more to it (give the store a longer lease_s)")
 
     def mark_resumed(self) -> None:
         """The run is running again (its status until it ends), and counted as resumed. Its
