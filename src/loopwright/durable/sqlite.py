@@ -10,7 +10,8 @@ docs/durable-runs.md.
 
 Durability: WAL mode. With `synchronous="NORMAL"` (the default) a committed event
 survives the process being killed; `"FULL"` also survives power loss, at an fsync per
-event.
+event (with NORMAL a power loss can drop the last commits, so resume may run a side effect
+again: see docs/durable-runs.md). Each row carries a checksum checked when read.
 
 Tool values are stored as JSON (rendered like `json_safe`): JSON data comes back as is
 (tuples come back as lists), anything else comes back as its `str()`.
