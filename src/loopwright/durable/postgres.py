@@ -99,8 +99,12 @@ class PostgresStore(StoreBase):
 
         try:
             conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=self._connect_timeout_s)
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot connect to run journal {self.path}: {_first_line(exc)}") from exc
+        try:
             conn.execute(f"SET synchronous_commit = {self._synchronous_commit}")
         except psycopg.Error as exc:
+            conn.close()
             raise StoreError(f"cannot connect to run journal {self.path}: {_first_line(exc)}") from exc
         return conn
 

@@ -333,7 +333,7 @@ class SQLiteStore(StoreBase):
         if now == self._file_id:
             return
         what = "was deleted" if now is None else "was replaced by another file"
-        self._flush_journals_dropped()
+        self._fail_journals()
         # SQLite leaves the log of a moved file where it is when it closes, for whatever
         # file is at the path next: fold it into the file it belongs to and empty it first
         # (this works while no other process has the old file open).
@@ -344,7 +344,7 @@ class SQLiteStore(StoreBase):
         raise StoreError(f"run journal {self.path} {what} while this store had it open; nothing more was "
                          "written (to either file) and the store is closed. Open the journal again to go on")
 
-    def _flush_journals_dropped(self) -> None:
+    def _fail_journals(self) -> None:
         """Mark the open journals failed: what they had not committed is not written."""
         for journal in list(self._journals):
             if journal.failed is None:
