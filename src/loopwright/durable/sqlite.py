@@ -238,18 +238,20 @@ class SQLiteStore(StoreBase):
             self._file_id = (st.st_dev, st.st_ino)
 
     def _open(self, conn: sqlite3.Connection, memory: bool, synchronous: str, checkpoint_pages: int) -> None:
-        """Check the schema and migrate it, then set the connection up. Any number of
-        processes may open one new file at once: the version is read again under the
-        write lock, so one of them creates the tables and the others find them."""
+        """Check the schema (refusing a foreign file before anything is written), switch
+        to WAL, then migrate. Any number of processes may open one new file at once: the
+        switch comes before any write transaction (in WAL mode readers never hold up the
+        writer), and the version is read again under the write lock, so one of them
+        creates the tables and the others find them."""
         with _transaction(conn, "BEGIN"):  # one consistent read of tables and version
             version = _check_schema(conn, self.path)
-        if version < len(_MIGRATIONS):
-            with _transaction(conn):
-                self._migrate(conn, _check_schema(conn, self.path))
         if not memory:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA wal_autocheckpoint={checkpoint_pages}")
             conn.execute(f"PRAGMA journal_size_limit={_WAL_SIZE_LIMIT}")
+        if version < len(_MIGRATIONS):
+            with _transaction(conn):
+                self._migrate(conn, _check_schema(conn, self.path))
         conn.execute(f"PRAGMA synchronous={synchronous}")
         conn.execute("PRAGMA foreign_keys=ON")
 
