@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -125,3 +126,51 @@ def test_a_resume_that_cannot_start_gives_the_lease_back(store):
 def test_lease_seconds_must_be_positive(tmp_path):
     with pytest.raises(ValueError, match="lease_s must be a positive number"):
         lw.SQLiteStore(tmp_path / "x.db", lease_s=0)
+
+
+def test_a_wall_clock_jump_past_the_lease_does_not_hand_a_live_run_to_a_second_worker(store, monkeypatch):
+    interrupted(store)
+    holder = subprocess.Popen([sys.executable, str(HELPERS / "lease_race.py"), target(store), "r"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        holder.stdin.write("go\n")  # type: ignore[union-attr]
+        holder.stdin.flush()  # type: ignore[union-attr]
+        assert json.loads(holder.stdout.readline()) == {"outcome": "holding"}  # type: ignore[union-attr]
+        wall = time.time
+        monkeypatch.setattr(time, "time", lambda: wall() + 10 * store.lease_s)  # this host's clock jumps ahead
+        with pytest.raises(lw.StoreError, match="is held by another worker"):
+            lw.resume("r", lw.ScriptedPolicy([final("taken")]), make_registry(), store=store,
+                      allow_tool_changes=True)
+        monkeypatch.undo()
+        holder.stdin.write("release\n")  # type: ignore[union-attr]
+        holder.stdin.flush()  # type: ignore[union-attr]
+        assert json.loads(holder.stdout.readline()) == {"outcome": "resumed", "answer": "held"}  # type: ignore[union-attr]
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+        holder.wait(timeout=30)
+    assert store.load_run("r").final_answer == "held" and store.load_run("r").resumes == 1
+
+
+def test_a_worker_whose_expired_lease_was_taken_over_stops_and_writes_nothing_more(store):
+    store.lease_s = 0.05  # the run outlives its lease inside one tool call
+
+    @lw.tool(side_effects="write")
+    def slow(text: str) -> str:
+        """Takes longer than the lease; meanwhile a worker elsewhere takes the run over."""
+        threading.Event().wait(0.1)
+        hold(store, "elsewhere:1:x", time.time() + 300)
+        return "done"
+
+    trace = lw.run("t", lw.ScriptedPolicy([act("slow", '{"text": "a"}'), final("done")]), lw.ToolRegistry([slow]),
+                   store=store, run_id="r")
+    assert trace.stopped_reason == "store_error" and "taken over by another worker (elsewhere:1:x)" in trace.steps[-1].error
+    assert lease(store)[0] == "elsewhere:1:x" and [c.key for c in store.unsettled("r")] == ["1"]
+    assert store.trace("r").steps == []  # nothing of this worker's after the takeover
+
+
+def test_a_lease_owner_whose_pid_now_belongs_to_another_process_is_gone(store):
+    interrupted(store)
+    hold(store, f"{HOST}:{os.getppid()}:1-deadbeef", time.time() + 300)  # our parent's pid, another start time
+    done = lw.resume("r", lw.ScriptedPolicy([final("x")]), make_registry(), store=store)
+    assert done.final_answer == "x"

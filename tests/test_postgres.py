@@ -31,7 +31,7 @@ def tables(dsn: str) -> list[str]:
 
 def test_a_new_journal_has_the_versioned_tables_and_reopens_with_its_runs(pg_dsn):
     with lw.PostgresStore(pg_dsn) as store:
-        assert store.schema_version == len(pg_module._SCHEMAS) == 2
+        assert store.schema_version == len(pg_module._SCHEMAS) == 3
         lw.run("t", lw.ScriptedPolicy(REACT), make_registry(), store=store, run_id="r")
     assert {"meta", "runs", "model_calls", "tool_calls", "steps", "approvals", "model_call_prompts"} <= set(tables(pg_dsn))
     # a person with psql reads it without loopwright, the prompts view included
@@ -53,7 +53,7 @@ def test_a_journal_from_a_newer_version_is_refused_unchanged(pg_dsn):
     with lw.PostgresStore(pg_dsn) as store:
         lw.run("t", lw.ScriptedPolicy(REACT), make_registry(), store=store, run_id="r")
     raw(pg_dsn, "UPDATE meta SET value = '99' WHERE key = 'version'")
-    with pytest.raises(lw.StoreError, match="newer loopwright.*schema 99.*up to 2.*nothing was changed"):
+    with pytest.raises(lw.StoreError, match="newer loopwright.*schema 99.*up to 3.*nothing was changed"):
         lw.PostgresStore(pg_dsn)
     assert raw(pg_dsn, "SELECT value FROM meta WHERE key = 'version'") == [("99",)]
 
@@ -65,7 +65,7 @@ def test_an_older_journal_is_migrated_and_keeps_its_runs(pg_dsn, monkeypatch):
                 "updated_at) VALUES ('old', 't', 'react', '{}', 'finished', 'final', '42', 1, 1)")
     monkeypatch.undo()
     with lw.PostgresStore(pg_dsn) as store:
-        assert store.schema_version == 2
+        assert store.schema_version == 3
         old = store.load_run("old")
         assert (old.final_answer, old.forked_from) == ("42", None)
         lw.run("t", lw.ScriptedPolicy(REACT), make_registry(), store=store, run_id="new")  # the new columns work
@@ -79,7 +79,7 @@ def test_a_failed_migration_leaves_the_journal_at_its_version(pg_dsn, monkeypatc
         lw.PostgresStore(pg_dsn)
     monkeypatch.undo()
     with lw.PostgresStore(pg_dsn) as store:
-        assert store.schema_version == 2
+        assert store.schema_version == 3
     assert not raw(pg_dsn, "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema() "
                            "AND table_name = 'runs' AND column_name = 'labels'")
 
@@ -130,3 +130,34 @@ def test_without_postgresql_installed_the_tests_fail_naming_the_install_command(
     monkeypatch.setattr(pgserver.glob, "glob", lambda pattern: [])
     with pytest.raises(RuntimeError, match=r"PostgreSQL is not installed.*scripts/test_deps.sh.*apt-get install -y postgresql"):
         pgserver.PostgresServer()
+
+
+def test_a_store_whose_connection_dropped_reconnects_on_the_next_call(pg_server, pg_dsn):
+    with lw.PostgresStore(pg_dsn) as store:
+        lw.run("t", lw.ScriptedPolicy(REACT), make_registry(), store=store, run_id="r")
+        pg_server.restart()  # every connection to the server is dropped
+        with pytest.raises(lw.StoreError, match="connection was lost, and the next call connects again"):
+            store.list_runs()
+        assert [r.id for r in store.list_runs()] == ["r"]
+        again = lw.run("t", lw.ScriptedPolicy(REACT), make_registry(), store=store, run_id="r2")
+        assert again.final_answer == "5" and store.load_run("r2").status == "finished"
+
+
+def test_a_run_whose_connection_drops_stops_as_store_error_and_resumes_on_the_same_store(pg_server, pg_dsn):
+    restarts = [1]
+
+    @lw.tool
+    def add(x: int, y: int) -> int:
+        """Add two integers; the first time, the server restarts meanwhile."""
+        if restarts:
+            restarts.pop()
+            pg_server.restart()
+        return x + y
+
+    with lw.PostgresStore(pg_dsn) as store:
+        trace = lw.run("t", lw.ScriptedPolicy(REACT), lw.ToolRegistry([add]), store=store, run_id="r")
+        assert trace.stopped_reason == "store_error" and "connection" in trace.steps[-1].error
+        assert store.load_run("r").status == "running"  # reconnected: the journal has what was written
+        done = lw.resume("r", lw.ScriptedPolicy(REACT), lw.ToolRegistry([add]), store=store)
+        assert (done.stopped_reason, done.final_answer) == ("final", "5")
+        assert store.load_run("r").status == "finished"

@@ -295,8 +295,11 @@ def test_run_timeout_bounds_a_5s_tool(side_effects):
     finally:
         release.set()
     step = trace.steps[0]
-    assert step.kind == "action" and step.error is not None and step.error.startswith("timeout after")
-    assert step.observation.startswith("ERROR[slow]: timeout after")
+    if side_effects == "write":  # a side effect cut off while it ran is in doubt: the run stops there
+        assert step.kind == "error" and step.meta["in_doubt"] is True and "timeout after" in step.error
+    else:
+        assert step.kind == "action" and step.error is not None and step.error.startswith("timeout after")
+        assert step.observation.startswith("ERROR[slow]: timeout after")
     assert trace.stopped_reason == "timeout"
 
 

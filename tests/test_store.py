@@ -4,6 +4,7 @@ the session starts); `sqlite_store` tests are about the SQLite file itself."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -72,7 +73,7 @@ def other_connection(store):
 def test_new_journal_is_wal_with_a_versioned_schema_and_readable_tables(sqlite_store, db):
     store = sqlite_store
     assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert store.schema_version == len(store_module._MIGRATIONS) == 2
+    assert store.schema_version == len(store_module._MIGRATIONS) == 3
     assert store.conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
     names = {r[0] for r in rows(store, "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
     assert {"meta", "runs", "model_calls", "tool_calls", "steps", "approvals", "model_call_prompts"} <= names
@@ -254,7 +255,7 @@ def test_journal_from_a_newer_version_is_refused_unchanged(db):
     with closing(sqlite3.connect(db)) as raw:
         raw.execute("PRAGMA user_version = 99")
     before = snapshot(db)
-    with pytest.raises(lw.StoreError, match="newer loopwright.*schema 99.*up to 2.*nothing was changed"):
+    with pytest.raises(lw.StoreError, match="newer loopwright.*schema 99.*up to 3.*nothing was changed"):
         SQLiteStore(db)
     assert snapshot(db) == before
 
@@ -300,17 +301,17 @@ def test_older_journal_is_migrated_in_order_and_keeps_its_runs(db, monkeypatch):
         lw.run("t", lw.ScriptedPolicy(REACT), make_registry(), store=s, run_id="r")
     applied: list[int] = []
 
-    def v3(conn: sqlite3.Connection) -> None:
-        applied.append(3)
+    def v4(conn: sqlite3.Connection) -> None:
+        applied.append(4)
         conn.execute("ALTER TABLE runs ADD COLUMN labels TEXT")
 
-    monkeypatch.setattr(store_module, "_MIGRATIONS", [*store_module._MIGRATIONS, v3])
+    monkeypatch.setattr(store_module, "_MIGRATIONS", [*store_module._MIGRATIONS, v4])
     with SQLiteStore(db) as s:
-        assert applied == [3] and s.schema_version == 3
+        assert applied == [4] and s.schema_version == 4
         assert s.load_run("r").final_answer == "50"
         assert "labels" in {r[1] for r in s.conn.execute("PRAGMA table_info(runs)")}
     with SQLiteStore(db) as s:
-        assert applied == [3]  # applied once
+        assert applied == [4]  # applied once
 
 
 def test_failed_migration_leaves_the_journal_at_its_version(db, monkeypatch):
@@ -326,7 +327,7 @@ def test_failed_migration_leaves_the_journal_at_its_version(db, monkeypatch):
         SQLiteStore(db)
     monkeypatch.undo()
     with SQLiteStore(db) as s:
-        assert s.schema_version == 2
+        assert s.schema_version == 3
         assert "labels" not in {r[1] for r in s.conn.execute("PRAGMA table_info(runs)")}
 
 
@@ -489,20 +490,24 @@ class FailingOnce:
         return self.conn.execute(sql, params)
 
 
-def test_failed_journal_write_is_a_store_error_and_loses_no_waiting_event(sqlite_store):
+def test_failed_journal_write_is_a_store_error_and_nothing_more_is_written(sqlite_store):
     store = sqlite_store
     run_id, journal = store.start_run(None, "t", "react", {})
     journal.record_tool_start("1", "f", {})
     journal.record_tool_result("1", ToolResult("f", {}, 5, "5", None, 0.0))  # waits for the step
     real = store._conn
     store._conn = FailingOnce(real, "INSERT INTO steps")  # type: ignore[assignment]
-    with pytest.raises(lw.StoreError, match=f"cannot record run '{run_id}': disk I/O error"):
+    with pytest.raises(lw.StoreError, match=f"cannot record run '{run_id}': .*disk I/O error"):
         journal.record_step(lw.Step(1, "action", tool="f", args={}, observation="5"))
     assert rows(store, "SELECT state FROM tool_calls") == [("started",)]  # rolled back together
-    journal.record_step(lw.Step(1, "action", tool="f", args={}, observation="5"))
+    with pytest.raises(lw.StoreError, match="nothing more is written"):  # the store works again: still refused
+        journal.record_step(lw.Step(1, "action", tool="f", args={}, observation="5"))
     store._conn = real
-    assert rows(store, "SELECT state, value FROM tool_calls") == [("done", "5")]
-    assert [s.observation for s in store.trace(run_id).steps] == ["5"]
+    journal.flush()
+    store.close()
+    with contextlib.closing(sqlite3.connect(store.path)) as conn:
+        assert conn.execute("SELECT state FROM tool_calls").fetchall() == [("started",)]
+        assert conn.execute("SELECT * FROM steps").fetchall() == []
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -58,7 +58,9 @@ def estimate_tokens(text: str) -> int:
     """Conservative token count for a backend that reports none: one token per 3 UTF-8
     bytes, rounded up. Real BPE tokenizers average about 4 bytes a token on English, so
     this over-counts, which keeps a token budget on the safe side."""
-    size = len(text) if text.isascii() else len(text.encode("utf-8"))  # isascii() is O(1)
+    # isascii() is O(1); "surrogatepass" counts a lone surrogate (a file name that was not
+    # UTF-8) as the 3 bytes it would take instead of failing the run
+    size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
     return -(-size // 3)
 
 

@@ -76,6 +76,11 @@ class PostgresServer:
             conn.execute(f"CREATE SCHEMA {name}")
         return name
 
+    def restart(self) -> None:
+        """Stop the server (dropping every connection) and start it again, same options."""
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "-t", "60",
+                  "-l", str(self.root / "log"), "restart")
+
     def stop(self) -> None:
         if self.started:
             subprocess.run([*self.as_user, str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate",

@@ -7,19 +7,31 @@ both databases read the same way.
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import socket
 import threading
 import time
 import weakref
-from collections.abc import Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Final, Self
 
-from loopwright.durable.journal import RunJournal, _dumps, observation_of
+from loopwright.durable.journal import (
+    _MODEL_CALL_SUMMED,
+    _RUN_END_SUMMED,
+    _RUN_SUMMED,
+    _STEP_SUMMED,
+    _TOOL_CALL_SUMMED,
+    RunJournal,
+    _dumps,
+    checksum,
+    escape_text,
+    loads,
+    observation_of,
+    verify,
+)
 from loopwright.errors import StoreError, describe
 from loopwright.modes.handles import handle_for
 from loopwright.safety import ApprovalRequest, Decision
@@ -35,11 +47,25 @@ _OWNER: list[str] = []
 
 
 def lease_owner() -> str:
-    """Who holds a run's lease from this process: the host, the pid and a random tag (a
-    new process, even one that reuses the pid or was forked from this one, is another owner)."""
+    """Who holds a run's lease from this process: the host, the pid and a tag (the
+    process's start time where the system says it, then random hex), so a new process,
+    even one that reuses the pid or was forked from this one, is another owner."""
     if not _OWNER:
-        _OWNER.append(f"{_HOST}:{os.getpid()}:{secrets.token_hex(4)}")
+        started = _start_time(os.getpid())
+        tag = secrets.token_hex(4) if started is None else f"{started}-{secrets.token_hex(4)}"
+        _OWNER.append(f"{_HOST}:{os.getpid()}:{tag}")
     return _OWNER[0]
+
+
+def _start_time(pid: int) -> str | None:
+    """When process `pid` started, in clock ticks since boot (Linux /proc), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2:].split()  # after the command name, which may hold spaces
+    return fields[19].decode() if len(fields) > 19 else None
 
 
 os.register_at_fork(after_in_child=_OWNER.clear)
@@ -104,25 +130,84 @@ class StoreBase:
         self._lock = threading.RLock()
         self._journals: weakref.WeakSet[RunJournal] = weakref.WeakSet()
 
-    # -- the primitives a backend provides -------------------------------------------
+    # -- the primitives a backend provides (the driver's own errors propagate) ----------
 
-    def _execute(self, sql: str, params: tuple[Any, ...] = ()) -> int:
+    def _raw_execute(self, sql: str, params: tuple[Any, ...]) -> int:
         """One statement in its own transaction; the number of rows it changed."""
         raise NotImplementedError
 
-    def _one(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
+    def _raw_one(self, sql: str, params: tuple[Any, ...]) -> Any:
         raise NotImplementedError
 
-    def _all(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+    def _raw_all(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
         raise NotImplementedError
 
-    def _run_batch(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
+    def _raw_batch(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
         """The statements in one transaction (a driver error propagates, rolled back)."""
         raise NotImplementedError
 
-    def _snapshot(self) -> AbstractContextManager[None]:
+    def _raw_snapshot(self) -> AbstractContextManager[None]:
         """Reads that see one consistent state while another process writes."""
         raise NotImplementedError
+
+    def _before_write(self) -> None:
+        """Raise StoreError when a write must not happen (SQLite: the file was deleted or
+        replaced since it was opened)."""
+
+    def _failed(self, exc: Exception) -> StoreError:
+        """A driver error as the StoreError an operator reads."""
+        return StoreError(f"run journal {self.path}: {type(exc).__name__}: {exc}")
+
+    # -- what the store and its journals use: driver errors as StoreError ------------
+
+    @contextmanager
+    def _driver_errors(self) -> Iterator[None]:
+        try:
+            yield
+        except StoreError:
+            raise
+        except self._db_errors as exc:
+            raise self._failed(exc) from exc
+        except UnicodeDecodeError as exc:  # stored text that is not UTF-8: a damaged file
+            raise self._failed(exc) from exc
+
+    def _execute(self, sql: str, params: tuple[Any, ...] = ()) -> int:
+        """One statement in its own transaction; the number of rows it changed."""
+        with self._lock, self._driver_errors():
+            self._before_write()
+            try:
+                return self._raw_execute(sql, params)
+            except UnicodeEncodeError:  # text no encoding holds (a lone surrogate): stored escaped
+                return self._raw_execute(sql, escape_text(params))
+
+    def _one(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
+        with self._lock, self._driver_errors():
+            try:
+                return self._raw_one(sql, params)
+            except UnicodeEncodeError:
+                return self._raw_one(sql, escape_text(params))
+
+    def _all(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+        with self._lock, self._driver_errors():
+            try:
+                return self._raw_all(sql, params)
+            except UnicodeEncodeError:
+                return self._raw_all(sql, escape_text(params))
+
+    def _run_batch(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
+        """The statements in one transaction: all of them or none (StoreError)."""
+        with self._lock, self._driver_errors():
+            self._before_write()
+            try:
+                self._raw_batch(statements)
+            except UnicodeEncodeError:
+                self._raw_batch([(sql, escape_text(params)) for sql, params in statements])
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[None]:
+        """Reads that see one consistent state while another process writes."""
+        with self._lock, self._driver_errors(), self._raw_snapshot():
+            yield
 
     _conn: Any = None  # the backend's connection; None once closed
 
@@ -160,14 +245,16 @@ class StoreBase:
         elif not isinstance(run_id, str) or not 0 < len(run_id) <= 200 or not run_id.isprintable():
             raise StoreError(f"run_id must be 1-200 printable characters, got {describe(run_id)}")
         now = time.time()
+        summed = (task, mode, _dumps(dict(config)), forked_from, forked_at_step)
         try:
             self._execute(
-                "INSERT INTO runs (id, task, mode, config, status, created_at, updated_at, lease_owner, "
-                "lease_expires, forked_from, forked_at_step) VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?)",
-                (run_id, task, mode, _dumps(dict(config)), now, now, lease_owner(), now + self.lease_s,
-                 forked_from, forked_at_step),
+                "INSERT INTO runs (id, task, mode, config, forked_from, forked_at_step, checksum, status, "
+                "created_at, updated_at, lease_owner, lease_expires) VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?)",
+                (run_id, *summed, checksum(*summed), now, now, lease_owner(), now + self.lease_s),
             )
-        except self._unique_errors:
+        except StoreError as exc:
+            if not isinstance(exc.__cause__, self._unique_errors):
+                raise
             raise StoreError(
                 f"run id {run_id!r} already exists in {self.path}; nothing was overwritten "
                 "(use loopwright.durable.resume to continue it, or pick another id)"
@@ -180,6 +267,10 @@ class StoreBase:
         row = self._one(_RUN_SELECT + " WHERE id = ?", (run_id,))
         if row is None:
             raise StoreError(f"no run {run_id!r} in {self.path} (see `loopwright runs list`)")
+        sums = self._one(f"SELECT {_RUN_SUMMED}, checksum, {_RUN_END_SUMMED}, end_checksum FROM runs WHERE id = ?",
+                         (run_id,))  # one row read at once: its sums agree with each other
+        verify(sums[:6], f"{self.path}: the record of run {run_id!r}")
+        verify(sums[6:], f"{self.path}: the end of run {run_id!r}")
         return _run_record(row)
 
     def list_runs(self, *, status: str | None = None, limit: int | None = None) -> list[RunRecord]:
@@ -207,6 +298,13 @@ class StoreBase:
         writes; the run's end releases it). Refused with a StoreError while another process
         holds an unexpired lease, unless that process is on this host and no longer exists."""
         now = time.time()
+        row = self._one("SELECT lease_owner, lease_expires FROM runs WHERE id = ?", (run_id,))
+        if row is None:
+            self.load_run(run_id)  # raises, naming the unknown id
+        if row[0] not in (None, lease_owner()) and _owner_is_alive_here(row[0]):
+            # A live process on this host keeps its run whatever the clock says: a wall
+            # clock that jumped past the expiry must not hand a running run to a second worker.
+            self._refuse_lease(run_id, row[0], row[1])
         if self._execute(
             "UPDATE runs SET lease_owner = ?, lease_expires = ? WHERE id = ? AND "
             "(lease_owner IS NULL OR lease_owner = ? OR lease_expires < ?)",
@@ -214,14 +312,15 @@ class StoreBase:
         ):
             return
         row = self._one("SELECT lease_owner, lease_expires FROM runs WHERE id = ?", (run_id,))
-        if row is None:
-            self.load_run(run_id)  # raises, naming the unknown id
         owner, expires = row
         if _owner_is_gone(owner) and self._execute(  # compare and swap on the dead owner
             "UPDATE runs SET lease_owner = ?, lease_expires = ? WHERE id = ? AND lease_owner = ?",
             (lease_owner(), now + self.lease_s, run_id, owner),
         ):
             return
+        self._refuse_lease(run_id, owner, expires)
+
+    def _refuse_lease(self, run_id: str, owner: str, expires: float) -> None:
         raise StoreError(
             f"run {run_id!r} is held by another worker ({owner}) until "
             f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(expires))}: it is running or being "
@@ -250,14 +349,15 @@ class StoreBase:
             record = self.load_run(run_id)
             transcript, scratchpad, meta, replans, started_at = self._one(
                 "SELECT transcript, scratchpad, meta, replans, started_at FROM runs WHERE id = ?", (run_id,))
-            steps = [Step.from_dict(json.loads(s)) for (s,) in
-                     self._all("SELECT step FROM steps WHERE run_id = ? ORDER BY idx", (run_id,))]
+            steps = [self._step(run_id, row) for row in
+                     self._all(f"SELECT {_STEP_SUMMED}, checksum FROM steps WHERE run_id = ? ORDER BY idx",
+                               (run_id,))]
             trace = Trace(task=record.task, mode=record.mode, steps=steps, final_answer=record.final_answer,
                           stopped_reason=record.stopped_reason, llm_calls=record.llm_calls,
                           tool_calls=record.tool_calls, replans=replans, usage=record.usage,
                           transcript=transcript or "", started_at=started_at or record.created_at,
                           duration_s=record.duration_s, run_id=run_id,
-                          meta=json.loads(meta) if meta else {}, scratchpad=scratchpad or "")
+                          meta=loads(meta, self.path) if meta else {}, scratchpad=scratchpad or "")
             trace.outputs = self._outputs(run_id, steps, trace.meta)
             if record.forked_from is not None:
                 trace.meta.setdefault("forked_from", {"run_id": record.forked_from,
@@ -276,6 +376,10 @@ class StoreBase:
                     pass
         return trace
 
+    def _step(self, run_id: str, row: Any) -> Step:
+        verify(row, f"{self.path}: step {row[0]} of run {run_id!r}")
+        return Step.from_dict(loads(row[3], self.path))
+
     def _outputs(self, run_id: str, steps: list[Step], meta: Mapping[str, Any]) -> dict[str, str]:
         """The results a run kept under a handle (modes/handles.py), from the tool calls'
         rows, which hold them whole: those past the cap (the step names the handle) and
@@ -286,10 +390,11 @@ class StoreBase:
                 handles.update(handle_for(str(k)) for k in fold.get("folded_steps") or ())
         outputs = {}
         for handle in sorted(handles):
-            row = self._one("SELECT observation, value FROM tool_calls WHERE run_id = ? AND key = ? AND state = 'done'",
-                            (run_id, handle.removeprefix("out-")))
+            row = self._one(f"SELECT {_TOOL_CALL_SUMMED}, checksum FROM tool_calls WHERE run_id = ? AND key = ? "
+                            "AND state = 'done'", (run_id, handle.removeprefix("out-")))
             if row is not None:
-                outputs[handle] = observation_of(row[0], row[1])
+                verify(row, f"{self.path}: tool call {row[0]!r} of run {run_id!r}")
+                outputs[handle] = observation_of(row[5], row[4])
         return outputs
 
     def prompt(self, run_id: str, n: int) -> str:
@@ -297,12 +402,13 @@ class StoreBase:
         parts: list[str] = []
         current: int | None = n
         while current is not None:
-            row = self._one("SELECT prompt_base, prompt FROM model_calls WHERE run_id = ? AND n = ?",
+            row = self._one(f"SELECT {_MODEL_CALL_SUMMED}, checksum FROM model_calls WHERE run_id = ? AND n = ?",
                             (run_id, current))
             if row is None:
                 raise StoreError(f"run {run_id!r} has no model call {current} in {self.path}")
-            parts.append(row[1])
-            current = row[0]
+            verify(row, f"{self.path}: model call {current} of run {run_id!r}")
+            parts.append(row[3])
+            current = row[2]
         return "".join(reversed(parts))
 
     # -- approvals ------------------------------------------------------------------
@@ -317,7 +423,7 @@ class StoreBase:
         rows = self._all(
             "SELECT tool, args, key, step, side_effects, description, state, approved, reason FROM approvals "
             "WHERE run_id = ? ORDER BY requested_at", (run_id,))
-        return [(ApprovalRequest(tool, json.loads(args), key, _step_key(step), side, desc, run_id),
+        return [(ApprovalRequest(tool, loads(args, self.path), key, _step_key(step), side, desc, run_id),
                  None if state == "pending" else Decision(bool(approved), reason or ""))
                 for tool, args, key, step, side, desc, state, approved, reason in rows]
 
@@ -343,10 +449,12 @@ class StoreBase:
         """Tool calls of the run that were started and never recorded, oldest first: the
         calls a blocked run waits on (see `settle`)."""
         self.load_run(run_id)
-        rows = self._all("SELECT key, name, args, attempts, started_at FROM tool_calls "
+        rows = self._all(f"SELECT {_TOOL_CALL_SUMMED}, checksum, attempts, started_at FROM tool_calls "
                          "WHERE run_id = ? AND state = 'started' ORDER BY started_at, key", (run_id,))
-        return [UnsettledCall(run_id, key, name, json.loads(args), int(attempts), started_at, call_key(run_id, key))
-                for key, name, args, attempts, started_at in rows]
+        for row in rows:
+            verify(row[:9], f"{self.path}: tool call {row[0]!r} of run {run_id!r}")
+        return [UnsettledCall(run_id, row[0], row[1], loads(row[2], self.path), int(row[9]), row[10],
+                              call_key(run_id, row[0])) for row in rows]
 
     def settle(self, run_id: str, key: str, *, result: Any = _MISSING, error: str | None = None) -> None:
         """Record the outcome of an in-doubt call, as a person found it: `result` (the value
@@ -361,7 +469,7 @@ class StoreBase:
         if error is not None and not isinstance(error, str):
             raise StoreError(f"error must be a message (str), got {describe(error)}")
         self.load_run(run_id)
-        row = self._one("SELECT name, state, settled_at FROM tool_calls WHERE run_id = ? AND key = ?",
+        row = self._one("SELECT name, state, settled_at, args FROM tool_calls WHERE run_id = ? AND key = ?",
                         (run_id, key))
         if row is None or row[1] != "started":
             waiting = [c.key for c in self.unsettled(run_id)]
@@ -379,8 +487,10 @@ class StoreBase:
         now = time.time()
         changed = self._execute(
             "UPDATE tool_calls SET state = 'done', value = ?, observation = ?, error_kind = ?, error = ?, "
-            "duration_s = 0, finished_at = ?, settled_at = ? WHERE run_id = ? AND key = ? AND state = 'started'",
-            (value, observation, kind, message, now, now, run_id, key))
+            "duration_s = 0, finished_at = ?, settled_at = ?, checksum = ? WHERE run_id = ? AND key = ? "
+            "AND state = 'started'",
+            (value, observation, kind, message, now, now,
+             checksum(key, name, row[3], "done", value, observation, kind, message), run_id, key))
         if not changed:  # another process recorded or settled it in between
             raise StoreError(f"call {key!r} of run {run_id!r} got a result while settling; nothing was changed")
 
@@ -406,7 +516,7 @@ _RUN_SELECT: Final = (
 
 def _run_record(row: Any) -> RunRecord:
     return RunRecord(
-        id=row[0], task=row[1], mode=row[2], config=json.loads(row[3]), status=row[4],
+        id=row[0], task=row[1], mode=row[2], config=loads(row[3]), status=row[4],
         stopped_reason=row[5], final_answer=row[6], llm_calls=int(row[7]), tool_calls=int(row[8]),
         step_count=int(row[9]), usage=Usage(int(row[10]), int(row[11]), int(row[12]), bool(row[13])),
         duration_s=row[14], resumes=row[15], created_at=row[16], updated_at=row[17], forked_from=row[18],
@@ -424,17 +534,32 @@ def _step_key(step: str) -> int | str:
 
 
 def _owner_is_gone(owner: str | None) -> bool:
-    """A lease owner that is a process on this host which no longer exists. (A pid reused
-    since reads as alive: the lease is then kept until it expires, the safe side.)"""
-    if owner is None:
-        return True
+    """A lease owner that is a process on this host which no longer exists (or whose pid
+    another process has since: its start time differs). A pid reused by an owner that
+    recorded no start time reads as alive: the lease is then kept until it expires."""
+    return owner is None or _local_owner(owner) is False
+
+
+def _owner_is_alive_here(owner: str) -> bool:
+    """A lease owner that is a running process on this host (the very process, by its start
+    time, when the owner recorded one)."""
+    return _local_owner(owner) is True
+
+
+def _local_owner(owner: str) -> bool | None:
+    """Whether a lease owner on this host is running (True) or gone (False); None for
+    another host's owner, which only the lease's expiry frees."""
     parts = owner.split(":")
     if len(parts) < 3 or ":".join(parts[:-2]) != _HOST or not parts[-2].isdigit():
-        return False  # another host's process: only the expiry frees its lease
+        return None
+    pid = int(parts[-2])
     try:
-        os.kill(int(parts[-2]), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
-        return True
-    except OSError:  # exists, another user's
         return False
-    return False
+    except OSError:  # exists, another user's
+        pass
+    started = parts[-1].split("-")[0] if "-" in parts[-1] else None
+    if started is not None and started != _start_time(pid):
+        return False  # the pid is another process's now
+    return True

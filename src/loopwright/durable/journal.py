@@ -15,6 +15,7 @@ import json
 import threading
 import time
 import weakref
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Final, Literal, Protocol
@@ -38,7 +39,6 @@ class JournalStore(Protocol):
     lease_s: float
     _lock: threading.RLock
     _journals: weakref.WeakSet[RunJournal]
-    _db_errors: tuple[type[Exception], ...]
 
     def _all(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]: ...
     def _one(self, sql: str, params: tuple[Any, ...] = ()) -> Any: ...
@@ -66,10 +66,12 @@ class RunJournal:
     _last_step: int = 0
     _renew_at: float = 0.0
     _source: RunJournal | None = None
+    failed: str | None = None  # why a write failed; set once, and nothing more is written
+    _started: dict[str, tuple[str, str]] = field(default_factory=dict)  # key -> (name, args JSON) as stored
 
     def __post_init__(self) -> None:
         self.store._journals.add(self)
-        self._renew_at = time.time() + self.store.lease_s / 3
+        self._renew_at = time.monotonic() + self.store.lease_s / 3
         if self.preload:
             self._load(self.run_id)
         if self.fork_of is not None:
@@ -78,27 +80,30 @@ class RunJournal:
 
     def _load(self, rid: str) -> None:
         store = self.store
-        for row in store._all(
-            "SELECT n, completion, tool_calls, completion_meta, prompt_tokens, evaluated_tokens, "
-            "completion_tokens, usage_estimated FROM model_calls WHERE run_id = ?", (rid,)):
-            usage = Usage(row[4], row[5], row[6], bool(row[7]))
-            calls = tuple(ToolCall(*c) for c in json.loads(row[2])) if row[2] else ()
-            meta = json.loads(row[3]) if row[3] else {}
-            self._completions[row[0]] = (Completion(row[1], None if usage.estimated else usage, calls, meta), usage)
-        for key, name, args, state, value, obs, kind, error, duration, attempts in store._all(
-            "SELECT key, name, args, state, value, observation, error_kind, error, duration_s, attempts "
-            "FROM tool_calls WHERE run_id = ?", (rid,)):
-            self._attempts[key] = int(attempts)
+        where = f"{store.path} (run {rid!r})"
+        for row in store._all(f"SELECT {_MODEL_CALL_SUMMED}, checksum FROM model_calls WHERE run_id = ?", (rid,)):
+            verify(row, f"{where}: model call {row[0]}")
+            usage = Usage(row[9], row[10], row[11], bool(row[12]))
+            calls = tuple(ToolCall(*c) for c in loads(row[7], where)) if row[7] else ()
+            meta = loads(row[8], where) if row[8] else {}
+            self._completions[row[0]] = (Completion(row[6], None if usage.estimated else usage, calls, meta), usage)
+        for row in store._all(f"SELECT {_TOOL_CALL_SUMMED}, checksum, duration_s, attempts FROM tool_calls "
+                              "WHERE run_id = ?", (rid,)):
+            key, name, args, state, value, obs, kind, error = row[:8]
+            verify(row[:9], f"{where}: tool call {key!r}")
+            self._attempts[key] = int(row[10])
             if state == "done":
                 err = None if kind is None else ToolError(name, error or "", kind)
-                result = ToolResult(name, json.loads(args), None if value is None else json.loads(value),
-                                    observation_of(obs, value), err, duration or 0.0)
+                result = ToolResult(name, loads(args, where), None if value is None else loads(value, where),
+                                    observation_of(obs, value), err, row[9] or 0.0)
                 self._tools[key] = ("done", result)
             else:
+                self._started[key] = (name, args)
                 self._tools[key] = ("started", None)
                 self._unfinished.add(key)
-        for idx, step in store._all("SELECT idx, step FROM steps WHERE run_id = ?", (rid,)):
-            self._steps[idx] = _comparable_step(json.loads(step))
+        for row in store._all(f"SELECT {_STEP_SUMMED}, checksum FROM steps WHERE run_id = ?", (rid,)):
+            verify(row, f"{where}: step {row[0]}")
+            self._steps[row[0]] = _comparable_step(loads(row[3], where))
 
     def _replaying_source(self) -> RunJournal | None:
         """A fork's source journal while the fork is within the steps it replays."""
@@ -128,17 +133,36 @@ class RunJournal:
             batch = [*self._pending, *statements]
             if not batch:
                 return
-            now = time.time()
-            if self.lease_owner is not None and now >= self._renew_at:  # the run is alive: keep it
+            now, tick = time.time(), time.monotonic()  # renewals on a clock that cannot jump
+            renew = self.lease_owner is not None and tick >= self._renew_at
+            if renew:  # the run is alive: keep it, if it is still this worker's
+                self._check_lease()
                 batch.append(("UPDATE runs SET lease_expires = ? WHERE id = ? AND lease_owner = ?",
                               (now + self.store.lease_s, self.run_id, self.lease_owner)))
+            if self.failed is not None:
+                raise StoreError(f"run {self.run_id!r}: nothing more is written to its journal after a failed "
+                                 f"write ({self.failed})")
             try:
                 self.store._run_batch(batch)
-            except self.store._db_errors as exc:
-                raise StoreError(f"run journal {self.store.path}: cannot record run {self.run_id!r}: {exc}") from exc
-            if len(batch) > len(self._pending) + len(statements):
-                self._renew_at = now + self.store.lease_s / 3
+            except StoreError as exc:
+                self.failed = str(exc)
+                raise StoreError(f"cannot record run {self.run_id!r}: {exc}") from exc
+            if renew:
+                self._renew_at = tick + self.store.lease_s / 3
             self._pending.clear()
+
+    def _check_lease(self) -> None:
+        """Fail (nothing more is written) when another worker holds this run's lease now:
+        it took the run over after the lease expired, and two workers never write one run."""
+        try:
+            row = self.store._one("SELECT lease_owner FROM runs WHERE id = ?", (self.run_id,))
+        except StoreError as exc:
+            self.failed = str(exc)
+            raise
+        if row is not None and row[0] not in (None, self.lease_owner):
+            self.failed = f"the run's lease was taken over by another worker ({row[0]})"
+            raise StoreError(f"cannot record run {self.run_id!r}: {self.failed}, after it expired; this worker "
+                             "stops and writes nothing more to it (give the store a longer lease_s)")
 
     def mark_resumed(self) -> None:
         """The run is running again (its status until it ends), and counted as resumed. Its
@@ -148,13 +172,15 @@ class RunJournal:
             "UPDATE runs SET status = 'running', resumes = resumes + 1, updated_at = ?, stopped_reason = NULL, "
             "final_answer = NULL, llm_calls = 0, tool_calls = 0, replans = 0, prompt_tokens = 0, "
             "evaluated_tokens = 0, completion_tokens = 0, usage_estimated = 0, transcript = NULL, "
-            "scratchpad = NULL, meta = NULL WHERE id = ?",
+            "scratchpad = NULL, meta = NULL, end_checksum = NULL WHERE id = ?",
             (time.time(), self.run_id),
         )
 
     def flush(self) -> None:
-        """Commit the events waiting for the next durable one (the store's close does)."""
-        self._commit()
+        """Commit the events waiting for the next durable one (the store's close does;
+        a journal whose write failed writes nothing more)."""
+        if self.failed is None:
+            self._commit()
 
     # -- model calls ----------------------------------------------------------------
 
@@ -186,12 +212,13 @@ class RunJournal:
             self._spec = (spec_key, _dumps({"stop": list(request.stop), "max_tokens": request.max_tokens,
                                             "dialect": request.dialect}))
         calls = [[c.name, c.arguments, c.id] for c in completion.tool_calls]
+        row = (n, request.purpose, base, stored, _dumps(list(new_messages)) if new_messages else None,
+               self._spec[1], completion.text, _dumps(calls) if calls else None,
+               _dumps(completion.meta) if completion.meta else None, usage.prompt_tokens,
+               usage.evaluated_tokens, usage.completion_tokens, int(usage.estimated))
         self._defer(
-            "INSERT INTO model_calls VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (self.run_id, n, request.purpose, base, stored, _dumps(list(new_messages)) if new_messages else None,
-             self._spec[1], completion.text, _dumps(calls) if calls else None,
-             _dumps(completion.meta) if completion.meta else None, usage.prompt_tokens,
-             usage.evaluated_tokens, usage.completion_tokens, int(usage.estimated), time.time()),
+            "INSERT INTO model_calls VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (self.run_id, *row, time.time(), checksum(*row)),
         )
 
     # -- tool calls -----------------------------------------------------------------
@@ -212,12 +239,15 @@ class RunJournal:
     def record_tool_start(self, key: str, name: str, args: dict[str, Any]) -> None:
         self._unfinished.add(key)
         self._attempts[key] = self._attempts.get(key, 0) + 1
+        stored = _dumps(args)
+        self._started[key] = (name, stored)
         self._commit(
-            "INSERT INTO tool_calls (run_id, key, name, args, state, started_at) "
-            "VALUES (?, ?, ?, ?, 'started', ?) ON CONFLICT (run_id, key) DO UPDATE SET "
+            "INSERT INTO tool_calls (run_id, key, name, args, state, started_at, checksum) "
+            "VALUES (?, ?, ?, ?, 'started', ?, ?) ON CONFLICT (run_id, key) DO UPDATE SET "
             "attempts = tool_calls.attempts + 1, started_at = excluded.started_at, name = excluded.name, "
-            "args = excluded.args",
-            (self.run_id, key, name, _dumps(args), time.time()),
+            "args = excluded.args, checksum = excluded.checksum",
+            (self.run_id, key, name, stored, time.time(),
+             checksum(key, name, stored, "started", None, None, None, None)),
         )
 
     def record_tool_result(self, key: str, result: ToolResult) -> None:
@@ -228,12 +258,13 @@ class RunJournal:
         # JSON) is stored once, in `value`: a 5 MB result is journaled as 5 MB, not 10.
         if value is not None and observation == (result.value if type(result.value) is str else value):
             observation = None
+        kind, message = (None, None) if err is None else (err.kind, err.message)
+        name, args = self._started.pop(key, (result.name, _dumps(result.args)))
         self._defer(
             "UPDATE tool_calls SET state = 'done', value = ?, observation = ?, error_kind = ?, error = ?, "
-            "duration_s = ?, finished_at = ? WHERE run_id = ? AND key = ?",
-            (value, observation,
-             None if err is None else err.kind, None if err is None else err.message,
-             result.duration_s, time.time(), self.run_id, key),
+            "duration_s = ?, finished_at = ?, checksum = ? WHERE run_id = ? AND key = ?",
+            (value, observation, kind, message, result.duration_s, time.time(),
+             checksum(key, name, args, "done", value, observation, kind, message), self.run_id, key),
         )
         self._unfinished.discard(key)
 
@@ -276,22 +307,25 @@ class RunJournal:
             self._commit()  # a replayed step: the original row (timings included) is kept
             return
         self._commit(
-            "INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, idx) DO UPDATE SET "
-            "kind = excluded.kind, tool = excluded.tool, step = excluded.step, created_at = excluded.created_at",
-            (self.run_id, step.index, step.kind, step.tool, text, time.time()),
+            "INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, idx) DO UPDATE SET "
+            "kind = excluded.kind, tool = excluded.tool, step = excluded.step, created_at = excluded.created_at, "
+            "checksum = excluded.checksum",
+            (self.run_id, step.index, step.kind, step.tool, text, time.time(),
+             checksum(step.index, step.kind, step.tool, text)),
         )
 
     def record_end(self, trace: Trace) -> None:
         u = trace.usage
+        row = (self._status(trace), trace.stopped_reason, trace.final_answer, trace.llm_calls, trace.tool_calls,
+               trace.replans, u.prompt_tokens, u.evaluated_tokens, u.completion_tokens, int(u.estimated),
+               float(trace.duration_s), trace.transcript, trace.scratchpad, _dumps(trace.meta),
+               None if trace.started_at is None else float(trace.started_at))
         end = (
             "UPDATE runs SET status = ?, stopped_reason = ?, final_answer = ?, llm_calls = ?, tool_calls = ?, "
             "replans = ?, prompt_tokens = ?, evaluated_tokens = ?, completion_tokens = ?, usage_estimated = ?, "
-            "duration_s = ?, transcript = ?, scratchpad = ?, meta = ?, started_at = ?, updated_at = ?, "
-            "lease_owner = NULL, lease_expires = NULL WHERE id = ?",
-            (self._status(trace), trace.stopped_reason, trace.final_answer, trace.llm_calls, trace.tool_calls,
-             trace.replans, u.prompt_tokens, u.evaluated_tokens, u.completion_tokens, int(u.estimated),
-             trace.duration_s, trace.transcript, trace.scratchpad, _dumps(trace.meta), trace.started_at,
-             time.time(), self.run_id),
+            "duration_s = ?, transcript = ?, scratchpad = ?, meta = ?, started_at = ?, end_checksum = ?, "
+            "updated_at = ?, lease_owner = NULL, lease_expires = NULL WHERE id = ?",
+            (*row, checksum(*row), time.time(), self.run_id),
         )
         # A resumed run that ended earlier than the recorded one (other limits): the
         # journal's steps must be the trace's steps.
@@ -304,7 +338,7 @@ class RunJournal:
             return "paused"
         if reason == "interrupted":
             return "interrupted"
-        if reason == "error" and self._unfinished:
+        if reason in ("error", "timeout") and self._unfinished:
             return "blocked"  # a side effect of unknown outcome waits for a person
         return "finished"
 
@@ -313,12 +347,25 @@ class RunJournal:
 
 _MODEL_CALL_COLUMNS: Final = (
     "n, purpose, prompt_base, prompt, messages, request, completion, tool_calls, completion_meta, "
-    "prompt_tokens, evaluated_tokens, completion_tokens, usage_estimated, created_at"
+    "prompt_tokens, evaluated_tokens, completion_tokens, usage_estimated, created_at, checksum"
 )
 _TOOL_CALL_COLUMNS: Final = (
     "key, name, args, state, attempts, value, observation, error_kind, error, duration_s, started_at, "
-    "finished_at, settled_at"
+    "finished_at, settled_at, checksum"
 )
+# The columns each row's checksum covers, in order: what a replay or a reader uses (not
+# timings, attempts or the run id, so a fork's copy of a row keeps its checksum).
+_MODEL_CALL_SUMMED: Final = (
+    "n, purpose, prompt_base, prompt, messages, request, completion, tool_calls, completion_meta, "
+    "prompt_tokens, evaluated_tokens, completion_tokens, usage_estimated"
+)
+_TOOL_CALL_SUMMED: Final = "key, name, args, state, value, observation, error_kind, error"
+_RUN_SUMMED: Final = "task, mode, config, forked_from, forked_at_step"  # `checksum`, set when the run starts
+_RUN_END_SUMMED: Final = (  # `end_checksum`, set when it ends (NULL while it runs)
+    "status, stopped_reason, final_answer, llm_calls, tool_calls, replans, prompt_tokens, evaluated_tokens, "
+    "completion_tokens, usage_estimated, duration_s, transcript, scratchpad, meta, started_at"
+)
+_STEP_SUMMED: Final = "idx, kind, tool, step"
 _ENCODER: Final = json.JSONEncoder(default=str, ensure_ascii=False)  # one, not one per call
 _STEP_FIELDS: Final = tuple(f.name for f in fields(Step))
 
@@ -330,8 +377,49 @@ def observation_of(observation: str | None, value: str | None) -> str:
         return observation
     if value is None:
         return ""
-    loaded = json.loads(value)
+    loaded = loads(value)
     return loaded if type(loaded) is str else value
+
+
+def checksum(*values: Any) -> int:
+    """CRC-32 of a row's values as stored, so a damaged record is found when it is read.
+    Text is taken as the bytes the store writes (a lone surrogate escaped, as `escape_text`
+    stores it), so a value reads back with the checksum it was written with."""
+    crc = 0
+    for value in values:
+        if value is None:
+            data = b"\x00"
+        elif isinstance(value, str):
+            data = b"s" + value.encode("utf-8", "backslashreplace")
+        else:
+            data = b"n" + repr(int(value) if isinstance(value, bool) else value).encode()
+        crc = zlib.crc32(len(data).to_bytes(8, "little") + data, crc)
+    return crc
+
+
+def verify(row: tuple[Any, ...] | Any, what: str) -> None:
+    """Check a row read back: its summed values, then its stored checksum (NULL in a row
+    written before journals kept checksums: read as it is). StoreError when they differ."""
+    stored = row[-1]
+    if stored is not None and checksum(*row[:-1]) != stored:
+        raise StoreError(f"{what} is damaged (its content does not match the checksum it was written with); "
+                         "it was not used. Restore the journal from a copy, or settle or fork around the record")
+
+
+def loads(text: str, where: str = "the run journal") -> Any:
+    """A stored JSON value; StoreError when the stored text is not JSON (a damaged record)."""
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError) as exc:
+        raise StoreError(f"{where}: a stored record is damaged (not the JSON it was written as: {exc}); "
+                         "it was not used") from None
+
+
+def escape_text(params: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The parameters with text that UTF-8 cannot hold (lone surrogates, such as a file
+    name that was not UTF-8) written as backslash escapes (\\udcff): stored and read back,
+    never a failed write. In JSON text such an escape reads back as the original."""
+    return tuple(p.encode("utf-8", "backslashreplace").decode("utf-8") if type(p) is str else p for p in params)
 
 
 def _dumps(value: Any) -> str:

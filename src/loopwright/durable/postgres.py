@@ -19,11 +19,11 @@ from contextlib import contextmanager
 from typing import Any, Final, Literal
 
 from loopwright.durable.base import DEFAULT_LEASE_S, SCHEMA_NAME, StoreBase
-from loopwright.durable.sqlite import _SCHEMA_V1, _SCHEMA_V2, _statements, check_lease
+from loopwright.durable.sqlite import _SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _statements, check_lease
 from loopwright.errors import StoreError
 
 _LOCK_ID: Final = 0x4C57524A  # the advisory lock two workers opening a new journal take in turn
-_SCHEMAS: Final = [_SCHEMA_V1, _SCHEMA_V2]
+_SCHEMAS: Final = [_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3]
 """_SCHEMAS[i] takes the journal from version i to i + 1 (SQLite's scripts, translated)."""
 INSTALL_HINT: Final = "pip install 'loopwright[postgres]' (psycopg 3)"
 
@@ -69,12 +69,10 @@ class PostgresStore(StoreBase):
         self._db_errors = (psycopg.Error,)
         self._unique_errors = (psycopg.errors.UniqueViolation,)
         self._sql: dict[str, str] = {}
+        self._synchronous_commit = synchronous_commit
+        self._connect_timeout_s = connect_timeout_s
+        conn = self._connect()
         try:
-            conn = psycopg.connect(dsn, autocommit=True, connect_timeout=connect_timeout_s)
-        except psycopg.Error as exc:
-            raise StoreError(f"cannot connect to run journal {self.path}: {_first_line(exc)}") from exc
-        try:
-            conn.execute(f"SET synchronous_commit = {synchronous_commit}")
             with conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_ID,))
                 version = _check_schema(conn, self.path)
@@ -94,6 +92,36 @@ class PostgresStore(StoreBase):
             raise
         self._conn: Any = conn
         self._client_cursor = psycopg.ClientCursor
+
+    def _connect(self) -> Any:
+        """A new autocommit connection with this store's settings."""
+        import psycopg
+
+        try:
+            conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=self._connect_timeout_s)
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot connect to run journal {self.path}: {_first_line(exc)}") from exc
+        try:
+            conn.execute(f"SET synchronous_commit = {self._synchronous_commit}")
+        except psycopg.Error as exc:
+            conn.close()
+            raise StoreError(f"cannot connect to run journal {self.path}: {_first_line(exc)}") from exc
+        return conn
+
+    def _live(self) -> Any:
+        """The connection, made again when the last one was lost (a server restart, a
+        dropped network): the store goes on with the next call. A run's lease says who owns
+        it, so a new connection changes nothing about who may write."""
+        conn = self.conn
+        if conn.broken or conn.closed:
+            self._conn = None
+            conn = self._conn = self._connect()
+        return conn
+
+    def _failed(self, exc: Exception) -> StoreError:
+        lost = self._conn is not None and (self._conn.broken or self._conn.closed)
+        then = "; the connection was lost, and the next call connects again" if lost else ""
+        return StoreError(f"run journal {self.path}: {_first_line(exc)}{then}")
 
     @property
     def conn(self) -> Any:
@@ -118,36 +146,33 @@ class PostgresStore(StoreBase):
             out = self._sql[sql] = sql.replace("?", "%s")
         return out
 
-    def _execute(self, sql: str, params: tuple[Any, ...] = ()) -> int:
-        with self._lock:
-            return int(self.conn.execute(self._q(sql), params).rowcount)
+    def _raw_execute(self, sql: str, params: tuple[Any, ...]) -> int:
+        return int(self._live().execute(self._q(sql), params).rowcount)
 
-    def _one(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
-        with self._lock:
-            return self.conn.execute(self._q(sql), params).fetchone()
+    def _raw_one(self, sql: str, params: tuple[Any, ...]) -> Any:
+        return self._live().execute(self._q(sql), params).fetchone()
 
-    def _all(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
-        with self._lock:
-            return list(self.conn.execute(self._q(sql), params).fetchall())
+    def _raw_all(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        return list(self._live().execute(self._q(sql), params).fetchall())
 
-    def _run_batch(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
-        with self._lock:
-            conn = self.conn
-            if len(statements) == 1:
-                conn.execute(self._q(statements[0][0]), statements[0][1])
-                return
-            # One round trip: the statements as one simple query, which PostgreSQL runs as
-            # one implicit transaction (all or nothing); values are bound by psycopg's
-            # client-side binding, which quotes them.
-            sql = "; ".join(self._q(statement) for statement, _ in statements)
-            params = tuple(p for _, ps in statements for p in ps)
-            with self._client_cursor(conn) as cursor:
-                cursor.execute(sql, params)
+    def _raw_batch(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
+        conn = self._live()
+        if len(statements) == 1:
+            conn.execute(self._q(statements[0][0]), statements[0][1])
+            return
+        # One round trip: the statements as one simple query, which PostgreSQL runs as
+        # one implicit transaction (all or nothing); values are bound by psycopg's
+        # client-side binding, which quotes them.
+        sql = "; ".join(self._q(statement) for statement, _ in statements)
+        params = tuple(p for _, ps in statements for p in ps)
+        with self._client_cursor(conn) as cursor:
+            cursor.execute(sql, params)
 
     @contextmanager
-    def _snapshot(self) -> Iterator[None]:
-        with self._lock, self.conn.transaction():
-            self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    def _raw_snapshot(self) -> Iterator[None]:
+        conn = self._live()
+        with conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             yield
 
 

@@ -10,7 +10,8 @@ docs/durable-runs.md.
 
 Durability: WAL mode. With `synchronous="NORMAL"` (the default) a committed event
 survives the process being killed; `"FULL"` also survives power loss, at an fsync per
-event.
+event (with NORMAL a power loss can drop the last commits, so resume may run a side effect
+again: see docs/durable-runs.md). Each row carries a checksum checked when read.
 
 Tool values are stored as JSON (rendered like `json_safe`): JSON data comes back as is
 (tuples come back as lists), anything else comes back as its `str()`.
@@ -18,11 +19,12 @@ Tool values are stored as JSON (rendered like `json_safe`): JSON data comes back
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -163,7 +165,15 @@ ALTER TABLE runs ADD COLUMN forked_at_step INTEGER;      -- and how many of its 
 ALTER TABLE tool_calls ADD COLUMN settled_at REAL;       -- set when a person settled the call
 """
 
-_MIGRATIONS: list[Migration] = [_script(_SCHEMA_V1), _script(_SCHEMA_V2)]
+_SCHEMA_V3: Final = """
+ALTER TABLE model_calls ADD COLUMN checksum BIGINT;      -- CRC-32 of the row as written (journal.checksum)
+ALTER TABLE tool_calls ADD COLUMN checksum BIGINT;       -- checked when read: a damaged row is an error
+ALTER TABLE steps ADD COLUMN checksum BIGINT;            -- NULL in rows written before: read as they are
+ALTER TABLE runs ADD COLUMN checksum BIGINT;             -- of task, mode, config and the fork's origin
+ALTER TABLE runs ADD COLUMN end_checksum BIGINT;         -- of the run's end (status, answer, counters, ...)
+"""
+
+_MIGRATIONS: list[Migration] = [_script(_SCHEMA_V1), _script(_SCHEMA_V2), _script(_SCHEMA_V3)]
 """_MIGRATIONS[i] takes the schema from version i to i + 1, inside one transaction."""
 
 
@@ -180,6 +190,8 @@ class SQLiteStore(StoreBase):
     (milliseconds on a virtual disk), so the default checkpoints rarely: 10,000 pages
     (about 40 MB of WAL); the WAL file is cut back to 64 MB after one.
     lease_s: how long a run's lease lasts without a journal write (see `take_lease`).
+    busy_timeout_s: how long a write waits for another process's lock before it fails (a
+    run then stops with `store_error`).
     """
 
     _db_errors = (sqlite3.Error,)
@@ -192,6 +204,7 @@ class SQLiteStore(StoreBase):
         synchronous: Synchronous = "NORMAL",
         checkpoint_pages: int = 10_000,
         lease_s: float = DEFAULT_LEASE_S,
+        busy_timeout_s: float = 10.0,
     ) -> None:
         if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, got {synchronous!r}")
@@ -203,42 +216,70 @@ class SQLiteStore(StoreBase):
         memory = self.path == ":memory:"
         if not memory:
             _check_file(Path(self.path))
+        if isinstance(busy_timeout_s, bool) or not isinstance(busy_timeout_s, int | float) or busy_timeout_s < 0:
+            raise ValueError(f"busy_timeout_s must be a number of seconds, got {busy_timeout_s!r}")
+        self._busy_s = float(busy_timeout_s)
+        self._file_id: tuple[int, int] | None = None
         try:
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=10.0)
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=self._busy_s)
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot open run journal {self.path}: {exc}") from exc
+            raise self._open_failed(exc) from exc
         try:
-            version = _check_schema(conn, self.path)
-            self._migrate(conn, version)
-            if not memory:
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute(f"PRAGMA wal_autocheckpoint={checkpoint_pages}")
-                conn.execute(f"PRAGMA journal_size_limit={_WAL_SIZE_LIMIT}")
-            conn.execute(f"PRAGMA synchronous={synchronous}")
-            conn.execute("PRAGMA foreign_keys=ON")
-        except sqlite3.DatabaseError as exc:
+            self._open(conn, memory, synchronous, checkpoint_pages)
+        except (sqlite3.Error, UnicodeDecodeError) as exc:  # stored text that is not UTF-8: a damaged file
             conn.close()
-            what = ("is not a SQLite database (corrupt, or another kind of file)" if "not a database" in str(exc)
-                    else f"is not a usable SQLite database ({exc})")
-            raise StoreError(f"{self.path} {what}; nothing was changed") from exc
+            raise self._open_failed(exc) from exc
         except BaseException:
             conn.close()
             raise
         self._conn: sqlite3.Connection | None = conn
+        if not memory:
+            st = os.stat(self.path)
+            self._file_id = (st.st_dev, st.st_ino)
+
+    def _open(self, conn: sqlite3.Connection, memory: bool, synchronous: str, checkpoint_pages: int) -> None:
+        """Check the schema (refusing a foreign file before anything is written), switch
+        to WAL, then migrate. Any number of processes may open one new file at once: the
+        switch comes before any write transaction (in WAL mode readers never hold up the
+        writer), and the version is read again under the write lock, so one of them
+        creates the tables and the others find them."""
+        with _transaction(conn, "BEGIN"):  # one consistent read of tables and version
+            version = _check_schema(conn, self.path)
+        if not memory:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA wal_autocheckpoint={checkpoint_pages}")
+            conn.execute(f"PRAGMA journal_size_limit={_WAL_SIZE_LIMIT}")
+        if version < len(_MIGRATIONS):
+            with _transaction(conn):
+                self._migrate(conn, _check_schema(conn, self.path))
+        conn.execute(f"PRAGMA synchronous={synchronous}")
+        conn.execute("PRAGMA foreign_keys=ON")
+
+    def _open_failed(self, exc: sqlite3.Error | UnicodeDecodeError) -> StoreError:
+        text = str(exc)
+        folder = os.path.dirname(os.path.abspath(self.path))
+        if self.path != ":memory:" and _read_only(folder):
+            return StoreError(f"cannot open run journal {self.path}: its folder {folder} is read-only (a journal "
+                              f"writes its write-ahead log beside it); nothing was changed ({text})")
+        if isinstance(exc, sqlite3.OperationalError) and not ("not a database" in text or "malformed" in text):
+            return StoreError(f"cannot open run journal {self.path}: {self._why(exc)}; nothing was changed")
+        what = ("is not a SQLite database (corrupt, or another kind of file)"
+                if "not a database" in text else f"is not a usable SQLite database ({text})")
+        return StoreError(f"{self.path} {what}; nothing was changed")
 
     # -- opening --------------------------------------------------------------------
 
     def _migrate(self, conn: sqlite3.Connection, version: int) -> None:
+        """Take the schema from `version` to the current one (inside the caller's transaction)."""
         if version == len(_MIGRATIONS):
             return
-        with _transaction(conn):
-            for target in range(version, len(_MIGRATIONS)):
-                _MIGRATIONS[target](conn)
-            if version == 0:
-                conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
-                conn.execute("INSERT INTO meta VALUES ('schema', ?), ('created_at', ?)",
-                             (SCHEMA_NAME, repr(time.time())))
-            conn.execute(f"PRAGMA user_version={len(_MIGRATIONS)}")
+        for target in range(version, len(_MIGRATIONS)):
+            _MIGRATIONS[target](conn)
+        if version == 0:
+            conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
+            conn.execute("INSERT INTO meta VALUES ('schema', ?), ('created_at', ?)",
+                         (SCHEMA_NAME, repr(time.time())))
+        conn.execute(f"PRAGMA user_version={len(_MIGRATIONS)}")
 
     @property
     def conn(self) -> sqlite3.Connection:
@@ -259,32 +300,77 @@ class SQLiteStore(StoreBase):
 
     # -- low level ------------------------------------------------------------------
 
-    def _execute(self, sql: str, params: tuple[Any, ...] = ()) -> int:
-        with self._lock:  # one statement is one transaction (autocommit)
-            return self.conn.execute(sql, params).rowcount
+    def _raw_execute(self, sql: str, params: tuple[Any, ...]) -> int:
+        return self.conn.execute(sql, params).rowcount  # one statement is one transaction (autocommit)
 
-    def _one(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
-        with self._lock:
-            return self.conn.execute(sql, params).fetchone()
+    def _raw_one(self, sql: str, params: tuple[Any, ...]) -> Any:
+        return self.conn.execute(sql, params).fetchone()
 
-    def _all(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
-        with self._lock:
-            return self.conn.execute(sql, params).fetchall()
+    def _raw_all(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        return self.conn.execute(sql, params).fetchall()
 
-    def _run_batch(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
-        with self._lock:
-            if len(statements) == 1:
-                self.conn.execute(*statements[0])  # one statement: its own transaction
-                return
-            conn = self.conn
-            with _transaction(conn):
-                for statement, params in statements:
-                    conn.execute(statement, params)
+    def _raw_batch(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
+        if len(statements) == 1:
+            self.conn.execute(*statements[0])  # one statement: its own transaction
+            return
+        conn = self.conn
+        with _transaction(conn):
+            for statement, params in statements:
+                conn.execute(statement, params)
 
-    @contextmanager
-    def _snapshot(self) -> Iterator[None]:
-        with self._lock, _transaction(self.conn, "BEGIN"):
-            yield
+    def _raw_snapshot(self) -> AbstractContextManager[None]:
+        return _transaction(self.conn, "BEGIN")
+
+    def _before_write(self) -> None:
+        """Refuse to write once the file at `path` is not the file this store opened: a
+        deleted journal would take the writes with it, and a replaced one must never get
+        this file's write-ahead log. The store is closed, so nothing more goes to either file."""
+        if self._file_id is None or self._conn is None:
+            return
+        try:
+            st = os.stat(self.path)
+            now: tuple[int, int] | None = (st.st_dev, st.st_ino)
+        except FileNotFoundError:
+            now = None
+        if now == self._file_id:
+            return
+        what = "was deleted" if now is None else "was replaced by another file"
+        self._fail_journals()
+        # SQLite leaves the log of a moved file where it is when it closes, for whatever
+        # file is at the path next: fold it into the file it belongs to and empty it first
+        # (this works while no other process has the old file open).
+        with contextlib.suppress(sqlite3.Error):
+            self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self._conn.close()
+        self._conn = None
+        raise StoreError(f"run journal {self.path} {what} while this store had it open; nothing more was "
+                         "written (to either file) and the store is closed. Open the journal again to go on")
+
+    def _fail_journals(self) -> None:
+        """Mark the open journals failed: what they had not committed is not written."""
+        for journal in list(self._journals):
+            if journal.failed is None:
+                journal.failed = f"run journal {self.path} changed on disk"
+
+    def _failed(self, exc: Exception) -> StoreError:
+        return StoreError(f"run journal {self.path}: {self._why(exc)}")
+
+    def _why(self, exc: Exception) -> str:
+        """What an operator needs to know of a SQLite error, with the driver's own words."""
+        text = str(exc)
+        if "locked" in text or "busy" in text:
+            why = (f"another process held it locked for longer than the busy timeout ({self._busy_s:g} s); "
+                   "nothing was written")
+        elif "full" in text or ("I/O error" in text and _disk_full(self.path)):
+            why = "the disk is full; nothing was written"
+        elif "readonly" in text or "read-only" in text:
+            why = "it is read-only (the file or its folder); nothing was written"
+        elif ("malformed" in text or "not a database" in text or "corrupt" in text
+              or isinstance(exc, UnicodeDecodeError)):
+            why = "the file is damaged (check it with `sqlite3 FILE 'PRAGMA integrity_check'`)"
+        else:
+            why = "the database failed"
+        return f"{why} ({type(exc).__name__}: {text})"
 
 
 # -- helpers ---------------------------------------------------------------------------
@@ -305,6 +391,23 @@ def _transaction(conn: sqlite3.Connection, begin: str = "BEGIN IMMEDIATE") -> It
         conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
+
+
+def _disk_full(path: str) -> bool:
+    """Whether the filesystem holding `path` has no block left (SQLite may report a write
+    that ran out of space as an I/O error)."""
+    try:
+        return os.statvfs(os.path.dirname(os.path.abspath(path))).f_bavail == 0
+    except OSError:
+        return False
+
+
+def _read_only(folder: str) -> bool:
+    """Whether the folder is on a read-only filesystem or not writable by this process."""
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY) or not os.access(folder, os.W_OK)
+    except OSError:
+        return False
 
 
 def _check_file(path: Path) -> None:

@@ -17,7 +17,7 @@ from functools import partial
 from typing import Any
 
 from loopwright.calls import CURRENT_CALL
-from loopwright.errors import RunInterrupted
+from loopwright.errors import RunInterrupted, StoreError
 from loopwright.modes.context import RunContext
 from loopwright.modes.gate import Admitted
 from loopwright.modes.machine import (
@@ -30,6 +30,7 @@ from loopwright.modes.machine import (
     StepGen,
     StopRun,
 )
+from loopwright.modes.observers import store_failed
 from loopwright.offload import call_in_thread
 from loopwright.policy import ModelRequest, policy_reply, stream_reply
 from loopwright.tools.registry import ToolResult
@@ -189,6 +190,8 @@ class Run(Iterator[Step]):
                 ctx.in_flight.clear()
             self._finish()
             raise RunInterrupted(self.trace) from exc
+        elif isinstance(exc, StoreError) and ctx.journal is not None and ctx.journal.failed is not None:
+            store_failed(self.trace, exc)  # a journal write failed: stop, and write nothing more
         elif isinstance(exc, Exception):  # a defect in a mode: keep the partial trace, say why
             ctx.record(
                 Step(ctx.next_index, "error", error=f"internal error: {type(exc).__name__}: {exc}",

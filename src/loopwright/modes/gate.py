@@ -4,7 +4,8 @@ In order: a resumed run's recorded result is replayed (the tool is not run again
 tool that needs approval asks the run's approver (recorded decisions first; no approver,
 or anything but an approval, is a denial: the gate fails closed); a side effect that
 already ran in this run with the same idempotency key is not run again (exactly-once);
-a side effect started before a crash with no recorded outcome is refused (in doubt); the
+a side effect started before a crash with no recorded outcome is refused, and one that
+outlived its deadline stops the run (both in doubt: they may have taken effect); the
 call is journaled before and after it runs. A result past the registry's
 `max_observation_chars` is journaled whole and placed as head and tail under a handle
 (modes/handles.py); the built-in `read_output` is answered here from the kept results,
@@ -52,6 +53,7 @@ class Host(Protocol):
     @property
     def next_index(self) -> int: ...
     def record(self, step: Step) -> Step: ...
+    def expired(self) -> bool: ...
 
 
 @dataclass(slots=True)
@@ -196,12 +198,40 @@ class ToolGate:
         key = admitted.call.key
         if self.children and key in self.children:
             self._child_paused(key)
+        if result.error is not None and result.error.kind == "timeout" and admitted.ledger is not None:
+            self._timed_out(admitted, result)
         if self.journal is not None:
             self.journal.record_tool_result(key, result)  # whole
         executed = self.done(key, result)
         if admitted.ledger is not None and result.error is None:
             self._ledger[admitted.ledger] = (key, executed.result)
         return executed
+
+    def _timed_out(self, admitted: Admitted, result: ToolResult) -> None:
+        """Stop the run at a side effect that outlived its deadline. The call was abandoned,
+        not stopped: it may still take effect, so it is in doubt, as after a crash. Reported
+        as a failure, the model would call it again and the effect could happen twice. Its
+        journal row stays `started`, so the run is blocked until a person settles it (or,
+        for a tool that dedupes on its call key, a resume runs it again with the same key).
+        The stop reason is `timeout` when the run's own wall clock cut the call, else `error`."""
+        call, tool = admitted.call, admitted.tool
+        reason = result.error.message if result.error is not None else "timeout"
+        if self.journal is None:
+            then = "Check whether it took effect before running the task again."
+        elif tool is not None and tool.dedupes_on_call_key:
+            then = ("A resume runs it again with the same call key, which its system deduplicates on; "
+                    "or settle it (store.settle or `loopwright runs settle`).")
+        else:
+            then = ("Check whether it took effect, then settle it (store.settle or `loopwright runs settle`), "
+                    "resume with rerun_unfinished=True, or finish the run by hand.")
+        message = (f"{call.name} did not finish in time ({reason}) and was abandoned while it ran; it is not "
+                   f"idempotent, so whether it took effect is unknown and it was not reported to the model "
+                   f"as failed (a retry could repeat it). {then}")
+        run_id = self.ctx.trace.run_id
+        meta = {"in_doubt": True} if run_id is None else {"in_doubt": True, "call_key": f"{run_id}:{call.key}"}
+        self.ctx.record(Step(self.ctx.next_index, "error", tool=call.name, args=call.args, error=message,
+                             meta=meta))
+        raise StopRun("timeout" if self.ctx.expired() else "error", message)  # the run's clock, or the tool's
 
     def done(self, key: str, result: ToolResult) -> Executed:
         """Keep a result past the cap, count the call and tell the observers (all `finish`

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from loopwright import pricing
+from loopwright.errors import StoreError
 from loopwright.modes.machine import Journal
 from loopwright.policy import Completion, ModelRequest
 from loopwright.tools.registry import ToolResult
@@ -46,10 +47,27 @@ class JournalObserver:
         pass
 
     def step(self, step: Step) -> None:
-        self.journal.record_step(step)
+        if self.journal.failed is None:  # after a failed write (the run stops) nothing more is written
+            self.journal.record_step(step)
 
     def end(self, trace: Trace) -> None:
-        self.journal.record_end(trace)
+        if self.journal.failed is not None:
+            return
+        try:
+            self.journal.record_end(trace)
+        except StoreError as exc:  # the run ended, but its end is not in the journal: say so
+            store_failed(trace, exc)
+
+
+def store_failed(trace: Trace, exc: StoreError) -> None:
+    """Mark the trace of a run whose journal write failed: stop reason `store_error`, and a
+    last step that says what failed. The journal holds what was written before; the run
+    can be resumed from it once the store works again."""
+    message = (f"the run journal failed, so the run stopped: {exc}. Nothing more was written to the journal; "
+               "resume the run from it once the store works again")
+    trace.steps.append(Step(len(trace.steps) + 1, "error", error=message, meta={"store_error": True}))
+    trace.stopped_reason = "store_error"
+    trace.final_answer = None
 
 
 class CostMeter:
@@ -118,4 +136,4 @@ def cost_meter(policy: Any, budget: Any, prices: Any, trace: Trace) -> CostMeter
     return CostMeter(pricing.price_function(policy, prices), None if budget is None else float(budget), trace)
 
 
-__all__ = ["CostMeter", "JournalObserver", "Observer", "cost_meter"]
+__all__ = ["CostMeter", "JournalObserver", "Observer", "cost_meter", "store_failed"]
