@@ -310,3 +310,18 @@ def test_a_llama_and_a_qwen2_gguf_get_sensible_defaults(which: str, monkeypatch:
     assert trained is not None and trained >= N_CTX_CAP  # 8,192 and 32,768
     model = lw.models.LlamaCpp(path)
     assert model.n_ctx == N_CTX_CAP and model.n_threads == default_threads()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", ["llama", "qwen2"])
+def test_a_llama_and_a_qwen2_gguf_complete_the_raw_prompt_without_a_chat_template(which: str) -> None:
+    """The prompt is sent as its own tokens, nothing wrapped around it (no chat template,
+    no special tokens), and the model continues it."""
+    path = lw.models.default_model_path() if which == "llama" else QWEN
+    if not path.is_file():
+        pytest.skip(f"{path} is not fetched (benchmarks/fetch_qwen_coder.py)")
+    model = lw.models.LlamaCpp(path, n_ctx=256, n_threads=1, grammar=False)
+    prompt = "The capital of France is"
+    out = model.complete(lw.ModelRequest(prompt, purpose="summarize", max_tokens=8))
+    assert out.usage.prompt_tokens == out.usage.evaluated_tokens == len(model.tokenize(prompt))
+    assert "Paris" in out.text and "<|" not in out.text
