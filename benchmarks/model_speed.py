@@ -25,8 +25,8 @@ def react_prompt() -> str:
     """The prompt the first ReAct step of a demo task sends."""
     prompts: list[str] = []
 
-    def capture(request: lw.ModelRequest) -> str:
-        prompts.append(request.prompt)
+    def capture(prompt: str) -> str:  # a plain function policy is handed the prompt text
+        prompts.append(prompt)
         return "Thought: I know the answer\nFinal Answer: 8760"
 
     lw.run("How many hours are in 365 days?", capture, demo_registry(), max_steps=1)
