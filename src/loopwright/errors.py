@@ -39,6 +39,18 @@ class ModelNotFoundError(ModelError):
     """The model weights are not installed where they were looked for."""
 
 
+class ModelChecksumError(ModelError):
+    """A model file whose sha256 is not the one asked for; it is refused before loading.
+    `path`, `expected` and `actual` say which file and both hashes."""
+
+    def __init__(self, path: object, expected: str, actual: str) -> None:
+        self.path, self.expected, self.actual = path, expected, actual
+        super().__init__(
+            f"model file {str(path)!r} has sha256 {actual}, not the expected {expected}; "
+            f"refusing to load it (delete it to fetch it again, or check the expected hash)"
+        )
+
+
 class ReplayMissError(ModelError):
     """A Replay cassette holds no recorded completion for this prompt."""
 

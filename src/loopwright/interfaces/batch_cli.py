@@ -30,6 +30,7 @@ from loopwright.batch.evaluation import EvalReport
 from loopwright.interfaces.common import (
     EXIT_ANSWERED,
     EXIT_NO_ANSWER,
+    N_CTX_HELP,
     UsageError,
     _non_negative_int,
     _positive_int,
@@ -56,7 +57,8 @@ def _common(p: argparse.ArgumentParser) -> None:
 def _policy_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", metavar="MODULE:ATTR",
                    help="a policy or loopwright.policy_factory(...) to use instead of a model")
-    p.add_argument("--model", metavar="PATH_OR_NAME", help="a .gguf file, or with --base-url the model name")
+    p.add_argument("--model", metavar="PATH_OR_NAME",
+                   help="a .gguf file, hf:OWNER/NAME/FILE.gguf (the Hugging Face hub), or with --base-url the model name")
     p.add_argument("--base-url", help="an OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1")
     p.add_argument("--api-key", default=None, help="API key for --base-url")
     p.add_argument("--replay", metavar="CASSETTE.jsonl", help="answer model calls from a cassette")
@@ -66,7 +68,7 @@ def _policy_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout-s", type=float, default=None, help="wall-clock limit of each run")
     p.add_argument("--max-replans", type=_non_negative_int, default=2)
     p.add_argument("--no-grammar", action="store_true", help="do not constrain local steps")
-    p.add_argument("--n-ctx", type=_positive_int, default=2048, help="local context size")
+    p.add_argument("--n-ctx", type=_positive_int, default=None, help=N_CTX_HELP)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 

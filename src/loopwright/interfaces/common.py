@@ -135,12 +135,15 @@ def _seconds_or_off(text: str) -> float:
 
 # -- flags, one function per concern ------------------------------------------------------
 
+N_CTX_HELP: Final = "local context size (default: the model's trained context, at most 2048)"
+
 
 def add_model_args(parser: argparse.ArgumentParser, *, for_resume: bool = False) -> None:
     """The flags that pick the model: the embedded one, a server, or a cassette."""
     parser.add_argument(
         "--model", metavar="PATH_OR_NAME",
         help="a .gguf file for the embedded runtime (default: the bundled SmolLM2-135M), "
+        "hf:OWNER/NAME/FILE.gguf for one from the Hugging Face hub (fetched once into its cache), "
         "or with --base-url the server's model name",
     )  # fmt: skip
     parser.add_argument("--base-url", help="an OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1")
@@ -149,7 +152,7 @@ def add_model_args(parser: argparse.ArgumentParser, *, for_resume: bool = False)
         help="API key for --base-url (default: $LOOPWRIGHT_API_KEY)",
     )  # fmt: skip
     parser.add_argument("--no-grammar", action="store_true", help="do not constrain local steps")
-    parser.add_argument("--n-ctx", type=_positive_int, default=2048, help="local context size")
+    parser.add_argument("--n-ctx", type=_positive_int, default=None, help=N_CTX_HELP)
     parser.add_argument(
         "--n-threads", type=_positive_int, default=None,
         help="threads of the embedded model (default: $LOOPWRIGHT_N_THREADS, else every core)",
@@ -419,6 +422,8 @@ def _base_model(args: argparse.Namespace) -> Any:
         raise UsageError(
             "--dialect native needs --base-url: the embedded model has no tool calling"
         )
+    if name and name.startswith("hf:"):
+        name = str(_hub_model(name))
     if name and not Path(name).is_file():
         raise UsageError(f"--model {name!r} is not a file (a .gguf model is expected)")
     if name:
@@ -429,7 +434,7 @@ def _base_model(args: argparse.Namespace) -> Any:
     try:
         model = lw.models.LlamaCpp(
             name,
-            n_ctx=getattr(args, "n_ctx", 2048),
+            n_ctx=getattr(args, "n_ctx", None),
             n_threads=getattr(args, "n_threads", None),
             grammar=not getattr(args, "no_grammar", False),
         )
@@ -440,3 +445,14 @@ def _base_model(args: argparse.Namespace) -> Any:
         raise UsageError(f"--model {name or 'default'!r}: cannot load the model ({type(exc).__name__}: "
                          f"{' '.join(str(exc).split())})") from None
     return model
+
+
+def _hub_model(ref: str) -> Path:
+    """`--model hf:OWNER/NAME/FILE`: the file in the Hugging Face hub cache, fetched into it
+    first when it is not there."""
+    from loopwright.models.hub import hub_file, parse_hub_ref
+
+    try:
+        return hub_file(*parse_hub_ref(ref))
+    except (ValueError, lw.ModelError) as exc:
+        raise UsageError(f"--model {ref!r}: {exc}") from None

