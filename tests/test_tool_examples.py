@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import loopwright as lw
 from loopwright.prompts import with_examples, worked_examples
-from loopwright.tools.examples import short_answer, synthesise_args
+from loopwright.tools.examples import eg_value, short_answer, synthesise_args
 
 
 def _convert(value: float, from_unit: str, to_unit: str) -> float:
@@ -163,7 +163,7 @@ def test_e_g_in_parameter_descriptions_gives_an_example_when_it_is_a_valid_value
     assert synthesise_args(lw.tool(stock).parameters) is None  # and warehouse has nothing real
 
 
-def test_an_e_g_value_keeps_a_closing_parenthesis_of_its_own() -> None:
+def test_an_e_g_value_keeps_its_own_closing_parenthesis_and_is_the_first_of_several() -> None:
     def calculate(expression: str) -> float:
         """Evaluate an arithmetic expression.
 
@@ -182,6 +182,8 @@ def test_an_e_g_value_keeps_a_closing_parenthesis_of_its_own() -> None:
 
     assert lw.tool(calculate).examples[0].args == {"expression": "3 * (4 + 5)"}
     assert lw.tool(scale).examples[0].args == {"factor": 3}
+    zone = "IANA timezone name (e.g., 'America/New_York', 'Europe/London'). Use 'UTC' if none is given."
+    assert eg_value(zone, {"type": "string"}) == (True, "America/New_York")  # the first of several
 
 
 # --- synthesised calls ----------------------------------------------------------------------

@@ -46,6 +46,7 @@ __all__ = [
 _KEYS: Final = frozenset({"args", "question", "result"})
 _EG: Final = re.compile(r"\be\.g\.,?\s*(.+?)(?:[.;)]?\s*$|[.;)](?=\s))", re.IGNORECASE)
 _RESULT_ARROW: Final = re.compile(r"\s+(?:->|→|=>)\s+")
+_QUOTED: Final = re.compile(r"""(['"])([^'"\n]+)\1""")
 
 
 @dataclass(frozen=True)
@@ -325,6 +326,9 @@ def eg_value(description: object, spec: Mapping[str, Any]) -> tuple[bool, Any]:
     if text.count("(") > text.count(")") and description[match.end(1) :].startswith(")"):
         text += ")"  # the closing parenthesis is the value's own, not the sentence's
     candidates = [_literal(text)]
+    quoted = _QUOTED.match(text)
+    if quoted is not None and quoted.end() < len(text):  # several quoted values: the first
+        candidates.insert(0, quoted.group(2))
     if spec.get("type") == "string" and not (text[:1] in "\"'" and text[-1:] == text[:1]):
         candidates.append(text)
     for value in candidates:
