@@ -19,7 +19,9 @@ facts planted evenly among them. Each fact is asked in its own words and paraphr
 - query ms: p50 of one recall (embedding the question included).
 
 Then the long-run check itself per archive: the 170-step ReAct run in a 900-token
-window, five facts at steps 4..140, asked at the end (facts recalled of 5).
+window, five facts at steps 4..140, asked at the end (facts recalled of 5), in both forms
+of tests/longrun_suite.py (the facts in the run's notes, or in the pages it read), with
+the archive in the memory a run builds when given none, and with that default itself.
 """
 
 from __future__ import annotations
@@ -182,12 +184,18 @@ def rebuild_each_add_ms(turns: list[str], size: int, count: int = 20) -> tuple[f
     return spent[0] / count * 1e3, spent[1] / count * 1e3
 
 
-def longrun(make: Callable[[], Archive]) -> tuple[int, int]:
-    def tiered() -> TieredMemory:
-        return TieredMemory(BufferMemory(2), None, make(), recall_k=3)
+def longrun(make: Callable[[], Archive] | None, kind: str) -> tuple[int, int]:
+    """Facts recalled of 5 (own words, paraphrased) with the archive in the memory a run
+    builds when given none (two recent turns, recalled turns first), or with that default
+    itself (`make` None)."""
 
-    same = sum(o.recalled for o in run_all(False, tiered))
-    para = sum(o.recalled for o in run_all(True, tiered))
+    def tiered() -> TieredMemory:
+        assert make is not None
+        return TieredMemory(BufferMemory(2), None, make(), recall_k=3, recall_first=True)
+
+    memory = None if make is None else tiered
+    same = sum(o.recalled for o in run_all(False, memory, kind))
+    para = sum(o.recalled for o in run_all(True, memory, kind))
     return same, para
 
 
@@ -233,10 +241,14 @@ def main() -> None:
         full, delta = rebuild_each_add_ms(corpus(size)[0], size)
         print(f"{size:>6}  rebuild each add {full:8.2f}   delta segment {delta:6.3f}   {full / delta:6.0f}x")
     if not args.no_longrun:
-        print("\nlong-run check: 170 steps, 900-token window, facts recalled of 5 (own words, paraphrased)")
-        for name, make in archives(minilm if args.longrun_minilm else None).items():
-            same, para = longrun(make)
-            print(f"  {name:<24} {same}/5  {para}/5", flush=True)
+        print("\nlong-run check: 170 steps, 900-token window, facts recalled of 5 (own words / paraphrased),")
+        print("the facts in the run's notes, or in the pages it read")
+        print(f"  {'archive':<34} {'notes':<12} {'pages':<12}")
+        runs: dict[str, Callable[[], Archive] | None] = {"default (lw.run, no memory given)": None}
+        runs.update(archives(minilm if args.longrun_minilm else None))
+        for name, make in runs.items():
+            notes, pages = longrun(make, "notes"), longrun(make, "pages")
+            print(f"  {name:<34} {notes[0]}/5 / {notes[1]}/5  {pages[0]}/5 / {pages[1]}/5", flush=True)
     print(f"total {time.perf_counter() - started:.0f} s")
 
 

@@ -2,7 +2,11 @@
 
 A 170-step ReAct run in a 900-token window: five facts are noted at steps 4, 38, 72, 106
 and 140 among routine notes, and at the end the run is asked for one of them, in the
-fact's own words or paraphrased. The policy is scripted (the filler steps are not what
+fact's own words or paraphrased. In the second form ("pages"), the run reads a page a
+step and the facts are in what the tool returns, among routine notes of the same page, at
+the page's start for the first fact and further in for each next one (the last one ends
+its page): only the observation holds the fact, so memory must bring back a step's
+result, not just its call. The policy is scripted (the filler steps are not what
 is under test); the memory, the folding of old steps and the token counting are real.
 The final answer is the fact's answer only if the last prompt contains it, so the run
 answers exactly when memory brought the fact back. The question is part of the task, as
@@ -113,6 +117,31 @@ def note_registry() -> lw.ToolRegistry:
     return lw.ToolRegistry([note])
 
 
+PAGE_NOTES = 6  # routine notes a page holds besides its fact (about 700 characters a page)
+
+
+def page(n: int, size: int = PAGE_NOTES) -> str:
+    """Page n of the backlog: `size` routine notes, and at a planted step its fact among them."""
+    notes = [filler(n * size + j)[1] for j in range(size)]
+    if n in PLANTED_AT:
+        j = PLANTED_AT.index(n)
+        notes.insert(j * size // (len(PLANTED_AT) - 1), FACTS[j].note)
+    return f"Page {n}. " + ". ".join(notes) + "."
+
+
+def page_registry(size: int = PAGE_NOTES) -> lw.ToolRegistry:
+    @lw.tool
+    def read_page(n: int) -> str:
+        """Read one page of the team's backlog, by its number."""
+        return page(n, size)
+
+    return lw.ToolRegistry([read_page])
+
+
+def _read(thought: str, n: int) -> str:
+    return f"Thought: {thought}\nAction: read_page\nAction Input: {json.dumps({'n': n})}"
+
+
 class LongRunPolicy:
     """Scripted for STEPS steps: the five facts at PLANTED_AT, filler elsewhere, the
     question as the thought of step STEPS - 1, and at step STEPS a final answer that is
@@ -136,6 +165,21 @@ class LongRunPolicy:
         return _step(*filler(n))
 
 
+class ReadingPolicy(LongRunPolicy):
+    """The same run reading page n at step n: the facts come in the observations of
+    steps PLANTED_AT; the question is the thought of step STEPS - 1."""
+
+    def __call__(self, prompt: str) -> str:
+        self.prompts.append(prompt)
+        n = len(self.prompts)
+        if n == STEPS - 1:
+            return _read(f"The backlog is done; now the question: {self.question}", n)
+        if n == STEPS:
+            answer = self.fact.answer if self.fact.answer in prompt else "not in my context"
+            return f"Thought: I can answer now\nFinal Answer: {answer}"
+        return _read(f"reading page {n} next", n)
+
+
 @dataclass(frozen=True)
 class Outcome:
     fact: Fact
@@ -148,22 +192,34 @@ class Outcome:
         return self.trace.final_answer == self.fact.answer
 
 
-def run_long(fact: Fact, question: str, memory: Any = None) -> Outcome:
-    """One 170-step run asked `question` about `fact`; memory=None is the default memory."""
-    policy = LongRunPolicy(fact, question)
+KINDS = ("notes", "pages")
+
+
+def run_long(
+    fact: Fact, question: str, memory: Any = None, kind: str = "notes", page_notes: int = PAGE_NOTES
+) -> Outcome:
+    """One 170-step run asked `question` about `fact`; memory=None is the default memory.
+    kind "notes": the facts are in the run's own calls; "pages": in the tool's results,
+    pages of `page_notes` routine notes."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    policy = (LongRunPolicy if kind == "notes" else ReadingPolicy)(fact, question)
+    registry = note_registry() if kind == "notes" else page_registry(page_notes)
     options: dict[str, Any] = {"context_tokens": WINDOW}
     if memory is not None:
         options["memory"] = memory
     task = TASK.format(question=question)
-    trace = lw.run(task, policy, note_registry(), max_steps=STEPS, on_repeat="off", **options)
+    trace = lw.run(task, policy, registry, max_steps=STEPS, on_repeat="off", **options)
     return Outcome(fact, question, trace, policy.prompts)
 
 
 def run_all(
-    paraphrased: bool = False, make_memory: Callable[[], Any] | None = None
+    paraphrased: bool = False, make_memory: Callable[[], Any] | None = None, kind: str = "notes"
 ) -> list[Outcome]:
     """The check for each of the five facts, asked in its own words or paraphrased."""
     return [
-        run_long(f, f.paraphrased if paraphrased else f.asked, make_memory() if make_memory else None)
+        run_long(
+            f, f.paraphrased if paraphrased else f.asked, make_memory() if make_memory else None, kind
+        )
         for f in FACTS
     ]

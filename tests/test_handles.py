@@ -280,18 +280,28 @@ def test_a_stubbed_page_points_back_into_the_result_it_was_read_from() -> None:
 
 def test_a_summarised_prompt_still_names_the_kept_results_it_folded_away() -> None:
     text = table(12_000)
+    prompts: list[str] = []
 
-    class Chatty(Reader):
-        def __call__(self, prompt: str) -> str:
-            reply = super().__call__(prompt)
-            return reply.replace("Thought: read on", "Thought: read on " + "and keep count of the rows " * 8)
+    @lw.tool
+    def note(text: str) -> str:
+        """Write a note down."""
+        return f"noted: {text}"
 
-    policy = Chatty(len(text), 600)
-    trace = lw.run("Read the table.", policy, dump_registry(text, 600), max_steps=40, context_tokens=1_000)
-    assert trace.stopped_reason == "final" and pages(trace) == text
+    def policy(prompt: str) -> str:  # dump the table, then take notes: no later step names out-1
+        prompts.append(prompt)
+        if len(prompts) == 1:
+            return "Thought: get the table\nAction: dump\nAction Input: {}"
+        if len(prompts) == 40:
+            return "Thought: done\nFinal Answer: read"
+        thought = "keep count of the rows " * 8
+        return f'Thought: {thought}\nAction: note\nAction Input: {{"text": "row count {len(prompts)}"}}'
+
+    registry = lw.ToolRegistry([*dump_registry(text, 600), note], max_observation_chars=600)
+    trace = lw.run("Read the table.", policy, registry, max_steps=40, context_tokens=1_000)
+    assert trace.stopped_reason == "final"
     summarised = [f["before_step"] for f in trace.meta["folds"] if f["kind"] == "summarise" and 1 in f["folded_steps"]]
     assert summarised
-    prompt = policy.prompts[summarised[0] - 1]
+    prompt = prompts[summarised[0] - 1]
     assert "Results kept whole, read_output(handle, offset, length) reads them: out-1 (12000 chars)" in prompt
-    assert all("out-1" in p for p in policy.prompts[1:])
-    assert max(estimate_tokens(p) for p in policy.prompts) <= 1_000
+    assert all("out-1" in p for p in prompts[1:])
+    assert max(estimate_tokens(p) for p in prompts) <= 1_000

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from helpers.mcp_servers import (
     wait_for_port,
 )
 from loopwright.mcp import MCPError, MCPServer, MCPToolError, safety_from_annotations
-from loopwright.mcp.client import result_value
+from loopwright.mcp.client import error_line, result_value
 
 # --- annotations and results (no server) ----------------------------------------------
 
@@ -187,20 +188,87 @@ def test_a_server_that_fails_to_start_is_a_clear_error_at_set_up(tmp_path):
         broken.tools()
 
 
-def test_a_server_that_exits_at_start_names_the_root_cause_and_ends_with_its_stderr():
+def test_a_server_that_exits_at_start_leads_with_its_error_line_then_the_root_cause():
     with pytest.raises(MCPError) as bad_zone:
         MCPServer.stdio(time_server(), ["--local-timezone", "Not/AZone"], timeout_s=30).tools()
     message = str(bad_zone.value)
     assert "ExceptionGroup" not in message and "TaskGroup" not in message
+    assert message.startswith(
+        f"MCP server '{time_server()} --local-timezone Not/AZone' failed: "
+        "Error: invalid --local-timezone 'Not/AZone': not a known IANA timezone name; "
+    )
     assert "Connection closed" in message  # the root cause, unwrapped from nested groups
-    assert message.endswith("invalid --local-timezone 'Not/AZone': not a known IANA timezone name")
 
+
+@pytest.mark.parametrize(
+    ("log", "line"),
+    [("node:internal/modules/cjs/loader:1210\n  throw err;\n  ^\n\nError: Cannot find module '/x.js'\n    at Module._load",
+      "Error: Cannot find module '/x.js'"),
+     ("Traceback (most recent call last):\n  File \"<string>\", line 1\n    raise ValueError('no')\nValueError: no",
+      "ValueError: no"),
+     ("TypeError [ERR_INVALID_ARG_TYPE]: bad path\n    at x", "TypeError [ERR_INVALID_ARG_TYPE]: bad path"),
+     ("java.io.IOException: disk full", "java.io.IOException: disk full"),
+     ("starting\npanic: runtime error: index out of range", "panic: runtime error: index out of range"),
+     ("[ERROR] could not bind 0.0.0.0:80", "[ERROR] could not bind 0.0.0.0:80"),
+     ("error handling is on\nerrors are logged\nDeprecationWarning: old", None),
+     ("cannot open /srv/data: no such directory", None)],
+)  # fmt: skip
+def test_the_error_line_is_one_that_reads_as_an_error(log, line):
+    assert error_line(log) == line
+
+
+def _node() -> str:
+    found = shutil.which("node")
+    if found is None:
+        pytest.fail("node is not installed: run scripts/install.sh --dev")
+    return found
+
+
+def test_a_node_server_that_dies_at_start_leads_with_the_error_not_the_tail_of_its_stack(tmp_path):
+    missing = tmp_path / "missing.js"
+    with pytest.raises(MCPError) as info:
+        MCPServer.stdio(_node(), [str(missing)], timeout_s=30).tools()
+    message = str(info.value)
+    assert message.startswith(f"MCP server '{_node()} {missing}' failed: Error: Cannot find module '{missing}'; ")
+    assert "Connection closed" in message and "at Module._load" not in message and "\n" not in message
+
+
+def test_a_python_server_that_dies_at_start_leads_with_its_exception_line():
+    with pytest.raises(MCPError) as info:
+        MCPServer.stdio(sys.executable, ["-c", "import missing_module_xyz"], timeout_s=30).tools()
+    message = str(info.value)
+    assert message.split(" failed: ", 1)[1].startswith(
+        "ModuleNotFoundError: No module named 'missing_module_xyz'; "
+    )
+    assert "Traceback" not in message and 'File "<string>"' not in message
+
+
+def test_the_first_error_line_leads_and_with_none_the_last_lines_of_stderr_end_the_message():
     lines = "".join(f"line {i}\\n" for i in range(20))
-    script = f"import sys; sys.stderr.write('{lines}fatal: no such directory /srv/data\\n'); sys.exit(3)"
+    script = f"import sys; sys.stderr.write('{lines}fatal: no such directory /srv/data\\nretrying\\n'); sys.exit(3)"
+    with pytest.raises(MCPError) as fatal:
+        MCPServer.stdio(sys.executable, ["-c", script], timeout_s=30).tools()
+    assert str(fatal.value).split(" failed: ", 1)[1].startswith("fatal: no such directory /srv/data; ")
+
+    script = f"import sys; sys.stderr.write('{lines}giving up on /srv/data\\n'); sys.exit(3)"
     with pytest.raises(MCPError) as dies:
         MCPServer.stdio(sys.executable, ["-c", script], timeout_s=30).tools()
     tail = str(dies.value).split("server stderr (last lines):\n", 1)[1]
-    assert tail.splitlines() == [f"line {i}" for i in range(13, 20)] + ["fatal: no such directory /srv/data"]
+    assert tail.splitlines() == [f"line {i}" for i in range(13, 20)] + ["giving up on /srv/data"]
+
+
+def test_the_cli_reports_a_server_that_dies_at_start_by_its_error_line(tmp_path):
+    from loopwright.interfaces.common import UsageError
+    from loopwright.interfaces.mcp_cli import add_mcp_tools, mcp_servers
+
+    missing = tmp_path / "missing.js"
+    servers = mcp_servers([f"{_node()} {missing}"], None)
+    try:
+        with pytest.raises(UsageError) as info:
+            add_mcp_tools(lw.ToolRegistry(), servers)
+    finally:
+        servers[0].close()
+    assert f"failed: Error: Cannot find module '{missing}'" in str(info.value)
 
 
 def test_a_command_that_does_not_exist_names_the_missing_file(tmp_path):
@@ -335,7 +403,12 @@ def test_the_everything_server_over_streamable_http(tmp_path):
 
 @pytest.mark.slow
 def test_the_embedded_model_calls_an_mcp_tool(time_mcp):
-    registry = lw.ToolRegistry(time_mcp.tools(include=["get_current_time"]))
+    """The server's schema gives an `e.g.` value but no result, which makes no worked
+    example; a whole-run example (call, result, answer) shows the model the call."""
+    paris = {"timezone": "Europe/Paris", "datetime": "2026-12-03T09:15:00+01:00", "is_dst": False}
+    registry = lw.ToolRegistry(time_mcp.tools(include=["get_current_time"]), examples=[
+        {"question": "What time is it in Paris?", "answer": "09:15",
+         "calls": [{"tool": "get_current_time", "args": {"timezone": "Europe/Paris"}, "result": paris}]}])  # fmt: skip
     model = lw.models.LlamaCpp(n_ctx=2048, max_tokens=64)
     trace = lw.run("What time is it in Tokyo?", model, registry, max_steps=2)
     calls = [s for s in trace.steps if s.kind == "action"]

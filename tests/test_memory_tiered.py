@@ -7,11 +7,13 @@ from hypothesis import strategies as st
 from loopwright.memory import (
     BufferMemory,
     HashingEmbedder,
+    HybridMemory,
     SemanticMemory,
     SummaryMemory,
     TieredMemory,
+    context_within,
 )
-from loopwright.memory.tiered import TRIM_MARKER
+from loopwright.memory.tiered import TRIM_MARKER, trim_turn
 from loopwright.policy import ScriptedPolicy
 from loopwright.trace import estimate_tokens
 
@@ -99,6 +101,71 @@ def test_newest_turn_is_trimmed_rather_than_overflowing() -> None:
     context = memory.context("x", budget_tokens=100)
     assert estimate_tokens(context) <= 100
     assert context.startswith("Recent:\nxxx") and context.endswith(TRIM_MARKER)
+
+
+def _step_turn(k: int, thought: str, result: str) -> str:
+    """A step as a ReAct run files it in memory."""
+    return f'Step {k}. Thought: {thought}\nAction: read_page\nAction Input: {{"n": {k}}}\nObservation: {result}\n'
+
+
+RESULT = "Page 4. routine notes about the billing module. The vault code is QX-77, said Ada."
+
+
+def test_a_recalled_step_keeps_its_result_whole_and_loses_its_thought_and_action_first() -> None:
+    memory = TieredMemory(BufferMemory(1), None, HybridMemory(), recall_k=1)
+    memory.add(_step_turn(4, "I will read page four now, " * 6, RESULT))
+    memory.add("a later turn about something else")
+    whole = memory.context("vault code", 10_000)
+    budget = estimate_tokens(whole) - 30  # too small for the step whole
+    context = memory.context("vault code", budget)
+    assert estimate_tokens(context) <= budget
+    recalled = sections(context)["Recalled"]
+    assert recalled[0].startswith("- Step 4. Thought: I will read") and recalled[0].endswith(TRIM_MARKER)
+    assert recalled[-2:] == [f"  Observation: {RESULT}", "  "]  # the result, whole and last
+
+
+def test_a_step_is_shortened_to_its_label_before_its_result_is_cut() -> None:
+    turn = _step_turn(4, "reading " * 40, "x" * 200 + " QX-77 " + "y" * 200)
+
+    def fits(text: str) -> bool:
+        return len(text) <= 200
+
+    short = trim_turn(turn, fits)
+    assert short.startswith("Step 4. Thought: reading") and "\nObservation: xxx" in short
+    assert len(short) <= 200 and short.endswith(TRIM_MARKER)
+    assert trim_turn(turn, lambda t: len(t) <= len(turn)) == turn
+    assert trim_turn("plain text " * 40, fits) == ("plain text " * 40)[: 200 - len(TRIM_MARKER)] + TRIM_MARKER
+    assert trim_turn(turn, lambda t: len(t) <= 40) == ""  # not even some of the result
+
+
+def test_turns_the_prompt_holds_are_neither_recent_nor_recalled() -> None:
+    memory = TieredMemory(BufferMemory(3), None, HybridMemory(), recall_k=2)
+    for turn in ["the vault code is QX-77", "filler one", "the vault code moved", "filler two"]:
+        memory.add(turn)
+    held = {"filler two", "the vault code moved"}
+    context = memory.context("vault code", 400, exclude=held)
+    assert not any(turn in context for turn in held)
+    assert sections(context) == {"Recalled": ["- the vault code is QX-77"], "Recent": ["filler one"]}
+    assert "filler two" in memory.context("vault code", 400)  # without the list, as before
+    shown = context_within(memory, "vault code", 400, lambda t: t, exclude=held)
+    assert shown == context
+
+
+def test_recall_first_gives_the_room_to_recalled_turns_before_recent_ones() -> None:
+    def memory(recall_first: bool) -> TieredMemory:
+        m = TieredMemory(BufferMemory(2), None, HybridMemory(), recall_k=1, recall_first=recall_first)
+        m.add("the vault code is QX-77")
+        for i in range(4):
+            m.add(f"routine turn number {i} with some padding words")
+        return m
+
+    recent = [f"routine turn number {i} with some padding words" for i in (2, 3)]
+    budget = estimate_tokens("\n".join(["Recent:", *recent]))  # room for the two recent turns only
+    assert sections(memory(True).context("vault code", budget)) == {
+        "Recalled": ["- the vault code is QX-77"],
+        "Recent": recent[1:],
+    }
+    assert sections(memory(False).context("vault code", budget)) == {"Recent": recent}  # the default
 
 
 def test_summary_is_trimmed_to_the_room_left() -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -53,3 +55,56 @@ def test_rewoo_evidence_reaches_the_solver_in_its_exact_fence():
     policy = lw.ScriptedPolicy([plan, "Final Answer: ok"])
     lw.run("t", policy, lw.ToolRegistry([page]), mode="rewoo")
     assert '<untrusted source="page#E1">&lt;/untrusted&gt; &amp; &lt;b&gt;</untrusted>' in policy.prompts[1]
+
+
+# --- worked examples: whole or not at all, in every mode's prompt --------------------------
+
+
+def _example_registry() -> lw.ToolRegistry:
+    @lw.tool
+    def calculate(expression: str) -> float:
+        """Evaluate an arithmetic expression with + - * / and numbers.
+
+        Args:
+            expression: the expression, e.g. 3 * (4 + 5)
+        """
+        return 27.0
+
+    @lw.tool(examples=[{"question": "What day was 2024-03-15?", "args": {"date": "2024-03-15"}, "result": "Friday"}])
+    def weekday(date: str) -> str:
+        """The day of the week of a date."""
+        return "Friday"
+
+    return lw.ToolRegistry([calculate, weekday])
+
+
+MODES = [("react", {}), ("react", {"dialect": "brackets"}), ("rewoo", {}), ("plan_execute", {}),
+         ("reflexion", {}), ("tot", {})]  # fmt: skip
+
+
+@pytest.mark.parametrize(("mode", "options"), MODES)
+def test_every_worked_example_in_every_modes_prompt_is_whole_call_result_and_answer(mode, options):
+    """A tool whose only example is an `e.g.` value (no result) gets no worked example;
+    a tool with a whole one is shown with its call, its result and the answer."""
+    prompts: list[str] = []
+
+    def policy(prompt: str) -> str:
+        prompts.append(prompt)
+        return "Thought: done\nFinal Answer: Friday"
+
+    lw.run("What is 6 * 7?", policy, _example_registry(), mode=mode, max_steps=2, **options)
+    assert prompts
+    for prompt in prompts:
+        blocks = re.findall(r"(?ms)^Example:\n.*?(?=\n\n|\Z)", prompt)
+        assert "calculate" not in "".join(blocks)  # no half example for the e.g. value
+        for block in blocks:
+            question = "Question: What day was 2024-03-15?"
+            if "Plan:" in block:  # a planner's example: the question and its whole plan
+                assert block.startswith(f"Example:\n{question}\nPlan: ") and "weekday" in block
+            else:
+                assert block.startswith(f"Example:\n{question}\n")
+                assert re.search(r"Action( 1)?: weekday", block)
+                assert re.search(r"Observation( 1)?: <untrusted[^>]*>Friday</untrusted>", block)
+                assert block.endswith(("Final Answer: Friday", "finish[Friday]"))
+    if mode in ("react", "reflexion", "rewoo", "plan_execute"):  # the prompts that show examples
+        assert any("Example:" in p for p in prompts)

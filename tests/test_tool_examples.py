@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import loopwright as lw
 from loopwright.prompts import with_examples, worked_examples
-from loopwright.tools.examples import short_answer, synthesise_args
+from loopwright.tools.examples import eg_value, short_answer, synthesise_args
 
 
 def _convert(value: float, from_unit: str, to_unit: str) -> float:
@@ -163,6 +163,29 @@ def test_e_g_in_parameter_descriptions_gives_an_example_when_it_is_a_valid_value
     assert synthesise_args(lw.tool(stock).parameters) is None  # and warehouse has nothing real
 
 
+def test_an_e_g_value_keeps_its_own_closing_parenthesis_and_is_the_first_of_several() -> None:
+    def calculate(expression: str) -> float:
+        """Evaluate an arithmetic expression.
+
+        Args:
+            expression: the expression, e.g. 3 * (4 + 5)
+        """
+        return 27.0
+
+    def scale(factor: int) -> int:
+        """Scale a value.
+
+        Args:
+            factor: how much (e.g. 3)
+        """
+        return factor
+
+    assert lw.tool(calculate).examples[0].args == {"expression": "3 * (4 + 5)"}
+    assert lw.tool(scale).examples[0].args == {"factor": 3}
+    zone = "IANA timezone name (e.g., 'America/New_York', 'Europe/London'). Use 'UTC' if none is given."
+    assert eg_value(zone, {"type": "string"}) == (True, "America/New_York")  # the first of several
+
+
 # --- synthesised calls ----------------------------------------------------------------------
 
 
@@ -201,7 +224,7 @@ def test_a_tool_with_nothing_real_is_listed_by_signature_only_never_with_its_par
     assert "Example:" not in text and '"topic"' not in text and "Action Input" not in text.split("Tools:")[1]
 
 
-def test_without_examples_the_prompt_shows_a_call_from_real_schema_values_and_no_invented_answer() -> None:
+def test_a_call_with_no_known_result_is_listed_by_signature_never_shown_as_a_half_example() -> None:
     def convert(value: float, to_unit: str) -> float:
         """Convert a length.
 
@@ -211,12 +234,14 @@ def test_without_examples_the_prompt_shows_a_call_from_real_schema_values_and_no
         """
         return value
 
+    tool = lw.tool(convert)
     policy = lw.ScriptedPolicy(["Thought: t\nFinal Answer: x"])
-    lw.run("How many km is 3 mi?", policy, lw.ToolRegistry([convert, _weekday]))
+    lw.run("How many km is 3 mi?", policy, lw.ToolRegistry([tool, _weekday]))
     text = policy.prompts[0]
-    assert 'Action: convert\nAction Input: {"value": 3.5, "to_unit": "km"}' in text
-    assert "_weekday" not in text.split("Observations are data")[1]  # `date` has no real value
-    assert "Final Answer:" not in text.split("Observations are data")[1] and "Observation: <untrusted" not in text
+    assert tool.examples[0].args == {"value": 3.5, "to_unit": "km"}  # kept on the tool, for its schema
+    assert "convert(value: number, to_unit: string): Convert a length." in text
+    examples = text.split("Observations are data")[1]
+    assert "Example:" not in examples and "Action Input" not in examples
 
 
 # --- prompts built from the registry -----------------------------------------------------
@@ -334,15 +359,15 @@ def test_an_answer_is_what_the_question_asks_never_the_observation_pasted(
     assert short_answer(question, result) == answer
 
 
-def test_an_example_with_no_short_answer_shows_the_call_and_no_pasted_observation() -> None:
+def test_an_example_with_no_short_answer_is_not_shown() -> None:
     def describe_city(city: str) -> str:
         """Describe a city."""
         return ""
 
     tool = lw.tool(examples=[{"question": "Tell me about Rome.", "args": {"city": "Rome"},
                               "result": "Rome is the capital of Italy, founded long ago by twins."}])(describe_city)
-    text = worked_examples([tool], "json")
-    assert text.endswith('Action Input: {"city": "Rome"}\n\n') and "Observation" not in text and "Final" not in text
+    for dialect in ("json", "brackets", "plan"):
+        assert worked_examples([tool], dialect) == ""
 
 
 @pytest.mark.parametrize("mode", ["rewoo", "plan_execute"])

@@ -10,10 +10,11 @@ Worked examples (`{examples}`) are built from the registry: each tool's first ex
 examples (`ToolRegistry(tools, examples=[...])`; in ReAct only the one nearest the task, if
 any, alone: `PromptSet.run_examples`) or else one built chain in which a call
 uses the previous call's result, within `PromptSet.example_tokens`; a later step's thought
-names the value of the observation it passes on. A tool with no example gets a call only
-from values its schema writes down (`tools.examples.synthesise_args`), or no example at
-all: nothing is invented. Every example ends with an answer to its question
-(`tools.examples.short_answer`), never the observation pasted whole.
+names the value of the observation it passes on. An example is shown whole (each call
+with its result, and an answer to its question, `tools.examples.short_answer`, never the
+observation pasted whole) or not at all: a call with no known result (an `e.g.` value,
+a schema's own values) is not shown, since nothing is invented and an example that
+stops at its call reads as a transcript to continue.
 
 The ReAct scratchpad is append-only: each step adds its block to the end and nothing
 earlier is ever re-rendered, so a model with a KV cache evaluates only the new tokens.
@@ -208,8 +209,8 @@ class PromptSet:
     """About how many tokens the worked examples may take (estimated at 4 characters a
     token); examples are added one tool at a time until the next would pass it."""
     tool_examples: bool = True
-    """Build worked examples from the tools' own examples; False uses only calls made
-    from the schemas (what a registry without examples gets)."""
+    """Build worked examples from the tools' own examples (and the registry's whole
+    runs); False shows none."""
     run_examples: str = "only"
     """ReAct and Reflexion prompts: the registry's whole-run example most like the task,
     when it is more like it than every single-call example (loopwright/nearest_run.py),
@@ -315,26 +316,11 @@ class _Worked:
 @dataclass(frozen=True)
 class _Task:
     """One worked example: a question, the calls that answer it, and the answer (None:
-    not known, and the example shows the calls only)."""
+    not known, and the example is not shown)."""
 
     question: str
     calls: tuple[_Worked, ...]
     answer: str | None
-
-
-def _worked(tool: _ExampleTool, example: ToolExample | None) -> _Worked | None:
-    if example is not None:
-        return _call(tool, example.args, example.result, example.question)
-    args = synthesise_args(tool.parameters)
-    if args is None:
-        return None  # nothing real to show: the tool is listed by its signature only
-    validate = getattr(tool, "validate", None)
-    if callable(validate):
-        try:
-            validate(args)
-        except ValueError:
-            return None  # no valid call: no example rather than a wrong one
-    return _call(tool, args, None)
 
 
 def _call(tool: _ExampleTool, args: Mapping[str, Any], result: Any, question: str | None = None) -> _Worked:
@@ -379,15 +365,16 @@ def example_calls(
     tools: Sequence[_ExampleTool], *, from_tools: bool = True
 ) -> tuple[list[list[_Worked]], list[_Worked]]:
     """Rounds of calls (round r holds each tool's r-th example), and a chain of two tools
-    (or []).
+    (or []); none with `from_tools=False`.
 
-    A tool's calls are its examples that are not one step of a longer task (a question
-    other tools' examples share); a tool with none gets one call made from the real
-    values in its schema in the first round, or none at all: it has no result, and the
-    model is shown the call, never an invented answer. The chain is a question that two
-    tools' examples share (one task, as `bootstrap_examples` records it) in which the
-    second call's arguments use the first call's result; there is no chain otherwise (two
-    unrelated calls in a row teach a small model nothing about using a result)."""
+    A tool's calls are its examples with a known result that are not one step of a longer
+    task (a question other tools' examples share). A call without a result (an `e.g.`
+    value, a schema's own values) is never shown: an example stopped at its call reads as
+    a transcript to continue, and an invented result would be copied. The chain is a
+    question that two tools' examples share (one task, as `bootstrap_examples` records
+    it) in which the second call's arguments use the first call's result; there is no
+    chain otherwise (two unrelated calls in a row teach a small model nothing about using
+    a result)."""
     shared: dict[str, list[tuple[_ExampleTool, ToolExample]]] = {}
     if from_tools:
         for tool in tools:
@@ -397,12 +384,11 @@ def example_calls(
     multi = {q for q, found in shared.items() if len({t.name for t, _ in found}) > 1}
     rounds: list[list[_Worked]] = []
     for tool in tools:
-        own = [e for e in (tool.examples if from_tools else ()) if e.question not in multi]
-        made = [_worked(tool, e) for e in own] if own else [_worked(tool, None)]
-        for r, call in enumerate(c for c in made if c is not None):
+        own = [e for e in (tool.examples if from_tools else ()) if e.question not in multi and e.result is not None]
+        for r, example in enumerate(own):
             if r == len(rounds):
                 rounds.append([])
-            rounds[r].append(call)
+            rounds[r].append(_call(tool, example.args, example.result, example.question))
     for question in multi:
         found = shared[question]
         first, second = found[0], next(f for f in found if f[0].name != found[0][0].name)
@@ -410,8 +396,7 @@ def example_calls(
             first, second = second, first
         if first[1].result is None or second[1].result is None or not _uses(second[1].args, first[1].result):
             continue
-        steps = [_worked(*first), _worked(*second)]
-        return rounds, [w for w in steps if w is not None]
+        return rounds, [_call(tool, example.args, example.result, example.question) for tool, example in (first, second)]
     return rounds, []
 
 
@@ -448,7 +433,16 @@ def _question(tool: _ExampleTool, args: Mapping[str, Any]) -> str:
     return f"{summary}: {values}?" if values else f"{summary}?"
 
 
+def _whole(task: _Task) -> bool:
+    """Whether every call's result and the answer are known: an example is shown whole
+    (calls, results, answer) or not at all."""
+    return task.answer is not None and all(call.result is not None for call in task.calls)
+
+
 def _react_block(task: _Task, dialect: str) -> str | None:
+    """The example as a transcript, call by call to the answer; None unless it is whole."""
+    if task.answer is None:
+        return None
     lines = ["Example:", f"Question: {task.question}"]
     for k, call in enumerate(task.calls, 1):
         thought = call.thought if k == 1 else f"Now {call.thought}"
@@ -461,8 +455,8 @@ def _react_block(task: _Task, dialect: str) -> str | None:
                       f"Action {k}: {call.tool}[{call.text_arg if call.text_arg is not None else args}]"]
         else:
             lines += [f"Thought: {thought}", f"Action: {call.tool}", f"Action Input: {args}"]
-        if call.result is None or (task.answer is None and k == len(task.calls)):
-            return "\n".join(lines)  # the call only: no invented result, no pasted answer
+        if call.result is None:
+            return None
         label = f"Observation {k}" if dialect == "brackets" else "Observation"
         lines.append(f"{label}: {fence(call.result, f'{call.tool}#{k}')}")
     k = len(task.calls) + 1
@@ -477,7 +471,10 @@ def _plan_block(task: _Task) -> str | None:
     """A plan for the example's calls, a later call using an earlier result through an
     `#E` reference; None when a call uses an earlier result that no reference can pass
     (a value picked out of a sentence): such a plan would show a value the planner
-    cannot know before any tool runs."""
+    cannot know before any tool runs. Like a ReAct example, only a whole one (results
+    and answer known) is shown."""
+    if not _whole(task):
+        return None
     steps = []
     for k, call in enumerate(task.calls, 1):
         args = {name: _reference(value, task.calls[: k - 1]) for name, value in call.args.items()}

@@ -155,6 +155,18 @@ def result_value(result: Any) -> Any:
 # --- failures ----------------------------------------------------------------------------
 
 _STDERR_LINES: Final = 8
+_ERROR_LINE_CHARS: Final = 500
+# A line that reads as an error: an exception's name and message (Python's
+# `ModuleNotFoundError: ...`, Node's `Error: Cannot find module ...` or
+# `TypeError [ERR_X]: ...`, Java's `java.io.IOException: ...`), or a line that starts by
+# saying so (`error: ...`, `FATAL: ...`, `panic: ...`, `[ERROR] ...`), not a line that
+# merely has the word (`error handling is on`).
+_ERROR_LINE: Final = re.compile(
+    r"^\s*(?:(?:[A-Za-z_][\w$]*\.)*[A-Z]?\w*(?:Error|Exception)(?:\s*\[[^\]\n]*\])?:\s*\S"
+    r"|Exception in thread\b"
+    r"|\[(?i:error|fatal|panic|critical)\]\s*\S"
+    r"|(?i:error|fatal|panic|critical)(?::|\s+-)\s*\S)"
+)
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
@@ -163,6 +175,16 @@ def _leaves(exc: BaseException) -> list[BaseException]:
     if isinstance(exc, BaseExceptionGroup):
         return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
     return [exc]
+
+
+def error_line(log: str) -> str | None:
+    """The first line of a server's stderr that reads as an error (stripped, at most
+    _ERROR_LINE_CHARS), or None."""
+    for line in log.splitlines():
+        if _ERROR_LINE.match(line):
+            line = line.strip()
+            return line if len(line) <= _ERROR_LINE_CHARS else line[:_ERROR_LINE_CHARS] + "…"
+    return None
 
 
 def _describe_exception(exc: BaseException) -> str:
@@ -345,13 +367,18 @@ class MCPServer:
             raise
 
     def _failed(self, exc: Exception) -> MCPError:
-        """The one message for a server that failed: its root causes (the SDK nests them in
-        exception groups), then the last lines the server wrote to stderr, if any."""
-        causes = list(dict.fromkeys(_describe_exception(e) for e in _leaves(exc)))
+        """The one message for a server that failed: the first line of its stderr that
+        reads as an error, if any, then the root causes the client saw (the SDK nests them
+        in exception groups); with no such line, the causes and then the last lines the
+        server wrote to stderr (a stack's tail says where, its error line says what)."""
+        causes = "; ".join(dict.fromkeys(_describe_exception(e) for e in _leaves(exc)))
         log = self._stderr() if self._stderr is not None else ""
+        said = error_line(log)
+        if said is not None:
+            return MCPError(f"MCP server {self.label!r} failed: {said}; {causes}")
         tail = "\n".join(log.splitlines()[-_STDERR_LINES:])
         ending = f"; server stderr (last lines):\n{tail}" if tail else ""
-        return MCPError(f"MCP server {self.label!r} failed: {'; '.join(causes)}{ending}")
+        return MCPError(f"MCP server {self.label!r} failed: {causes}{ending}")
 
     async def _call(self, name: str, arguments: dict[str, Any], retry: bool = False) -> Any:
         async def op(session: Any) -> Any:

@@ -185,12 +185,16 @@ def default_memory(
     *,
     recent_turns: int = 6,
     recall_k: int = 3,
+    recall_first: bool = False,
 ) -> TieredMemory:
     """What `lw.Session` and a run with `context_tokens` use when given no memory: the
     `recent_turns` newest turns verbatim, and every turn filed in a HybridMemory (BM25;
     fused with `embedder` when one is given; kept in `store` under `namespace` when one
-    is given), `recall_k` of them recalled.
+    is given), `recall_k` of them recalled (given the room before the recent turns with
+    `recall_first`, as a run's memory is).
     No summary: a summarizer is a model call, so pass a TieredMemory with
     SummaryMemory(model) to have one. No torch is needed."""
     archive = HybridMemory(embedder, store=store, namespace=namespace)
-    return TieredMemory(BufferMemory(recent_turns), None, archive, recall_k=recall_k)
+    return TieredMemory(
+        BufferMemory(recent_turns), None, archive, recall_k=recall_k, recall_first=recall_first
+    )

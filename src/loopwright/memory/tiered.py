@@ -3,7 +3,7 @@ filed for semantic recall, assembled into one context slice that fits a token bu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from loopwright.memory.buffer import BufferMemory
@@ -13,6 +13,7 @@ from loopwright.trace import estimate_tokens
 
 TRIM_MARKER = " …[trimmed]"
 MIN_KEPT_CHARS = 24  # a trimmed part shorter than this says nothing useful: leave it out
+RESULT_LINE = "\nObservation:"  # where a step's turn, as a run files it, gives its result
 
 TokenCounter = Callable[[str], int]
 
@@ -49,6 +50,25 @@ def trim_to_fit(text: str, fits: Callable[[str], bool], marker: str = TRIM_MARKE
     return text[:lo] + marker
 
 
+def trim_turn(text: str, fits: Callable[[str], bool], marker: str = TRIM_MARKER) -> str:
+    """`text` shortened until it `fits` ("" when too little of it would). A step's turn
+    (its thought and action, then its result after an `Observation:` line, as a ReAct run
+    files it) keeps its result first: the thought and action are shortened, down to the
+    step's first MIN_KEPT_CHARS, before the result is. Any other text keeps its prefix."""
+    if fits(text):
+        return text
+    at = text.find(RESULT_LINE)
+    if at < 0:
+        return trim_to_fit(text, fits, marker)
+    head, result = text[:at], text[at:]
+    short = trim_to_fit(head, lambda h: fits(h + result), marker)
+    if short:
+        return short + result
+    least = head if len(head) <= MIN_KEPT_CHARS else head[:MIN_KEPT_CHARS] + marker
+    kept = trim_to_fit(result, lambda r: fits(least + r), marker)
+    return least + kept if kept else ""
+
+
 @runtime_checkable
 class Memory(Protocol):
     """What a run or a Session needs of a memory: file a turn, and give back a context
@@ -76,16 +96,24 @@ def context_within(
     budget_tokens: int,
     render: Callable[[str], str],
     count_tokens: TokenCounter = estimate_tokens,
+    *,
+    exclude: Collection[str] = (),
 ) -> str:
     """`render(memory.context(query, b))` within `budget_tokens` ("" if nothing fits):
     b starts at the budget and shrinks in proportion to the overshoot until it fits.
 
     The memory counts the text it returns; the caller then wraps it (a label, an
     untrusted fence whose escaping can make `&`-heavy text several times longer).
+    `exclude`: turns the caller's prompt already holds; a TieredMemory leaves them out
+    (another Memory's `context` takes no such list, and is asked as it is).
     """
+    tiered = memory if exclude and isinstance(memory, TieredMemory) else None
     asked = budget_tokens
     while asked > 0:
-        recalled = memory.context(query, asked)
+        if tiered is not None:
+            recalled = tiered.context(query, asked, exclude=exclude)
+        else:
+            recalled = memory.context(query, asked)
         if not recalled:
             return ""
         shown = render(recalled)
@@ -108,7 +136,10 @@ class TieredMemory:
 
     never passing the budget as counted by `count_tokens` (estimate_tokens by default;
     pass the model's own tokenizer count to be exact). Recent turns are placed first,
-    then recalled ones, then the summary; a part that does not fit whole is trimmed.
+    then recalled ones (recalled first with `recall_first`: for a run, whose scratchpad
+    holds its newest steps already), then the summary; a part that does not fit whole is
+    trimmed (a step's turn keeps its result first: `trim_turn`). Turns in `context`'s
+    `exclude` (those the prompt holds already) are in neither Recent nor Recalled.
     Either the summary or the semantic tier may be None. The semantic tier is any
     Archive: SemanticMemory (cosine), BM25Memory, or HybridMemory (BM25 fused with dense
     recall, the default of `lw.Session`); `min_score` compares with its scores.
@@ -123,6 +154,7 @@ class TieredMemory:
         recall_k: int = 3,
         min_score: float | None = None,
         count_tokens: TokenCounter = estimate_tokens,
+        recall_first: bool = False,
     ) -> None:
         if recall_k < 0:
             raise ValueError(f"recall_k must be >= 0, got {recall_k!r}")
@@ -132,6 +164,7 @@ class TieredMemory:
         self.recall_k = recall_k
         self.min_score = min_score
         self.count_tokens = count_tokens
+        self.recall_first = recall_first
 
     def add(self, turn: str, metadata: Mapping[str, Any] | None = None) -> None:
         """Remember one turn."""
@@ -153,9 +186,10 @@ class TieredMemory:
         if evicted and self.summary is not None:
             self.summary.add_many(evicted)
 
-    def context(self, query: str, budget_tokens: int) -> str:
+    def context(self, query: str, budget_tokens: int, *, exclude: Collection[str] = ()) -> str:
         """The memory slice for a prompt about `query`, at most `budget_tokens` tokens as
-        counted by `count_tokens` ("" when nothing fits or nothing is remembered)."""
+        counted by `count_tokens` ("" when nothing fits or nothing is remembered);
+        turns in `exclude` (the prompt holds them already) are left out."""
         if isinstance(budget_tokens, bool) or not isinstance(budget_tokens, int):
             raise TypeError(f"budget_tokens must be an int, got {budget_tokens!r}")
         if budget_tokens < 0:
@@ -164,32 +198,15 @@ class TieredMemory:
         def fits(summary: str, recalled: Sequence[str], recent: Sequence[str]) -> bool:
             return self.count_tokens(_render(summary, recalled, recent)) <= budget_tokens
 
-        # Recent turns first: the newest that fit, oldest first; the newest alone is
-        # trimmed if it does not fit whole.
-        recent: list[str] = []
-        turns = self.buffer.turns
-        for turn in reversed(turns):
-            if fits("", [], [turn, *recent]):
-                recent.insert(0, turn)
-                continue
-            if not recent:
-                head = trim_to_fit(turn, lambda t: fits("", [], [t]))
-                recent = [head] if head else []
-            break
-        shown = set(turns[len(turns) - len(recent) :])
-
-        # Then recalled turns not already shown, best first.
-        recalled: list[str] = []
-        for text in self._recall(query, exclude=shown):
-            if fits("", [*recalled, text], recent):
-                recalled.append(text)
-                continue
-            head = trim_to_fit(text, lambda t: fits("", [*recalled, t], recent))
-            if head:
-                recalled.append(head)
-            break
-
-        # Then the summary, in whatever room is left.
+        # Recent turns, then recalled ones not shown already (the other way round with
+        # recall_first), then the summary in whatever room is left.
+        shown = set(exclude)  # turns placed so far, and those the prompt holds
+        if self.recall_first:
+            recalled = self._fit_recalled(query, shown, lambda r: fits("", r, []))
+            recent = self._fit_recent(shown, lambda t: fits("", recalled, t))
+        else:
+            recent = self._fit_recent(shown, lambda t: fits("", [], t))
+            recalled = self._fit_recalled(query, shown, lambda r: fits("", r, recent))
         summary = self.summary.summary.strip() if self.summary is not None else ""
         if summary:
             summary = trim_to_fit(summary, lambda t: fits(t, recalled, recent))
@@ -202,13 +219,51 @@ class TieredMemory:
             )
         return text
 
+    def _fit_recent(self, shown: set[str], fits: Callable[[list[str]], bool]) -> list[str]:
+        """The newest turns not in `shown` that fit, oldest first (added to `shown`); the
+        newest alone is trimmed if it does not fit whole."""
+        skip = frozenset(shown)  # not the turns placed here: a turn said twice is shown twice
+        recent: list[str] = []
+        for turn in reversed(self.buffer.turns):
+            if turn in skip:
+                continue
+            if fits([turn, *recent]):
+                recent.insert(0, turn)
+                shown.add(turn)
+                continue
+            if not recent:
+                head = trim_turn(turn, lambda t: fits([t]))
+                if head:
+                    recent = [head]
+                    shown.add(turn)
+            break
+        return recent
+
+    def _fit_recalled(
+        self, query: str, shown: set[str], fits: Callable[[list[str]], bool]
+    ) -> list[str]:
+        """Recalled turns not in `shown` that fit, best first (added to `shown`); the first
+        that does not fit whole is trimmed into the room left."""
+        recalled: list[str] = []
+        for text in self._recall(query, exclude=shown):
+            if fits([*recalled, text]):
+                recalled.append(text)
+                shown.add(text)
+                continue
+            head = trim_turn(text, lambda t: fits([*recalled, t]))
+            if head:
+                recalled.append(head)
+                shown.add(text)
+            break
+        return recalled
+
     def _recall(self, query: str, exclude: set[str]) -> list[str]:
         """Up to recall_k distinct recalled texts, none of them in `exclude`."""
         if self.semantic is None or self.recall_k == 0:
             return []
         out: list[str] = []
         seen = set(exclude)
-        for hit in self.semantic.recall(query, k=self.recall_k + len(self.buffer)):
+        for hit in self.semantic.recall(query, k=self.recall_k + len(exclude)):
             if len(out) == self.recall_k:
                 break
             if hit.text in seen or (self.min_score is not None and hit.score < self.min_score):

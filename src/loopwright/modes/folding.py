@@ -4,9 +4,10 @@ When the next prompt would pass the budget, older steps fold in this order, each
 the one before is not enough: (1) old tool results become one-line stubs (the text kept
 whole under a handle for read_output, modes/handles.py, and filed in memory); (2) old
 thoughts are dropped; (3) the oldest steps go into memory (its summary tier, when it has
-one) and the prompt gets what memory recalls for the task and the latest thought, plus a
-line naming the kept results whose steps it folded away. The newest step is never
-stubbed or dropped. Each fold is reported (kind, steps, tokens before and after) for
+one) and the prompt gets what memory recalls for the task and the latest thought, leaving
+out the steps the prompt still holds, plus a line naming the kept results whose steps it
+folded away. The newest step is never stubbed or dropped, and stays in the prompt when
+it fits in half the room. Each fold is reported (kind, steps, tokens before and after) for
 `trace.meta["folds"]`. Pure: memory is the run's own object, and nothing here does I/O.
 """
 
@@ -54,7 +55,7 @@ class _Entry:
     tokens: int = 0
     stubbed: bool = False
     dropped: bool = False
-    remembered: bool = False
+    turn: str = ""  # the step as filed in memory, once it is
 
 
 class Folding:
@@ -124,7 +125,7 @@ class Folding:
 
     def _remember(self, entries: list[_Entry]) -> None:
         """File these steps in memory (once each): one summarizer call, one embedding batch."""
-        entries = [e for e in entries if not e.remembered]
+        entries = [e for e in entries if not e.turn]
         if not entries:
             return
         turns = [f"Step {e.k}. Thought: {e.thought}\n{e.action}\nObservation: {e.plain}\n" for e in entries]
@@ -135,8 +136,8 @@ class Folding:
         else:
             for turn, meta in zip(turns, metas, strict=True):
                 self.memory.add(turn, meta)
-        for e in entries:
-            e.remembered = True
+        for e, turn in zip(entries, turns, strict=True):
+            e.turn = turn
 
     def _shrink(self, kind: str, target: int, prompt: str) -> dict[str, Any] | None:
         """Stub old results ("stub_results") or drop old thoughts ("drop_thoughts"), oldest
@@ -173,6 +174,8 @@ class Folding:
         keep = room // 4  # recent steps a quarter, an eighth to grow, recalled memory the rest
         folded: list[_Entry] = []
         while self.entries and sum(e.tokens for e in self.entries) > keep:
+            if len(self.entries) == 1 and self.entries[0].tokens <= room // 2:
+                break  # the newest step stays where the model continues from, when it fits in half the room
             folded.append(self.entries.pop(0))
         self._remember(folded)
         from loopwright.memory.tiered import context_within  # numpy: only when folding
@@ -187,6 +190,7 @@ class Folding:
         self.section = kept + context_within(  # budgeted after fencing: escaping can lengthen the text
             self.memory, f"{self.task}\n{last}", max(0, budget - fixed - 4 - room // 8),
             lambda recalled: f"Memory of earlier steps:\n{fence(recalled, 'memory')}\n\n",
+            exclude={e.turn for e in self.entries if e.turn},  # steps the prompt still holds
         )
         return {"kind": "summarise", "folded_steps": [e.k for e in folded], "prompt_tokens_before": estimate_tokens(prompt),
                 "prompt_tokens_after": estimate_tokens(self._text()), "memory_tokens": estimate_tokens(self.section)}

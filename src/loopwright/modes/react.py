@@ -83,9 +83,9 @@ class _Scratchpad:
         if memory is None and context_tokens is not None:
             from loopwright.memory import default_memory  # numpy: only with a budget
 
-            # BM25 recall of the folded steps; two recent turns, as the scratchpad itself
-            # keeps the newest steps and the rest of the room goes to recall
-            memory = default_memory(recent_turns=2)
+            # BM25 recall of the folded steps, given the room first: the scratchpad itself
+            # keeps the newest steps; two recent turns in what is left
+            memory = default_memory(recent_turns=2, recall_first=True)
         self.budget = context_tokens
         self.folding: Folding | None = None
         if memory is not None or context_tokens is not None:

@@ -9,8 +9,9 @@ checked against the tool's schema when the tool is defined: a bad one is a
 ToolDefinitionError naming it, never a worked example the validator would reject.
 
 `synthesise_args` takes arguments from a schema alone, only from values written in it
-(JSON Schema examples, enums, `e.g.` values, defaults, bounds), for a tool with no
-examples; a tool with nothing real to show gets no worked example.
+(JSON Schema examples, enums, `e.g.` values, defaults, bounds). A worked example needs
+more than arguments: the result the call gave, and an answer; a call without them is
+never shown (see loopwright/prompts.py).
 
 `RunExample` is a worked example of a whole run: a question, the calls made with their
 results in order, and the answer (`ToolRegistry(tools, examples=[...])`, checked by
@@ -45,6 +46,7 @@ __all__ = [
 _KEYS: Final = frozenset({"args", "question", "result"})
 _EG: Final = re.compile(r"\be\.g\.,?\s*(.+?)(?:[.;)]?\s*$|[.;)](?=\s))", re.IGNORECASE)
 _RESULT_ARROW: Final = re.compile(r"\s+(?:->|→|=>)\s+")
+_QUOTED: Final = re.compile(r"""(['"])([^'"\n]+)\1""")
 
 
 @dataclass(frozen=True)
@@ -321,7 +323,12 @@ def eg_value(description: object, spec: Mapping[str, Any]) -> tuple[bool, Any]:
     if match is None:
         return False, None
     text = match.group(1).strip().rstrip(",")
+    if text.count("(") > text.count(")") and description[match.end(1) :].startswith(")"):
+        text += ")"  # the closing parenthesis is the value's own, not the sentence's
     candidates = [_literal(text)]
+    quoted = _QUOTED.match(text)
+    if quoted is not None and quoted.end() < len(text):  # several quoted values: the first
+        candidates.insert(0, quoted.group(2))
     if spec.get("type") == "string" and not (text[:1] in "\"'" and text[-1:] == text[:1]):
         candidates.append(text)
     for value in candidates:
