@@ -124,14 +124,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("modules", nargs="+", help="files under src/ to mutate")
     parser.add_argument("--tests", nargs="+", default=["tests"],
-                        help="test files or folders to run (default: tests)")
+                        help="test files, folders or node ids to run (default: tests)")
     parser.add_argument("--max-children", type=int, default=2, help="mutants run at once (default 2)")
     parser.add_argument("--min-score", type=float, default=90.0, help="percent each module must kill")
     parser.add_argument("--no-diffs", action="store_true", help="list survivors without their diffs")
     parser.add_argument("--keep", action="store_true", help="keep the copy and print its path")
     args = parser.parse_args()
     for path in args.modules + args.tests:
-        if not (ROOT / path).exists():
+        if not (ROOT / path.split("::")[0]).exists():
             parser.error(f"{path} does not exist under {ROOT}")
     for path in args.modules:
         if not (path.startswith("src/") and path.endswith(".py")):
