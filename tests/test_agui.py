@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from ag_ui.core import BaseEvent
+from ag_ui.core.version import PROTOCOL_VERSION
 
 import loopwright as lw
 from conftest import make_registry
@@ -56,9 +57,12 @@ def test_a_react_run_maps_to_framed_steps_messages_and_calls_field_by_field() ->
         ModelDelta("r", None, 2, "Final"),
         RunFinished("r", None, trace),
     ]
-    out = [strip(e) for e in mapped(AGUIMapper("th"), ours)]
+    mapper = AGUIMapper("th")
+    assert mapper.finished is False
+    out = [strip(e) for e in mapped(mapper, ours)]
     check_order(out)
     assert out[0]["type"] == "RUN_STARTED" and out[0]["threadId"] == "th" and out[0]["runId"] == "r"
+    assert out[0]["protocolVersion"] == PROTOCOL_VERSION
     assert out[0]["metadata"] == {"task": "add", "mode": "react"}
     assert out[1:] == [
         {"type": "STEP_STARTED", "stepName": "r:step 1"},
@@ -95,6 +99,8 @@ def test_a_run_that_stopped_on_an_error_ends_with_run_error_and_the_last_steps_e
                           "usage": [{"inputTokens": 5, "outputTokens": 1, "totalTokens": 6}]}
     bare = Trace(task="t", mode="react", run_id="r", stopped_reason="error")
     assert wire(AGUIMapper("th").finish(bare))[0]["message"] == "the run stopped on an error"
+    unnamed = Trace(task="t", mode="react", run_id=None, stopped_reason="final")
+    assert wire(AGUIMapper("th").finish(unnamed))[0]["runId"] == ""
 
 
 def test_a_run_that_raised_closes_what_is_open_and_ends_with_the_exception() -> None:
@@ -156,13 +162,17 @@ def test_a_recorded_step_closes_the_call_started_under_its_key_not_another_of_th
     assert [(e["toolCallId"], e["content"]) for e in results] == [("r:E2", "2"), ("r:E1", "1")]
 
 
-def test_a_step_with_no_key_closes_the_oldest_call_of_its_tool() -> None:
+def test_a_step_closes_the_call_keyed_by_its_index_else_the_oldest_call_of_its_tool() -> None:
     mapper = AGUIMapper("th")
     mapped(mapper, [RunStarted("r", None, "t", "react"), ToolStarted("r", None, 4, "search", {"q": "a"}, "c1"),
-                    ToolStarted("r", None, 4, "add", {"x": 1}, "c2"), ToolStarted("r", None, 4, "search", {"q": "b"}, "c3")])
-    step = Step(index=4, kind="action", raw="", tool="search", args={"q": "a"}, observation="A")
-    [result] = [e for e in mapped(mapper, [StepEvent("r", None, step)]) if e["type"] == "TOOL_CALL_RESULT"]
-    assert result["toolCallId"] == "r:c1"
+                    ToolStarted("r", None, 4, "add", {"x": 1}, "c2"), ToolStarted("r", None, 4, "search", {"q": "b"}, "4"),
+                    ToolStarted("r", None, 4, "search", {"q": "c"}, "c3")])
+    closed = []
+    for _ in range(3):
+        step = Step(index=4, kind="action", raw="", tool="search", args={"q": "?"}, observation="A")
+        closed += [e["toolCallId"] for e in mapped(mapper, [StepEvent("r", None, step)])
+                   if e["type"] == "TOOL_CALL_RESULT"]
+    assert closed == ["r:4", "r:c1", "r:c3"]
 
 
 def test_a_denied_step_shows_its_call_with_the_error_as_the_result() -> None:
