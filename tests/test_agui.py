@@ -179,13 +179,33 @@ def test_a_denied_step_shows_its_call_with_the_error_as_the_result() -> None:
     denied = Step(index=1, kind="denied", raw="x", tool="delete", args=None, error="denied: not now")
     out = [strip(e) for e in mapped(AGUIMapper("th"), [RunStarted("r", None, "t", "react"),
                                                         StepEvent("r", None, denied)])]
-    assert out[2:6] == [
+    assert out[1:6] == [
+        {"type": "STEP_STARTED", "stepName": "r:step 1"},
         {"type": "TOOL_CALL_START", "toolCallId": "r:1:delete", "toolCallName": "delete"},
         {"type": "TOOL_CALL_ARGS", "toolCallId": "r:1:delete", "delta": "{}"},
         {"type": "TOOL_CALL_END", "toolCallId": "r:1:delete"},
         {"type": "TOOL_CALL_RESULT", "messageId": "r:1:delete:result", "toolCallId": "r:1:delete",
          "content": "denied: not now", "role": "tool"},
     ]
+
+
+def test_a_tool_step_with_neither_observation_nor_error_has_an_empty_result() -> None:
+    bare = Step(index=1, kind="action", raw="x", tool="add", args={"x": 1})
+    out = mapped(AGUIMapper("th"), [RunStarted("r", None, "t", "react"), StepEvent("r", None, bare)])
+    [result] = [e for e in out if e["type"] == "TOOL_CALL_RESULT"]
+    assert result["content"] == ""
+
+
+def test_a_run_that_ends_while_a_child_is_mid_step_closes_both_frames() -> None:
+    ours: list[Event] = [RunStarted("r", None, "t", "react"), ModelDelta("r", None, 1, "Thought: ask"),
+                         RunStarted("c", "helper", "sub", "react"), ModelDelta("c", "helper", 1, "Thought: hm")]
+    trace = Trace(task="t", mode="react", run_id="r", stopped_reason="max_steps")
+    for end in (lambda m: m.finish(trace), lambda m: m.fail(RuntimeError("journal gone"))):
+        mapper = AGUIMapper("th")
+        mapped(mapper, ours)
+        closing = [(e["type"], e.get("subagentRunId")) for e in wire(end(mapper))]
+        assert closing[:-1] == [("TEXT_MESSAGE_END", None), ("STEP_FINISHED", None),
+                                ("TEXT_MESSAGE_END", "c"), ("STEP_FINISHED", "c")]
 
 
 def test_a_step_without_a_tool_has_no_call_and_its_text_is_not_repeated() -> None:
