@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from typing import Any
 
@@ -443,3 +444,22 @@ def test_an_async_tool_sees_its_call_under_the_async_driver() -> None:
 
     run_async(lw.arun("q", lw.ScriptedPolicy([act("probe", "{}"), final("ok")]), lw.ToolRegistry([probe])))
     assert seen == [("1", 1, "probe")]
+
+
+def test_exactly_once_holds_across_concurrent_rewoo_workers_on_the_loop() -> None:
+    paid: list[tuple[str, int | None]] = []
+
+    @lw.tool(side_effects="write", idempotency_key="request_id")
+    async def send_payment(to: str, cents: int, request_id: str) -> str:
+        """Send a payment."""
+        call = lw.current_call()
+        await asyncio.sleep(0.05)  # the four workers overlap: without the per-key lock each would pay
+        paid.append((request_id, call.attempt if call is not None else None))
+        return f"sent {cents} to {to}"
+
+    args = {"to": "bob", "cents": 5, "request_id": "same"}
+    plan = {"plan": [{"id": f"E{i}", "tool": "send_payment", "args": args} for i in range(1, 5)]}
+    trace = run_async(lw.arun("t", lw.ScriptedPolicy([json.dumps(plan), "x"]), lw.ToolRegistry([send_payment]),
+                              mode="rewoo"))
+    assert paid == [("same", 1)] and trace.tool_calls == 1
+    assert {s.observation for s in trace.steps if s.kind == "action"} == {"sent 5 to bob"}
