@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -341,6 +342,8 @@ class AsyncParts:
         return self.script.pop(0)
 
     async def astream(self, request: lw.ModelRequest) -> Any:
+        assert threading.current_thread() is threading.main_thread()  # on the caller's loop, not a thread
+        assert "Question: q" in request.prompt
         reply = self.script.pop(0)
         for part in (reply[:7], reply[7:]):
             await asyncio.sleep(0)
@@ -373,11 +376,14 @@ def test_a_watched_run_holds_its_wall_clock_for_async_and_sync_streams() -> None
             yield "Thought: "
             await asyncio.Event().wait()
 
+    threads: list[str] = []
+
     class Blocks:
         def complete(self, request: lw.ModelRequest) -> str:
             return final("never")
 
         def stream(self, request: lw.ModelRequest) -> Any:
+            threads.append(threading.current_thread().name)
             yield "Thought: "
             release.wait(10)
             yield "late"
@@ -387,10 +393,13 @@ def test_a_watched_run_holds_its_wall_clock_for_async_and_sync_streams() -> None
 
     try:
         for policy in (Hangs(), Blocks()):
+            started = time.perf_counter()
             events = run_async(collect(policy))
             assert events[-1].trace.stopped_reason == "timeout"  # type: ignore[union-attr]
+            assert time.perf_counter() - started < 5
     finally:
         release.set()
+    assert threads == ["loopwright-policy"]
 
 
 def test_a_blocking_sync_policy_is_held_to_the_wall_clock_on_a_thread_of_its_own() -> None:
@@ -431,7 +440,7 @@ def test_an_approver_is_asked_off_the_event_loop() -> None:
     assert trace.final_answer == "done"
 
 
-def test_an_async_tool_sees_its_call_under_the_async_driver() -> None:
+def test_an_async_tool_sees_its_call_under_the_async_driver(tmp_path: Any) -> None:
     seen: list[tuple[str, int, str]] = []
 
     @lw.tool
@@ -443,10 +452,13 @@ def test_an_async_tool_sees_its_call_under_the_async_driver() -> None:
         return "ok"
 
     run_async(lw.arun("q", lw.ScriptedPolicy([act("probe", "{}"), final("ok")]), lw.ToolRegistry([probe])))
-    assert seen == [("1", 1, "probe")]
+    with lw.SQLiteStore(tmp_path / "runs.db") as store:  # journaled: the gate counts the attempt
+        run_async(lw.arun("q", lw.ScriptedPolicy([act("probe", "{}"), final("ok")]), lw.ToolRegistry([probe]),
+                          store=store, run_id="r"))
+    assert seen == [("1", 1, "probe"), ("1", 1, "probe")]
 
 
-def test_exactly_once_holds_across_concurrent_rewoo_workers_on_the_loop() -> None:
+def test_exactly_once_holds_across_concurrent_rewoo_workers_on_the_loop(tmp_path: Any) -> None:
     paid: list[tuple[str, int | None]] = []
 
     @lw.tool(side_effects="write", idempotency_key="request_id")
@@ -459,7 +471,8 @@ def test_exactly_once_holds_across_concurrent_rewoo_workers_on_the_loop() -> Non
 
     args = {"to": "bob", "cents": 5, "request_id": "same"}
     plan = {"plan": [{"id": f"E{i}", "tool": "send_payment", "args": args} for i in range(1, 5)]}
-    trace = run_async(lw.arun("t", lw.ScriptedPolicy([json.dumps(plan), "x"]), lw.ToolRegistry([send_payment]),
-                              mode="rewoo"))
+    with lw.SQLiteStore(tmp_path / "runs.db") as store:
+        trace = run_async(lw.arun("t", lw.ScriptedPolicy([json.dumps(plan), "x"]), lw.ToolRegistry([send_payment]),
+                                  mode="rewoo", store=store, run_id="pay"))
     assert paid == [("same", 1)] and trace.tool_calls == 1
     assert {s.observation for s in trace.steps if s.kind == "action"} == {"sent 5 to bob"}
