@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -312,3 +314,165 @@ def test_a_policy_that_raises_ends_the_async_run_with_error_like_the_sync_one() 
     trace = run_async(lw.arun("q", policy, make_registry()))
     assert trace.stopped_reason == "error"
     assert trace.steps[0].error == "policy raised RuntimeError: backend down"
+
+
+# -- what a watcher sees under the async driver -------------------------------------------
+
+
+def _seen(event: lw.Event) -> tuple[Any, ...]:
+    """An event without what differs between two runs (run ids, timings)."""
+    if isinstance(event, lw.ToolStarted):
+        return (event.kind, event.step, event.tool, event.args, event.call_key)
+    if isinstance(event, lw.ToolFinished):
+        return (event.kind, event.step, event.tool, event.call_key, event.error)
+    if isinstance(event, lw.ModelDelta):
+        return (event.kind, event.step, event.text)
+    if isinstance(event, lw.StepEvent):
+        return (event.kind, event.step.index, event.step.tool, event.step.observation)
+    return (event.kind,)
+
+
+class AsyncParts:
+    """An async model that streams each reply of `script` in two parts."""
+
+    def __init__(self, script: list[str]) -> None:
+        self.script = list(script)
+
+    async def acomplete(self, request: lw.ModelRequest) -> str:
+        return self.script.pop(0)
+
+    async def astream(self, request: lw.ModelRequest) -> Any:
+        assert threading.current_thread() is threading.main_thread()  # on the caller's loop, not a thread
+        assert "Question: q" in request.prompt
+        reply = self.script.pop(0)
+        for part in (reply[:7], reply[7:]):
+            await asyncio.sleep(0)
+            yield part
+
+
+@pytest.mark.parametrize("mode", ["react", "rewoo"])
+def test_aiter_events_reports_what_iter_events_reports_field_by_field(mode: str) -> None:
+    script = {"react": [act("add", '{"x": 2, "y": 3}'), act("divide", '{"x": 1, "y": 0}'), final("5")],
+              "rewoo": [PLAN, "Final Answer: 20"]}[mode]
+    streamed = [(s[:7], s[7:]) for s in script]
+    sync = [_seen(e) for e in lw.iter_events("q", lw.ScriptedPolicy(streamed), make_registry(), mode=mode)]
+
+    async def collect(policy: Any) -> list[tuple[Any, ...]]:
+        return [_seen(e) async for e in lw.aiter_events("q", policy, make_registry(), mode=mode)]
+
+    for policy in (lw.ScriptedPolicy(streamed), AsyncParts(script)):
+        assert run_async(collect(policy)) == sync
+    assert ("tool_finished", 2, "divide", "2", True) in sync or mode == "rewoo"
+
+
+def test_a_watched_run_holds_its_wall_clock_for_async_and_sync_streams() -> None:
+    release = threading.Event()
+
+    class Hangs:
+        async def acomplete(self, request: lw.ModelRequest) -> str:
+            return final("never")
+
+        async def astream(self, request: lw.ModelRequest) -> Any:
+            yield "Thought: "
+            await asyncio.Event().wait()
+
+    threads: list[str] = []
+
+    class Blocks:
+        def complete(self, request: lw.ModelRequest) -> str:
+            return final("never")
+
+        def stream(self, request: lw.ModelRequest) -> Any:
+            threads.append(threading.current_thread().name)
+            yield "Thought: "
+            release.wait(10)
+            yield "late"
+
+    async def collect(policy: Any) -> list[lw.Event]:
+        return [e async for e in lw.aiter_events("q", policy, make_registry(), timeout_s=0.3)]
+
+    try:
+        for policy in (Hangs(), Blocks()):
+            started = time.perf_counter()
+            events = run_async(collect(policy))
+            assert events[-1].trace.stopped_reason == "timeout"  # type: ignore[union-attr]
+            assert time.perf_counter() - started < 5
+    finally:
+        release.set()
+    assert threads == ["loopwright-policy"]
+
+
+def test_a_blocking_sync_policy_is_held_to_the_wall_clock_on_a_thread_of_its_own() -> None:
+    release, threads = threading.Event(), []
+
+    def policy(prompt: str) -> str:
+        threads.append(threading.current_thread().name)
+        release.wait(10)
+        return final("late")
+
+    try:
+        trace = run_async(lw.arun("q", policy, make_registry(), timeout_s=0.3))
+    finally:
+        release.set()
+    assert trace.stopped_reason == "timeout" and threads == ["loopwright-policy"]
+
+
+def test_an_approver_is_asked_off_the_event_loop() -> None:
+    asked: list[str] = []
+
+    @lw.tool(requires_approval=True, side_effects="write")
+    def send(text: str) -> str:
+        """Send a message."""
+        return f"sent {text}"
+
+    def approver(request: lw.ApprovalRequest) -> bool:
+        try:
+            asyncio.get_running_loop()
+            asked.append("on the loop")
+        except RuntimeError:
+            asked.append(threading.current_thread().name)
+        return True
+
+    script = lw.ScriptedPolicy([act("send", '{"text": "hi"}'), act("nope", "{}"), final("done")])
+    trace = run_async(lw.arun("q", script, lw.ToolRegistry([send]), approver=approver, timeout_s=30))
+    assert len(asked) == 1 and asked[0].startswith("loopwright-") and trace.steps[0].observation == "sent hi"
+    assert trace.steps[1].error is not None and "nope" in trace.steps[1].error  # an unknown tool: no approval asked
+    assert trace.final_answer == "done"
+
+
+def test_an_async_tool_sees_its_call_under_the_async_driver(tmp_path: Any) -> None:
+    seen: list[tuple[str, int, str]] = []
+
+    @lw.tool
+    async def probe() -> str:
+        """Say which call this is."""
+        call = lw.current_call()
+        assert call is not None
+        seen.append((call.step, call.attempt, call.tool))
+        return "ok"
+
+    run_async(lw.arun("q", lw.ScriptedPolicy([act("probe", "{}"), final("ok")]), lw.ToolRegistry([probe])))
+    with lw.SQLiteStore(tmp_path / "runs.db") as store:  # journaled: the gate counts the attempt
+        run_async(lw.arun("q", lw.ScriptedPolicy([act("probe", "{}"), final("ok")]), lw.ToolRegistry([probe]),
+                          store=store, run_id="r"))
+    assert seen == [("1", 1, "probe"), ("1", 1, "probe")]
+
+
+def test_exactly_once_holds_across_concurrent_rewoo_workers_on_the_loop(tmp_path: Any) -> None:
+    paid: list[tuple[str, int | None]] = []
+
+    @lw.tool(side_effects="write", idempotency_key="request_id")
+    async def send_payment(to: str, cents: int, request_id: str) -> str:
+        """Send a payment."""
+        call = lw.current_call()
+        await asyncio.sleep(0.05)  # the four workers overlap: without the per-key lock each would pay
+        paid.append((request_id, call.attempt if call is not None else None))
+        return f"sent {cents} to {to}"
+
+    args = {"to": "bob", "cents": 5, "request_id": "same"}
+    plan = {"plan": [{"id": f"E{i}", "tool": "send_payment", "args": args} for i in range(1, 5)]}
+    with lw.SQLiteStore(tmp_path / "runs.db") as store:
+        trace = run_async(lw.arun("t", lw.ScriptedPolicy([json.dumps(plan), "x"]), lw.ToolRegistry([send_payment]),
+                                  mode="rewoo", store=store, run_id="pay"))
+    assert paid == [("same", 1)] and trace.tool_calls == 1
+    assert {s.observation for s in trace.steps if s.kind == "action"} == {"sent 5 to bob"}

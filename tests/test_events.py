@@ -8,6 +8,7 @@ import json
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
+from datetime import datetime
 from typing import Any
 
 from hypothesis import given, settings
@@ -292,3 +293,36 @@ def test_a_run_started_for_an_agent_tags_every_event_with_its_name() -> None:
     assert {e.agent for e in seen} == {"researcher"}
     assert seen[0].kind == "run_started" and seen[-1].kind == "run_finished"
 
+
+
+def test_every_kind_of_event_on_the_wire_names_each_field() -> None:
+    @lw.tool(requires_approval=True, side_effects="write")
+    def send(text: str) -> str:
+        """Send a message."""
+        return "sent"
+
+    seen: list[lw.Event] = []
+    script = lw.ScriptedPolicy([act("send", '{"text": "hi"}'), final("sent")])
+    trace = start(lw.RunSpec("greet", approver=lambda request: True), script, lw.ToolRegistry([send]),
+                  sinks=[seen.append], agent="courier").run()
+    run = {"run_id": seen[0].run_id, "agent": "courier"}
+    wire = {e.kind: e.to_dict() for e in seen}  # the last of each kind
+    assert wire["run_started"] == {"kind": "run_started", **run, "task": "greet", "mode": "react"}
+    assert wire["model_delta"] == {"kind": "model_delta", **run, "step": 2, "text": final("sent")}
+    asked = next(e for e in seen if isinstance(e, lw.ApprovalRequested))
+    assert wire["approval_requested"] == {"kind": "approval_requested", **run, "request": asked.request.to_dict()}
+    assert wire["approval_requested"]["request"]["args"] == {"text": "hi"}
+    assert wire["tool_started"] == {"kind": "tool_started", **run, "step": 1, "tool": "send",
+                                    "args": {"text": "hi"}, "call_key": "1"}
+    finished = next(e for e in seen if isinstance(e, lw.ToolFinished))
+    assert wire["tool_finished"] == {"kind": "tool_finished", **run, "step": 1, "tool": "send", "call_key": "1",
+                                     "seconds": finished.seconds, "error": False}
+    assert wire["step"] == {"kind": "step", **run, "step": trace.steps[-1].to_dict()}
+    assert wire["run_finished"] == {"kind": "run_finished", **run, "trace": trace.to_dict()}
+
+
+def test_tool_arguments_json_cannot_hold_go_on_the_wire_as_text() -> None:
+    when = datetime(2026, 1, 2, 3, 4, 5)
+    event = lw.ToolStarted("r1", None, 1, "remind", {"at": when, "to": ["ann"]}, "1")
+    assert event.to_dict()["args"] == {"at": str(when), "to": ["ann"]}
+    assert event.args == {"at": when, "to": ["ann"]}  # the event itself keeps the values

@@ -16,7 +16,15 @@ from hypothesis import strategies as st
 import loopwright as lw
 from conftest import STORE_KINDS, open_journal
 from loopwright.durable.base import StoreBase
-from loopwright.modes.handles import READ_OUTPUT_SCHEMA, read_output, view
+from loopwright.modes.handles import (
+    READ_OUTPUT_SCHEMA,
+    keep_output,
+    keep_text,
+    read_output,
+    stub,
+    view,
+)
+from loopwright.tools.results import ToolError, ToolResult
 from loopwright.trace import estimate_tokens, load_trace
 
 HANDLE = re.compile(r'read_output\(handle="([^"]+)"')
@@ -305,3 +313,74 @@ def test_a_summarised_prompt_still_names_the_kept_results_it_folded_away() -> No
     assert "Results kept whole, read_output(handle, offset, length) reads them: out-1 (12000 chars)" in prompt
     assert all("out-1" in p for p in prompts[1:])
     assert max(estimate_tokens(p) for p in prompts) <= 1_000
+
+
+def test_a_view_under_a_cap_of_four_shows_the_head_and_no_tail() -> None:
+    assert view("abcdefgh", "out-2", 3) == (
+        'abc\n…[output out-2: 8 chars in all, shown: the first 3 and the last 0; '
+        'read the rest with read_output(handle="out-2", offset=3, length=3)]…\n')
+
+
+def test_a_kept_result_changes_only_what_the_model_sees() -> None:
+    error = ToolError("dump", "x" * 50, "raised")
+    for result in (ToolResult("dump", {"rows": 9}, ["a", "b"], "y" * 50, None, 0.25),
+                   ToolResult("dump", {"rows": 9}, None, error.as_observation(), error, 0.25)):
+        outputs: dict[str, str] = {}
+        shown, notes = keep_output(outputs, "4", result, 20)
+        assert shown == ToolResult("dump", {"rows": 9}, result.value, view(result.observation, "out-4", 20),
+                                   result.error, 0.25)
+        assert outputs == {"out-4": result.observation}
+        assert notes == {"output": "out-4", "output_chars": len(result.observation)}
+
+
+def test_a_cap_of_zero_keeps_every_nonempty_result_and_a_negative_cap_keeps_none() -> None:
+    result = ToolResult("dump", {}, "x", "x", None, 0.0)
+    outputs: dict[str, str] = {}
+    assert keep_output(outputs, "1", result, 0)[1] == {"output": "out-1", "output_chars": 1}
+    assert keep_output(outputs, "2", ToolResult("dump", {}, "", "", None, 0.0), 0) == (
+        ToolResult("dump", {}, "", "", None, 0.0), None)
+    assert keep_output(outputs, "3", result, -1) == (result, None)
+    assert outputs == {"out-1": "x"}
+    assert read_output(outputs, {"handle": "out-1"}, 0).observation == ""  # never more than the cap
+
+
+def test_keep_text_files_a_folded_result_once_under_its_calls_handle() -> None:
+    outputs = {"out-1": "first"}
+    assert keep_text(outputs, "1", "second") == "out-1"
+    assert keep_text(outputs, "E2", "evidence") == "out-E2"
+    assert outputs == {"out-1": "first", "out-E2": "evidence"}
+
+
+def test_a_stub_names_the_handle_and_an_offset_only_when_there_is_one() -> None:
+    assert stub("out-3", 1200) == '[result folded away (1200 chars): read_output(handle="out-3") reads it back]'
+    assert stub("out-3", 400, 800) == (
+        '[result folded away (400 chars): read_output(handle="out-3", offset=800) reads it back]')
+
+
+def test_with_no_cap_read_output_reads_to_the_end_or_the_length_asked() -> None:
+    outputs = {"out-1": "0123456789"}
+    assert read_output(outputs, {"handle": "out-1", "offset": 4}, -1).observation == "456789"
+    assert read_output(outputs, {"handle": "out-1", "offset": 4, "length": 3}, -1).observation == "456"
+
+
+def test_read_output_answers_as_the_read_output_tool_with_the_args_it_was_given() -> None:
+    outputs = {"out-1": "0123456789"}
+    for args in ({"handle": "out-1", "length": 2}, {"handle": "out-1", "offset": 99}):
+        result = read_output(outputs, args, 50)
+        assert (result.name, result.args, result.value, result.duration_s) == ("read_output", args, None, 0.0)
+
+
+def test_an_unknown_handle_lists_the_first_eight_of_the_runs_handles() -> None:
+    def says(outputs: dict[str, str]) -> str:
+        return read_output(outputs, {"handle": "out-x"}, 50).observation
+
+    assert says({}).endswith("unknown handle 'out-x' (this run's handles: none yet)")
+    many = {f"out-{n}": "text" for n in range(1, 11)}
+    assert says(many).endswith("(this run's handles: out-1, out-2, out-3, out-4, out-5, out-6, out-7, out-8)")
+
+
+def test_bad_read_output_arguments_are_named_all_at_once() -> None:
+    assert read_output({}, {"handle": "out-1", "page": 2, "from": 1}, 50).observation.endswith(
+        "invalid args: unknown argument(s) from, page; read_output takes handle, offset, length")
+    assert read_output({}, {"handle": None}, 50).observation.endswith(
+        'invalid args: handle must be a string such as "out-3"')

@@ -32,9 +32,9 @@ EventKind = Literal[
 ]
 
 
-def _args(args: dict[str, Any] | None) -> Any:
+def _args(args: dict[str, Any]) -> Any:
     """Tool arguments made JSON-safe the way the trace makes them (`default=str`)."""
-    return None if args is None else json.loads(json.dumps(args, default=str))
+    return json.loads(json.dumps(args, default=str))
 
 
 @dataclass(frozen=True, slots=True)

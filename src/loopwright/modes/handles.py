@@ -47,7 +47,7 @@ def view(text: str, handle: str, cap: int) -> str:
     naming the handle, the size and how to read on, and the last quarter."""
     head = cap - cap // 4
     tail = cap // 4
-    end = text[len(text) - tail:] if tail else ""
+    end = text[len(text) - tail:]  # "" when tail is 0
     return (
         f"{text[:head]}\n…[output {handle}: {len(text)} chars in all, shown: the first {head} and the last "
         f"{tail}; read the rest with read_output(handle=\"{handle}\", offset={head}, length={cap})]…\n{end}"
