@@ -21,12 +21,13 @@ TIMINGS = {"started_at", "duration_s"}
 
 
 def comparable(value: Any) -> Any:
-    """A trace dict without wall-clock facts (timestamps, durations, *_s timings)."""
+    """A trace dict without wall-clock facts (timestamps, durations, *_s timings) or a tool
+    error's traceback (its frames name the checkout's own paths)."""
     if isinstance(value, dict):
         return {
             k: comparable(v)
             for k, v in value.items()
-            if k not in TIMINGS and not (isinstance(k, str) and k.endswith("_s"))
+            if k not in TIMINGS and k != "traceback" and not (isinstance(k, str) and k.endswith("_s"))
         }
     if isinstance(value, list):
         return [comparable(v) for v in value]
