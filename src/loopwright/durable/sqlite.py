@@ -246,7 +246,7 @@ class SQLiteStore(StoreBase):
         with _transaction(conn, "BEGIN"):  # one consistent read of tables and version
             version = _check_schema(conn, self.path)
         if not memory:
-            conn.execute("PRAGMA journal_mode=WAL")
+            _switch_to_wal(conn, self._busy_s)
             conn.execute(f"PRAGMA wal_autocheckpoint={checkpoint_pages}")
             conn.execute(f"PRAGMA journal_size_limit={_WAL_SIZE_LIMIT}")
         if version < len(_MIGRATIONS):
@@ -380,6 +380,24 @@ def check_lease(lease_s: float) -> float:
     if isinstance(lease_s, bool) or not isinstance(lease_s, int | float) or not 0 < lease_s < 10**9:
         raise ValueError(f"lease_s must be a positive number of seconds, got {lease_s!r}")
     return float(lease_s)
+
+
+def _switch_to_wal(conn: sqlite3.Connection, busy_s: float) -> None:
+    """Put the file in WAL mode, waiting up to `busy_s` for other processes. SQLite answers
+    a journal-mode change "database is locked" at once, without its busy handler, while
+    another process's last connection closes the file (checkpointing and removing its
+    log), so this waits here instead, with a short backoff, for as long as a lock may."""
+    deadline = time.monotonic() + busy_s
+    pause = 0.001
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
 
 
 @contextmanager
