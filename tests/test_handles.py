@@ -323,22 +323,22 @@ def test_a_view_under_a_cap_of_four_shows_the_head_and_no_tail() -> None:
 
 def test_a_kept_result_changes_only_what_the_model_sees() -> None:
     error = ToolError("dump", "x" * 50, "raised")
-    for result in (ToolResult("dump", {"rows": 9}, ["a", "b"], "y" * 50, None, 0.25),
-                   ToolResult("dump", {"rows": 9}, None, error.as_observation(), error, 0.25)):
+    for result in (ToolResult("dump", {"rows": 9}, ["a", "b"], observation="y" * 50, error=None, duration_s=0.25),
+                   ToolResult("dump", {"rows": 9}, None, observation=error.as_observation(), error=error, duration_s=0.25)):
         outputs: dict[str, str] = {}
         shown, notes = keep_output(outputs, "4", result, 20)
-        assert shown == ToolResult("dump", {"rows": 9}, result.value, view(result.observation, "out-4", 20),
-                                   result.error, 0.25)
+        assert shown == ToolResult("dump", {"rows": 9}, result.value, observation=view(result.observation, "out-4", 20),
+                                   error=result.error, duration_s=0.25)
         assert outputs == {"out-4": result.observation}
         assert notes == {"output": "out-4", "output_chars": len(result.observation)}
 
 
 def test_a_cap_of_zero_keeps_every_nonempty_result_and_a_negative_cap_keeps_none() -> None:
-    result = ToolResult("dump", {}, "x", "x", None, 0.0)
+    result = ToolResult("dump", {}, "x", observation="x", error=None, duration_s=0.0)
     outputs: dict[str, str] = {}
     assert keep_output(outputs, "1", result, 0)[1] == {"output": "out-1", "output_chars": 1}
-    assert keep_output(outputs, "2", ToolResult("dump", {}, "", "", None, 0.0), 0) == (
-        ToolResult("dump", {}, "", "", None, 0.0), None)
+    assert keep_output(outputs, "2", ToolResult("dump", {}, "", observation="", error=None, duration_s=0.0), 0) == (
+        ToolResult("dump", {}, "", observation="", error=None, duration_s=0.0), None)
     assert keep_output(outputs, "3", result, -1) == (result, None)
     assert outputs == {"out-1": "x"}
     assert read_output(outputs, {"handle": "out-1"}, 0).observation == ""  # never more than the cap

@@ -323,4 +323,4 @@ def test_the_layout_check_catches_a_module_left_out():
     readme = (SRC.parents[1] / "README.md").read_text("utf-8")
     assert "tot.py" in readme_layout(readme)["modes"]
     assert "tot.py" not in readme_layout(readme.replace("tot.py", "tot"))["modes"]
-    assert "_slots.py" in readme_layout(readme)[""]
+    assert "calls.py" in readme_layout(readme)[""]

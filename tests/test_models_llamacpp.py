@@ -109,7 +109,7 @@ def test_a_constrained_step_closes_even_when_max_tokens_is_too_small(model: Any)
         tools=lw.prompts.describe_tools(schemas), task="When was Alan Turing born?",
         examples=lw.prompts.worked_examples(list(demo_registry())),
     )
-    request = lw.ModelRequest(prompt, lw.prompts.STOP_JSON, "react", schemas, max_tokens=4)
+    request = lw.ModelRequest(prompt, lw.prompts.STOP_JSON, "react", tools=schemas, max_tokens=4)
     out = model.complete(request)
     assert out.meta["grammar"] is True and out.meta["finish_reason"] == "stop"
     assert out.usage is not None and out.usage.completion_tokens > 4

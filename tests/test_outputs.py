@@ -130,8 +130,8 @@ def test_an_output_type_neither_pydantic_nor_json_schema_is_a_type_error() -> No
 def test_the_local_model_grammar_holds_the_answer_to_the_schema() -> None:
     schema = lw.outputs.output_spec(City).schema  # type: ignore[union-attr]
     tools = tuple(REGISTRY.schemas())
-    react = grammar_for(lw.ModelRequest("q\nThought:", (), "react", tools, output_schema=schema))
-    solve = grammar_for(lw.ModelRequest("q", (), "solve", tools, output_schema=schema))
+    react = grammar_for(lw.ModelRequest("q\nThought:", (), "react", tools=tools, output_schema=schema))
+    solve = grammar_for(lw.ModelRequest("q", (), "solve", tools=tools, output_schema=schema))
     out_rule = 'out ::= "{" "\\"name\\"" ": " json-string-1-80 ", " "\\"population\\"" ": " json-integer "}"'
     assert react is not None and 'answer ::= out' in react and out_rule in react
     assert solve == answer_grammar(schema) and out_rule in solve
@@ -145,7 +145,7 @@ def model() -> Any:
 @pytest.mark.slow
 def test_the_react_step_grammar_admits_only_an_answer_in_the_schema(model: Any) -> None:
     schema = lw.outputs.output_spec(City).schema  # type: ignore[union-attr]
-    grammar = grammar_for(lw.ModelRequest("q\nThought:", (), "react", tuple(REGISTRY.schemas()), output_schema=schema))
+    grammar = grammar_for(lw.ModelRequest("q\nThought:", (), "react", tools=tuple(REGISTRY.schemas()), output_schema=schema))
     assert grammar is not None
     assert model.grammar_accepts(grammar, ' done\nFinal Answer: {"name": "Lyon", "population": 522000}')
     assert not model.grammar_accepts(grammar, " done\nFinal Answer: Lyon has 522000 people")

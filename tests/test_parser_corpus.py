@@ -322,7 +322,7 @@ SERVER_MESSAGES: list[tuple[str, dict[str, Any], list[Action] | str]] = [
         {"role": "assistant", "content": None, "tool_calls": [
             {"id": "call_0", "type": "function",
              "function": {"name": "lookup", "arguments": '{"topic": "Eiffel&#39;s tower"}'}}]},
-        [Action("", "lookup", {"topic": "Eiffel's tower"}, "call_0")],
+        [Action("", "lookup", {"topic": "Eiffel's tower"}, call_id="call_0")],
     ),
     (
         "entities-around-syntax",
@@ -330,20 +330,20 @@ SERVER_MESSAGES: list[tuple[str, dict[str, Any], list[Action] | str]] = [
             {"id": "call_1", "type": "function",
              "function": {"name": "search",
                           "arguments": "{&quot;query&quot;: &quot;it&#39;s Nice&quot;}"}}]},
-        [Action("", "search", {"query": "it's Nice"}, "call_1")],
+        [Action("", "search", {"query": "it's Nice"}, call_id="call_1")],
     ),
     (
         "raw-newline",
         {"role": "assistant", "content": "Let me write it.", "tool_calls": [
             {"id": "call_2", "type": "function",
              "function": {"name": "write_note", "arguments": '{"text": "a\nb"}'}}]},
-        [Action("Let me write it.", "write_note", {"text": "a\nb"}, "call_2")],
+        [Action("Let me write it.", "write_note", {"text": "a\nb"}, call_id="call_2")],
     ),
     (
         "empty-arguments",
         {"role": "assistant", "content": None, "tool_calls": [
             {"id": "call_3", "type": "function", "function": {"name": "now", "arguments": ""}}]},
-        [Action("", "now", {}, "call_3")],
+        [Action("", "now", {}, call_id="call_3")],
     ),
     (
         "arguments-not-an-object",

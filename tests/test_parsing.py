@@ -690,8 +690,8 @@ def test_tool_calls_from_dict_message() -> None:
         ],
     }
     assert parse_tool_calls(message) == [
-        Action("Looking it up.", "search", {"q": "france"}, "call_1"),
-        Action("Looking it up.", "now", {}, "call_2"),
+        Action("Looking it up.", "search", {"q": "france"}, call_id="call_1"),
+        Action("Looking it up.", "now", {}, call_id="call_2"),
     ]
 
 
@@ -699,7 +699,7 @@ def test_tool_calls_from_sdk_object_via_getattr() -> None:
     message = SimpleNamespace(content=None, tool_calls=[SimpleNamespace(
         id="c9", type="function",
         function=SimpleNamespace(name="search", arguments='{"q": "it&#39;s"}'))])
-    assert parse_tool_calls(message) == [Action("", "search", {"q": "it's"}, "c9")]
+    assert parse_tool_calls(message) == [Action("", "search", {"q": "it's"}, call_id="c9")]
 
 
 def test_tool_calls_from_real_openai_sdk_message() -> None:
@@ -709,12 +709,12 @@ def test_tool_calls_from_real_openai_sdk_message() -> None:
         "tool_calls": [{"id": "c1", "type": "function",
                         "function": {"name": "calc", "arguments": '{"e": "1 +\n 2"}'}}],
     })
-    assert parse_tool_calls(message) == [Action("", "calc", {"e": "1 +\n 2"}, "c1")]
+    assert parse_tool_calls(message) == [Action("", "calc", {"e": "1 +\n 2"}, call_id="c1")]
 
 
 def test_tool_calls_from_toolcall_sequence_and_completion() -> None:
     calls = (ToolCall("search", '{"q": 1}', "a"), ToolCall("now", "  "))
-    expected = [Action("", "search", {"q": 1}, "a"), Action("", "now", {}, None)]
+    expected = [Action("", "search", {"q": 1}, call_id="a"), Action("", "now", {}, call_id=None)]
     assert parse_tool_calls(list(calls)) == expected
     done = parse_tool_calls(Completion("thinking", tool_calls=calls))
     assert [a.thought for a in done] == ["thinking", "thinking"]

@@ -1,8 +1,7 @@
-"""The records made at every step and run are built faster than a frozen dataclass's own
-__init__ (loopwright._slots.fast_frozen: allocated as a writable subclass, filled by a
-generated __init__, handed their own class before anyone sees them): Step, Usage,
-ModelRequest, RunSpec, Action, FinalAnswer and ToolResult. They must still behave exactly
-like frozen dataclasses."""
+"""The records made at every step and run (Step, Usage, ModelRequest, RunSpec, Action,
+FinalAnswer, ToolResult) are plain frozen slots dataclasses: built from their fields,
+positionally up to the third and by keyword past it, frozen, replaceable, equal by value,
+and they survive copy and pickle."""
 
 from __future__ import annotations
 
@@ -14,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from loopwright._slots import fast_frozen
 from loopwright.modes.spec import RunSpec
 from loopwright.parsing.steps import Action, FinalAnswer
 from loopwright.policy import ModelRequest
@@ -36,28 +34,45 @@ SAMPLES: list[tuple[type, dict[str, Any]]] = [
                   "error": ToolError("div", "boom", "exception"), "duration_s": 0.1}),
     (FinalAnswer, {"thought": "t", "answer": "42"}),
 ]
+ids = [cls.__name__ for cls, _ in SAMPLES]
 
 
-@pytest.mark.parametrize(("cls", "values"), SAMPLES, ids=lambda v: getattr(v, "__name__", ""))
+@pytest.mark.parametrize(("cls", "values"), SAMPLES, ids=ids)
 def test_every_field_is_set_from_its_own_argument(cls: type, values: dict[str, Any]) -> None:
     names = [f.name for f in dataclasses.fields(cls)]
     assert names == list(values)  # the sample covers every field, in order
     assert list(inspect.signature(cls).parameters) == names
-    by_keyword = cls(**values)
-    by_position = cls(*values.values())
+    record = cls(**values)
     for name, value in values.items():
-        assert getattr(by_keyword, name) is value
-        assert getattr(by_position, name) is value
-    assert by_keyword == by_position
+        assert getattr(record, name) is value
+    positional = list(values.values())[:3]
+    assert cls(*positional, **dict(list(values.items())[3:])) == record
 
 
-@pytest.mark.parametrize(("cls", "values"), SAMPLES, ids=lambda v: getattr(v, "__name__", ""))
+@pytest.mark.parametrize(("cls", "values"), SAMPLES, ids=ids)
+def test_fields_past_the_third_are_keyword_only(cls: type, values: dict[str, Any]) -> None:
+    kinds = [p.kind for p in inspect.signature(cls).parameters.values()]
+    assert all(kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for kind in kinds[:3])
+    assert all(kind is inspect.Parameter.KEYWORD_ONLY for kind in kinds[3:])
+    if len(values) > 3:
+        with pytest.raises(TypeError):
+            cls(*values.values())
+
+
+def test_a_run_spec_takes_the_task_and_mode_by_position_and_the_rest_by_keyword() -> None:
+    spec = RunSpec("t", "rewoo", max_steps=3)
+    assert (spec.task, spec.mode, spec.max_steps) == ("t", "rewoo", 3)
+    with pytest.raises(TypeError):
+        RunSpec("t", "react", 3)  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(("cls", "values"), SAMPLES, ids=ids)
 def test_records_stay_frozen_and_replaceable(cls: type, values: dict[str, Any]) -> None:
     record = cls(**values)
     first = next(iter(values))
     with pytest.raises(dataclasses.FrozenInstanceError):
         setattr(record, first, values[first])
-    with pytest.raises(AttributeError):
+    with pytest.raises((AttributeError, TypeError)):
         object.__setattr__(record, "extra", 1)  # slots: no instance dict to grow
     other = values[first] + 1 if isinstance(values[first], int) else values[first] + "-other"
     changed = dataclasses.replace(record, **{first: other})
@@ -69,137 +84,53 @@ def test_records_stay_frozen_and_replaceable(cls: type, values: dict[str, Any]) 
     assert repr(record).startswith(cls.__name__ + "(")
 
 
-def test_step_defaults_match_its_fields() -> None:
-    a, b = Step(1, "final"), Step(1, "final")
-    assert a.usage == Usage() and a.meta == {} and a.raw == "" and a.prompt_chars is None
-    assert a.meta is not b.meta  # a fresh dict each, as default_factory would give
-    assert Step(1, "final", usage=None).usage == Usage()
-
-
-def test_action_equality_ignores_the_argument_text() -> None:
-    assert Action("t", "add", {"x": 1}, args_text='{"x":1}') == Action("t", "add", {"x": 1})
-    assert "args_text" not in repr(Action("t", "add", {"x": 1}, args_text="{}"))
-    assert Usage(1, 2, 3) + Usage(1, 1, 1, True) == Usage(2, 3, 4, True)
-
-
-FAST = [Step(2, "action", tool="add", args={"x": 1}, meta={"m": 1}), ModelRequest("p", ("x",)),
-        RunSpec("t", "react", max_steps=3, tools=["add"])]
-
-
-@pytest.mark.parametrize("record", FAST, ids=lambda r: type(r).__name__)
-def test_a_fast_frozen_record_is_its_own_class_and_stays_frozen(record: Any) -> None:
-    cls = type(record)
-    assert record.__class__ is cls and cls.__name__ in ("Step", "ModelRequest", "RunSpec")
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        setattr(record, dataclasses.fields(record)[0].name, "x")
-    assert pickle.loads(pickle.dumps(record)) == record
-    assert copy.deepcopy(record) == record and copy.copy(record) == record
-    assert dataclasses.replace(record) == record
-
-
-def test_fast_frozen_runs_post_init_and_default_factories() -> None:
-    assert RunSpec("t", tools=["a", "b"]).tools == ("a", "b")  # __post_init__ ran
-    with pytest.raises(ValueError, match="mode must be one of"):
-        RunSpec("t", "nope")
-    with pytest.raises(TypeError, match="unknown run option"):
-        RunSpec("t", "react", depth=2)
-    assert Step(1, "final").meta is not Step(1, "final").meta
-
-
-def test_a_bad_construction_is_the_usual_type_error() -> None:
-    with pytest.raises(TypeError, match="index"):
-        Step()  # type: ignore[call-arg]
-    with pytest.raises(TypeError, match="bogus"):
-        Step(1, "final", bogus=1)  # type: ignore[call-arg]
-    with pytest.raises(TypeError):
-        ModelRequest("p", (), "react", (), (), None, "json", (), None, "extra")  # type: ignore[call-arg]
-    assert type(Step(1, "final")) is Step  # a failed construction left nothing behind
-
-
-def test_a_subclass_is_built_by_the_dataclass_init() -> None:
-    class Marked(Step):
-        __slots__ = ()
-
-    step = Marked(1, "final", raw="r")
-    assert type(step) is Marked and step.raw == "r" and step.usage == Usage()
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        step.raw = "x"  # type: ignore[misc]
-
-
-@pytest.mark.parametrize(("cls", "values"), SAMPLES, ids=lambda v: getattr(v, "__name__", ""))
-def test_no_way_of_making_a_record_hands_out_its_writer(cls: type, values: dict[str, Any]) -> None:
+@pytest.mark.parametrize(("cls", "values"), SAMPLES, ids=ids)
+def test_records_survive_copy_and_pickle_as_their_own_class(cls: type, values: dict[str, Any]) -> None:
     record = cls(**values)
-    made = [record, cls(*values.values()), copy.copy(record), copy.deepcopy(record),
-            pickle.loads(pickle.dumps(record)), dataclasses.replace(record)]
-    for other in made:
+    for other in (copy.copy(record), copy.deepcopy(record), pickle.loads(pickle.dumps(record))):
         assert type(other) is cls and other == record
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(other, next(iter(values)), None)
 
 
-def test_a_bad_call_names_the_record_and_leaves_it_usable() -> None:
-    with pytest.raises(TypeError, match=r"^Usage\.__init__\(\) got an unexpected keyword argument 'tokens'"):
+def test_step_defaults_match_its_fields() -> None:
+    a, b = Step(1, "final"), Step(1, "final")
+    assert a.usage == Usage() and a.meta == {} and a.raw == "" and a.prompt_chars is None
+    assert a.meta is not b.meta  # a fresh dict each, as default_factory would give
+    assert Step(1, "final", usage=None).usage == Usage()  # type: ignore[arg-type]
+
+
+def test_a_run_spec_checks_itself_when_made() -> None:
+    assert RunSpec("t", tools=["a", "b"]).tools == ("a", "b")
+    with pytest.raises(ValueError, match="mode must be one of"):
+        RunSpec("t", "nope")
+    with pytest.raises(TypeError, match="unknown run option"):
+        RunSpec("t", "react", depth=2)
+
+
+def test_action_equality_ignores_the_argument_text() -> None:
+    assert Action("t", "add", {"x": 1}, args_text='{"x":1}') == Action("t", "add", {"x": 1})
+    assert "args_text" not in repr(Action("t", "add", {"x": 1}, args_text="{}"))
+    assert Usage(1, 2, 3) + Usage(1, 1, 1, estimated=True) == Usage(2, 3, 4, estimated=True)
+
+
+def test_a_bad_construction_is_the_usual_type_error_naming_the_record() -> None:
+    with pytest.raises(TypeError, match="index"):
+        Step()  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="bogus"):
+        Step(1, "final", bogus=1)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match=r"Usage\.__init__\(\) got an unexpected keyword argument 'tokens'"):
         Usage(tokens=3)  # type: ignore[call-arg]
-    with pytest.raises(TypeError, match=r"^Action\.__init__\(\) missing"):
+    with pytest.raises(TypeError, match=r"Action\.__init__\(\) missing"):
         Action("t")  # type: ignore[call-arg]
-    assert type(Action("t", "add", {})) is Action
 
 
-def test_the_first_constructions_are_the_dataclasses_own_and_then_the_writer_takes_over() -> None:
-    @fast_frozen
-    @dataclasses.dataclass(frozen=True, slots=True)
-    class Point:
-        x: int
-        y: int = 0
-        seen: list[int] = dataclasses.field(default_factory=list)
-
-        def __post_init__(self) -> None:
-            self.seen.append(self.x)
-
-    first = Point(1)  # a class built once (a module's constant) makes no writer
-    assert not isinstance(Point.__dict__.get("__new__"), staticmethod)
-    second, third = Point(2, y=3), Point(3, 4, [9])  # the second makes it; the third is built by it
-    assert isinstance(Point.__dict__["__new__"], staticmethod)
-    for point, values in ((first, (1, 0, [1])), (second, (2, 3, [2])), (third, (3, 4, [9, 3]))):
-        assert type(point) is Point and (point.x, point.y, point.seen) == values
-        with pytest.raises(dataclasses.FrozenInstanceError):
-            point.y = 5  # type: ignore[misc]
-
-
-def test_subclasses_at_any_depth_and_dataclass_subclasses_are_built_plainly() -> None:
-    class Marked(Step):
-        __slots__ = ()
-
-    class Deeper(Marked):
-        __slots__ = ()
-
+def test_a_subclass_of_a_record_is_still_a_frozen_record() -> None:
     @dataclasses.dataclass(frozen=True, slots=True)
     class Tagged(Step):
         tag: str = "t"
 
-    deeper, tagged = Deeper(1, "final", raw="r"), Tagged(2, "final", tag="x")
-    assert (type(deeper), deeper.raw, deeper.meta) == (Deeper, "r", {})
+    tagged = Tagged(2, "final", tag="x")
     assert (type(tagged), tagged.tag, tagged.index, tagged.usage) == (Tagged, "x", 2, Usage())
-    assert type(copy.copy(deeper)) is Deeper and copy.copy(deeper) == deeper
     with pytest.raises(dataclasses.FrozenInstanceError):
         tagged.tag = "y"  # type: ignore[misc]
-
-
-def test_fast_frozen_refuses_what_it_cannot_build() -> None:
-    @dataclasses.dataclass(frozen=True)
-    class NoSlots:
-        x: int
-
-    @dataclasses.dataclass(slots=True)
-    class Mutable:
-        x: int
-
-    @dataclasses.dataclass(frozen=True, slots=True)
-    class KeywordOnly:
-        x: int = dataclasses.field(kw_only=True)
-
-    for cls in (NoSlots, Mutable):
-        with pytest.raises(TypeError, match="not a frozen slots dataclass"):
-            fast_frozen(cls)
-    with pytest.raises(TypeError, match="plain init field"):
-        fast_frozen(KeywordOnly)

@@ -174,11 +174,11 @@ def test_a_greedy_model_stuck_on_a_call_is_made_to_change_it(model: Any) -> None
         "Answer with the tool.\nQuestion: q\nThought: look\nAction: lookup\nAction Input: "
         '{"query": "Mountain"}\nObservation: nothing\nThought: look again\nAction: lookup\n'
         'Action Input: {"query": "Mountain"}\nObservation: nothing\nThought:',
-        lw.prompts.STOP_JSON, "react", tuple(registry.schemas()),
+        lw.prompts.STOP_JSON, "react", tools=tuple(registry.schemas()),
     )
     free = lw.parse_react_step(policy.complete(repeat).text)
     constrained = lw.parse_react_step(
-        policy.complete(lw.ModelRequest(repeat.prompt, repeat.stop, "react", repeat.tools,
+        policy.complete(lw.ModelRequest(repeat.prompt, repeat.stop, "react", tools=repeat.tools,
                                         known_calls=(("lookup", {"query": "Mountain"}),))).text  # fmt: skip
     )
     assert isinstance(free, lw.Action) and free.args == {"query": "Mountain"}  # what it does unconstrained

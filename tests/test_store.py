@@ -342,7 +342,7 @@ class Point:
 def reload_tool(store: SQLiteStore, value: object) -> ToolResult:
     _, journal = store.start_run(None, "t", "react", {})
     journal.record_tool_start("E1", "f", {"a": 1})
-    journal.record_tool_result("E1", ToolResult("f", {"a": 1}, value, str(value), None, 0.5))
+    journal.record_tool_result("E1", ToolResult("f", {"a": 1}, value, observation=str(value), error=None, duration_s=0.5))
     journal.flush()
     _, again = store.reopen(journal.run_id)
     state, result = again.recorded_tool("E1")
@@ -364,11 +364,11 @@ def test_tool_values_come_back_as_json_data_or_their_str(store, value, back):
 def test_tool_errors_come_back_as_tool_errors(store):
     _, journal = store.start_run(None, "t", "react", {})
     journal.record_tool_start("3", "f", {})
-    journal.record_tool_result("3", ToolResult("f", {}, None, "ERROR[f]: boom", ToolError("f", "boom", "exception"), 0.1))
+    journal.record_tool_result("3", ToolResult("f", {}, None, observation="ERROR[f]: boom", error=ToolError("f", "boom", "exception"), duration_s=0.1))
     journal.flush()
     _, again = store.reopen(journal.run_id)
-    assert again.recorded_tool("3") == ("done", ToolResult("f", {}, None, "ERROR[f]: boom",
-                                                             ToolError("f", "boom", "exception"), 0.1))
+    assert again.recorded_tool("3") == ("done", ToolResult("f", {}, None, observation="ERROR[f]: boom",
+                                                             error=ToolError("f", "boom", "exception"), duration_s=0.1))
 
 
 def test_completions_come_back_with_usage_native_calls_and_meta(store):
@@ -395,7 +395,7 @@ def test_any_text_and_json_value_round_trips_through_the_journal(tmp_path, task,
     with SQLiteStore(tmp_path / "h.db") as s:
         run_id, journal = s.start_run(None, task, "react", {"tools": None})
         journal.record_tool_start("k", "f", args)
-        journal.record_tool_result("k", ToolResult("f", args, value, "obs", None, 0.0))
+        journal.record_tool_result("k", ToolResult("f", args, value, observation="obs", error=None, duration_s=0.0))
         journal.flush()
         assert s.load_run(run_id).task == task
         _, again = s.reopen(run_id)
@@ -423,7 +423,7 @@ def test_journal_can_be_written_from_many_threads_at_once(store):
             for i in range(25):
                 key = f"{t}:{i}"
                 journal.record_tool_start(key, "f", {"i": i})
-                journal.record_tool_result(key, ToolResult("f", {"i": i}, i, str(i), None, 0.0))
+                journal.record_tool_result(key, ToolResult("f", {"i": i}, i, observation=str(i), error=None, duration_s=0.0))
                 journal.flush()
         except BaseException as exc:  # surfaced below
             errors.append(exc)
@@ -494,7 +494,7 @@ def test_failed_journal_write_is_a_store_error_and_nothing_more_is_written(sqlit
     store = sqlite_store
     run_id, journal = store.start_run(None, "t", "react", {})
     journal.record_tool_start("1", "f", {})
-    journal.record_tool_result("1", ToolResult("f", {}, 5, "5", None, 0.0))  # waits for the step
+    journal.record_tool_result("1", ToolResult("f", {}, 5, observation="5", error=None, duration_s=0.0))  # waits for the step
     real = store._conn
     store._conn = FailingOnce(real, "INSERT INTO steps")  # type: ignore[assignment]
     with pytest.raises(lw.StoreError, match=f"cannot record run '{run_id}': .*disk I/O error"):

@@ -145,8 +145,8 @@ def test_a_runs_usage_is_the_sum_of_what_was_added_read_at_any_time() -> None:
     assert trace.usage == Usage(11, 12, 4)  # read after one call
     for n in range(5):
         trace.add_usage(Usage(n, n, n, estimated=n == 3))
-    assert trace.usage == Usage(21, 22, 14, True)  # read after several: one sum
-    assert trace.usage == Usage(21, 22, 14, True)  # and again, unchanged
+    assert trace.usage == Usage(21, 22, 14, estimated=True)  # read after several: one sum
+    assert trace.usage == Usage(21, 22, 14, estimated=True)  # and again, unchanged
     trace.usage = Usage(1, 1, 1)  # assigned: the total is what was assigned
     trace.add_usage(Usage(1, 0, 0))
     assert trace.usage == Usage(2, 1, 1)
@@ -158,12 +158,12 @@ def test_a_traces_usage_survives_copy_pickle_replace_and_round_trip() -> None:
     import pickle
 
     trace = Trace(task="t", mode="react")
-    trace.add_usage(Usage(3, 2, 1, True))
+    trace.add_usage(Usage(3, 2, 1, estimated=True))
     for other in (copy.deepcopy(trace), pickle.loads(pickle.dumps(trace)), dataclasses.replace(trace)):
-        assert other.usage == Usage(3, 2, 1, True) and other == trace
+        assert other.usage == Usage(3, 2, 1, estimated=True) and other == trace
         other.add_usage(Usage(1, 1, 1))  # each its own: the original's total is untouched
-        assert other.usage == Usage(4, 3, 2, True) and trace.usage == Usage(3, 2, 1, True)
-    assert Trace.from_dict(trace.to_dict()).usage == Usage(3, 2, 1, True)
+        assert other.usage == Usage(4, 3, 2, estimated=True) and trace.usage == Usage(3, 2, 1, estimated=True)
+    assert Trace.from_dict(trace.to_dict()).usage == Usage(3, 2, 1, estimated=True)
     assert "usage=Usage(prompt_tokens=3" in repr(trace)
     assert [f.name for f in dataclasses.fields(Trace)].count("usage") == 1  # one field, no private ones
     assert not any(f.name.startswith("_") for f in dataclasses.fields(Trace))

@@ -7,7 +7,7 @@ the trace records (nothing is hidden from the model's record).
 
 A run of the agent started inside another run's tool call (through `as_tool`, or by a tool
 body calling `agent.run`) is that run's child. It finds its parent through the tool call in
-progress (`loopwright.calls.CURRENT_CALL`, which both drivers set around a tool) and takes
+progress (`loopwright.calls.bound_call`: both drivers bind each tool call) and takes
 from it:
 - what is left of the parent's token budget, cost budget and wall clock: the child stops
   within them, and its usage and cost are added to the parent's when it ends (a parent
@@ -33,7 +33,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
 from loopwright import otel
-from loopwright.calls import CURRENT_CALL
+from loopwright.calls import bound_call
 from loopwright.durable.base import StoreBase
 from loopwright.durable.resume import iter_resume
 from loopwright.errors import StoreError
@@ -125,7 +125,7 @@ class Agent:
         """Start a run of the agent on `task` (a child of the run whose tool call is in
         progress here, if any: then `run_id` and `sinks` are its parent's); iterate it for
         its Steps or call `.run()`. `sinks`: where its events go, tagged with its name."""
-        bound = CURRENT_CALL.get()
+        bound = bound_call()
         parent = bound[0] if bound is not None and isinstance(bound[0], RunContext) else None
         if parent is None:
             spec = self.spec.replace(task=task, run_id=run_id)

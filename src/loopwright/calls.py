@@ -7,8 +7,8 @@ every retry and every resume of that call, and differs between calls and between
 tool declared `dedupes_on_call_key=True` promises that its system ignores a second call with
 the same key, so a resumed run runs it again after a crash instead of stopping for a person.
 
-The execution choke point (`RunContext.execute`) sets it while a tool runs; worker threads
-and async tools see it too (loopwright copies the context into the threads it starts).
+Both drivers set it (`bind_call`) while a tool runs; worker threads and async tools see it
+too (loopwright copies the context into the threads it starts).
 """
 
 from __future__ import annotations
@@ -47,8 +47,6 @@ class CallSource(Protocol):
 _CURRENT: Final[ContextVar[tuple[CallSource, str, int, str] | None]] = ContextVar(
     "loopwright_current_call", default=None
 )
-CURRENT_CALL: Final = _CURRENT
-"""The variable itself, for the tool choke point's hot path (set/reset without a call)."""
 
 
 def current_call() -> CallInfo | None:
@@ -68,7 +66,16 @@ def bind_call(source: CallSource, step: str, attempt: int, tool: str) -> Token[t
 
 
 def unbind_call(token: Token[tuple[CallSource, str, int, str] | None]) -> None:
+    """Undo `bind_call`: the call is over."""
     _CURRENT.reset(token)
+
+
+def bound_call() -> tuple[CallSource, str] | None:
+    """What the choke point bound for the call in progress here: its source (the run) and
+    the call's key; None outside a tool call. A child agent run started inside a tool finds
+    its parent run this way."""
+    bound = _CURRENT.get()
+    return None if bound is None else (bound[0], bound[1])
 
 
 def ephemeral_run_id() -> str:

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from types import FunctionType
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from loopwright._slots import fast_frozen
 from loopwright.errors import ScriptExhaustedError
 from loopwright.offload import run_until_complete
 from loopwright.trace import Usage
@@ -50,7 +49,6 @@ class Completion:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
-@fast_frozen
 @dataclass(frozen=True, slots=True)
 class ModelRequest:
     """Everything the loop asks of a model in one call.
@@ -72,6 +70,7 @@ class ModelRequest:
     prompt: str
     stop: tuple[str, ...] = ()
     purpose: Purpose = "react"
+    _: KW_ONLY
     tools: tuple[dict[str, Any], ...] = ()
     messages: tuple[dict[str, Any], ...] = ()
     max_tokens: int | None = None

@@ -9,13 +9,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import KW_ONLY, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Final
-
-from loopwright._slots import fast_frozen
 
 STOP_REASONS: Final = frozenset(
     {
@@ -64,7 +63,6 @@ def estimate_tokens(text: str) -> int:
     return -(-size // 3)
 
 
-@fast_frozen
 @dataclass(frozen=True, slots=True)
 class Usage:
     """Tokens of one model call, or of a whole run.
@@ -77,6 +75,7 @@ class Usage:
     prompt_tokens: int = 0
     evaluated_tokens: int = 0
     completion_tokens: int = 0
+    _: KW_ONLY
     estimated: bool = False
 
     @property
@@ -89,14 +88,14 @@ class Usage:
             self.prompt_tokens + other.prompt_tokens,
             self.evaluated_tokens + other.evaluated_tokens,
             self.completion_tokens + other.completion_tokens,
-            self.estimated or other.estimated,
+            estimated=self.estimated or other.estimated,
         )
 
     @classmethod
     def estimate(cls, prompt: str, completion: str) -> Usage:
         """The documented estimate (`estimate_tokens`) for a call whose backend reports none."""
         sent = estimate_tokens(prompt)
-        return cls(sent, sent, estimate_tokens(completion), True)
+        return cls(sent, sent, estimate_tokens(completion), estimated=True)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -112,7 +111,7 @@ class Usage:
             int(d.get("prompt_tokens", 0)),
             int(d.get("evaluated_tokens", 0)),
             int(d.get("completion_tokens", 0)),
-            bool(d.get("estimated", False)),
+            estimated=bool(d.get("estimated", False)),
         )
 
 
@@ -124,7 +123,6 @@ def json_safe(value: Any) -> Any:
         return str(value)
 
 
-@fast_frozen
 @dataclass(frozen=True, slots=True)
 class Step:
     """One transition of a run. `raw` is the model text exactly as returned; `prompt` is
@@ -133,6 +131,7 @@ class Step:
     index: int
     kind: str
     raw: str = ""
+    _: KW_ONLY
     thought: str = ""
     tool: str | None = None
     args: dict[str, Any] | None = None
@@ -177,48 +176,12 @@ class Step:
         return replace(self, **changes)
 
 
-class _RunTotal:
-    """What `Trace.usage` is: the total so far, plus each model call's usage added since
-    (`Trace.add_usage`, one list append a call rather than a new Usage), summed when
-    read. The total is kept with the number of calls it counts, in one attribute, so a
-    reader on another thread always sees the two agree."""
-
-    def __get__(self, trace: Trace | None, owner: type | None = None) -> Usage:
-        if trace is None:
-            return _ZERO  # the field's default: dataclasses asks the class for it
-        total, counted = trace._usage
-        calls = trace._usage_calls
-        if counted == len(calls):
-            return total
-        new = calls[counted:]  # a copy: calls added meanwhile wait for the next read
-        sent, evaluated, completion, estimated = (total.prompt_tokens, total.evaluated_tokens,
-                                                  total.completion_tokens, total.estimated)
-        for usage in new:
-            sent += usage.prompt_tokens
-            evaluated += usage.evaluated_tokens
-            completion += usage.completion_tokens
-            estimated = estimated or usage.estimated
-        total = Usage(sent, evaluated, completion, estimated)
-        trace._usage = (total, counted + len(new))
-        return total
-
-    def __set__(self, trace: Trace, usage: Usage) -> None:
-        trace._usage_calls = []
-        trace._usage = (usage, 0)
-
-
-class _Totals:
-    """Where _RunTotal keeps Trace.usage (plain attributes, not dataclass fields)."""
-
-    _usage: tuple[Usage, int]
-    _usage_calls: list[Usage]
-
-
-_ZERO = Usage()  # immutable: one shared zero, not one made per run
+_USAGE_LOCK: Final = threading.Lock()
+"""Serialises `Trace.add_usage`: ReWOO's worker threads may add a child run's usage at once."""
 
 
 @dataclass
-class Trace(_Totals):
+class Trace:
     """A run's record. Mutable while the run goes on; read it, do not write it.
 
     scratchpad: ReAct's final prompt. It is append-only, so each ReAct step's prompt is
@@ -234,7 +197,7 @@ class Trace(_Totals):
     llm_calls: int = 0
     tool_calls: int = 0
     replans: int = 0
-    usage: Usage = _RunTotal()  # type: ignore[assignment]  # the total of every model call (see _RunTotal)
+    usage: Usage = field(default_factory=Usage)  # the total of every model call, child runs' included
     transcript: str = ""
     started_at: float = field(default_factory=time.time)
     duration_s: float = 0.0
@@ -255,7 +218,8 @@ class Trace(_Totals):
 
     def add_usage(self, usage: Usage) -> None:
         """Add one model call's (or a child run's) usage to `usage` (the runtime's, as the run goes)."""
-        self._usage_calls.append(usage)
+        with _USAGE_LOCK:
+            self.usage = self.usage + usage
 
     @property
     def answered(self) -> bool:

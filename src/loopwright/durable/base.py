@@ -518,7 +518,7 @@ def _run_record(row: Any) -> RunRecord:
     return RunRecord(
         id=row[0], task=row[1], mode=row[2], config=loads(row[3]), status=row[4],
         stopped_reason=row[5], final_answer=row[6], llm_calls=int(row[7]), tool_calls=int(row[8]),
-        step_count=int(row[9]), usage=Usage(int(row[10]), int(row[11]), int(row[12]), bool(row[13])),
+        step_count=int(row[9]), usage=Usage(int(row[10]), int(row[11]), int(row[12]), estimated=bool(row[13])),
         duration_s=row[14], resumes=row[15], created_at=row[16], updated_at=row[17], forked_from=row[18],
         forked_at_step=row[19],
     )  # fmt: skip

@@ -83,7 +83,7 @@ class RunJournal:
         where = f"{store.path} (run {rid!r})"
         for row in store._all(f"SELECT {_MODEL_CALL_SUMMED}, checksum FROM model_calls WHERE run_id = ?", (rid,)):
             verify(row, f"{where}: model call {row[0]}")
-            usage = Usage(row[9], row[10], row[11], bool(row[12]))
+            usage = Usage(row[9], row[10], row[11], estimated=bool(row[12]))
             calls = tuple(ToolCall(*c) for c in loads(row[7], where)) if row[7] else ()
             meta = loads(row[8], where) if row[8] else {}
             self._completions[row[0]] = (Completion(row[6], None if usage.estimated else usage, calls, meta), usage)
@@ -95,7 +95,7 @@ class RunJournal:
             if state == "done":
                 err = None if kind is None else ToolError(name, error or "", kind)
                 result = ToolResult(name, loads(args, where), None if value is None else loads(value, where),
-                                    observation_of(obs, value), err, row[9] or 0.0)
+                                    observation=observation_of(obs, value), error=err, duration_s=row[9] or 0.0)
                 self._tools[key] = ("done", result)
             else:
                 self._started[key] = (name, args)

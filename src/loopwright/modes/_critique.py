@@ -40,8 +40,8 @@ def reflect(ctx: RunContext, prompt: str, max_tokens: int | None, meta: dict[str
     """
     k = ctx.next_index
     try:
-        call = yield ModelRequest(prompt, ctx.prompts.stop_reflection, "reflect", (), (),
-                                  max_tokens or CRITIQUE_TOKENS)
+        call = yield ModelRequest(prompt, ctx.prompts.stop_reflection, "reflect",
+                                  max_tokens=max_tokens or CRITIQUE_TOKENS)
     except PolicyFailed as failed:
         yield Step(k, "error", error=failed.message, prompt=prompt, duration_s=failed.seconds)
         ctx.stop(failed.reason)

@@ -18,7 +18,7 @@ import time
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from loopwright.calls import CURRENT_CALL
+from loopwright.calls import bind_call, unbind_call
 from loopwright.modes.context import RunContext
 from loopwright.modes.driver import Run
 from loopwright.modes.gate import Admitted
@@ -161,7 +161,7 @@ class AsyncRun:
 
     async def _run_tool(self, call: CallTool, attempt: int) -> ToolResult:
         ctx = self._ctx
-        token = CURRENT_CALL.set((ctx, call.key, attempt, call.name))  # for lw.current_call()
+        token = bind_call(ctx, call.key, attempt, call.name)  # for lw.current_call()
         ctx.in_flight[call.key] = (call.name, call.args, time.perf_counter())
         events = ctx.events
         if events is not None:
@@ -171,7 +171,7 @@ class AsyncRun:
         try:
             result = await ctx.registry.aexecute(call.name, call.args, timeout_s=timeout)
         finally:
-            CURRENT_CALL.reset(token)
+            unbind_call(token)
         ctx.in_flight.pop(call.key, None)  # kept when the run was cancelled: the trace says so
         if events is not None:
             events.tool_finished(step, call.key, result)

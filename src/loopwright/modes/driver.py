@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
-from loopwright.calls import CURRENT_CALL
+from loopwright.calls import bind_call, unbind_call
 from loopwright.errors import RunInterrupted, StoreError
 from loopwright.modes.context import RunContext
 from loopwright.modes.gate import Admitted
@@ -84,7 +84,7 @@ def _through_gate(ctx: RunContext, call: CallTool) -> Executed:
 
 
 def _run_tool(ctx: RunContext, call: CallTool, attempt: int) -> ToolResult:
-    token = CURRENT_CALL.set((ctx, call.key, attempt, call.name))  # for lw.current_call()
+    token = bind_call(ctx, call.key, attempt, call.name)  # for lw.current_call()
     in_flight = ctx.in_flight
     in_flight[call.key] = (call.name, call.args, time.perf_counter())
     events = ctx.events
@@ -95,7 +95,7 @@ def _run_tool(ctx: RunContext, call: CallTool, attempt: int) -> ToolResult:
     try:
         result = ctx.registry.execute(call.name, call.args, timeout_s=timeout)
     finally:
-        CURRENT_CALL.reset(token)
+        unbind_call(token)
     in_flight.pop(call.key, None)  # kept when Ctrl-C cut the call: the trace says what was running
     if events is not None:
         events.tool_finished(step, call.key, result)

@@ -130,8 +130,8 @@ class ToolGate:
             decision, failure = self._approval(call, tool)
             if decision.approved is not True:  # fail closed on anything but an approval
                 observation = denial_observation(call.name, decision.reason)
-                denied = ToolResult(call.name, call.args, None, observation,
-                                    ToolError(call.name, decision.reason, "denied"), 0.0)
+                denied = ToolResult(call.name, call.args, None, observation=observation,
+                                    error=ToolError(call.name, decision.reason, "denied"), duration_s=0.0)
                 for observer in ctx.observers:
                     observer.tool(call.key, denied, "denied")
                 why = None if failure is None else {"traceback": failure}  # the approver raised
@@ -264,7 +264,7 @@ class ToolGate:
                    f"({'; '.join(call.repaired)}); {call.name} changes things ({tool.side_effects}), so a "
                    f"repaired call is not run: send the call again with its complete arguments")
         error = ToolError(call.name, message, "invalid_args")
-        result = ToolResult(call.name, call.args, None, error.as_observation(), error, 0.0)
+        result = ToolResult(call.name, call.args, None, observation=error.as_observation(), error=error, duration_s=0.0)
         for observer in self.ctx.observers:
             observer.tool(call.key, result, "action")
         return Executed(result, meta={"not_run": "repaired arguments"})

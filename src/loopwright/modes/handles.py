@@ -14,6 +14,7 @@ away under a handle (`keep_text`), so every folded result stays readable.
 from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping
+from dataclasses import replace
 from typing import Any, Final
 
 from loopwright.tools.results import ToolError, ToolResult
@@ -65,7 +66,7 @@ def keep_output(
         return result, None
     handle = handle_for(key)
     outputs[handle] = text
-    shown = ToolResult(result.name, result.args, result.value, view(text, handle, cap), result.error, result.duration_s)
+    shown = replace(result, observation=view(text, handle, cap))
     return shown, {"output": handle, "output_chars": len(text)}
 
 
@@ -102,9 +103,9 @@ def read_output(outputs: Mapping[str, str], args: Any, cap: int) -> ToolResult:
         elif offset >= len(text) and text:
             problem = f"offset {offset} is past the end of {handle} ({len(text)} chars)"
         else:
-            return ToolResult(READ_OUTPUT, given, None, text[offset:offset + length], None, 0.0)
+            return ToolResult(READ_OUTPUT, given, None, observation=text[offset:offset + length], error=None, duration_s=0.0)
     error = ToolError(READ_OUTPUT, f"invalid args: {problem}", "invalid_args")
-    return ToolResult(READ_OUTPUT, given, None, error.as_observation(), error, 0.0)
+    return ToolResult(READ_OUTPUT, given, None, observation=error.as_observation(), error=error, duration_s=0.0)
 
 
 def _check(args: dict[str, Any]) -> str | None:

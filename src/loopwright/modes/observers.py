@@ -90,7 +90,7 @@ class CostMeter:
         if self.children_cost or self.children_usage.total_tokens:
             kids = self.children_usage
             usage = Usage(usage.prompt_tokens - kids.prompt_tokens, usage.evaluated_tokens - kids.evaluated_tokens,
-                          usage.completion_tokens - kids.completion_tokens, usage.estimated)
+                          usage.completion_tokens - kids.completion_tokens, estimated=usage.estimated)
             cost = self.trace.meta["cost_usd"] = self.price(usage) + self.children_cost
         else:
             cost = self.trace.meta["cost_usd"] = self.price(usage)

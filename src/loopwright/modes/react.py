@@ -245,8 +245,9 @@ def _react(
             copy = pad.text if copy_prompts else None
             try:
                 call = yield ModelRequest(
-                    pad.text, pad.stop, "react", tools, tuple(pad.messages) if native else (), max_tokens, dialect,
-                    tuple(known.items()) if known else (), None if ctx.output is None else ctx.output.schema,
+                    pad.text, pad.stop, "react", tools=tools, messages=tuple(pad.messages) if native else (),
+                    max_tokens=max_tokens, dialect=dialect, known_calls=tuple(known.items()) if known else (),
+                    output_schema=None if ctx.output is None else ctx.output.schema,
                 )
             except PolicyFailed as failed:
                 yield Step(k, "error", error=failed.message, prompt_chars=prompt, prompt=copy,
@@ -410,7 +411,7 @@ def _parse_native(completion: Any) -> Action | FinalAnswer:
         actions = parse_tool_calls(completion.tool_calls)
         if actions:
             first = actions[0]
-            return Action(completion.text.strip() or first.thought, first.name, first.args, first.call_id,
+            return Action(completion.text.strip() or first.thought, first.name, first.args, call_id=first.call_id,
                           repaired=first.repaired)
     text = completion.text.strip()
     if not text:

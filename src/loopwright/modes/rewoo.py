@@ -74,7 +74,7 @@ def _rewoo(ctx: RunContext, max_tokens: int | None, selection: ToolSelection | N
     # run costs 3 model calls instead of 2; a second misfit ends it with "error".
     for _attempt in range(1 if spec is None else 2):
         try:
-            call = yield ModelRequest(solve_prompt, (), "solve", tools, (), max_tokens,
+            call = yield ModelRequest(solve_prompt, (), "solve", tools=tools, max_tokens=max_tokens,
                                       output_schema=schema)
         except PolicyFailed as failed:
             yield Step(ctx.next_index, "error", error=failed.message, prompt=solve_prompt)
@@ -124,7 +124,7 @@ def plan_call(
     meta["tools_loaded"])."""
     purpose: Purpose = "plan" if kind == "plan" else "replan"
     try:
-        call = yield ModelRequest(prompt, (), purpose, tuple(ctx.schemas), (), max_tokens)
+        call = yield ModelRequest(prompt, (), purpose, tools=tuple(ctx.schemas), max_tokens=max_tokens)
     except PolicyFailed as failed:
         yield Step(ctx.next_index, "error", error=failed.message, prompt=prompt)
         ctx.stop(failed.reason)

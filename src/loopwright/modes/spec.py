@@ -10,13 +10,10 @@ settings (Reflexion's, Tree-of-Thoughts') given to another mode are a TypeError.
 from __future__ import annotations
 
 import dataclasses
-import functools
-import operator
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
-from loopwright._slots import fast_frozen
 from loopwright.guards import Limits, OnParseError, OnRepeat
 from loopwright.modes.machine import Journal
 from loopwright.pricing import Prices
@@ -56,13 +53,13 @@ class RunStore(Protocol):
     def start_run(self, run_id: str | None, task: str, mode: str, config: Mapping[str, Any]) -> tuple[str, Journal]: ...
 
 
-@fast_frozen
 @dataclass(frozen=True, slots=True)
 class RunSpec:
     """A run's task, mode, limits and options. None means the mode's default."""
 
     task: str
     mode: str = "react"
+    _: KW_ONLY
     # limits, the same names in every mode
     max_steps: int | None = None
     token_budget: int | None = None
@@ -110,8 +107,8 @@ class RunSpec:
             object.__setattr__(self, "tools", tool_names(self.tools))
         if self.tool_search is not None:
             check_option(self.tool_search)
-        if _FOREIGN_GIVEN[self.mode](self).count(None) != len(_FOREIGN[self.mode]):  # one C call
-            foreign = [name for name in _FOREIGN[self.mode] if getattr(self, name) is not None]
+        foreign = [name for name in _FOREIGN[self.mode] if getattr(self, name) is not None]
+        if foreign:
             raise TypeError(f"unknown run option(s) for mode {self.mode!r}: {', '.join(foreign)}")
 
     def setting(self, name: str) -> Any:
@@ -121,12 +118,9 @@ class RunSpec:
 
     def limits(self) -> Limits:
         """The limits the run is held to (the mode's defaults filled in)."""
-        given = (self.mode, self.max_steps, self.token_budget, self.timeout_s, self.max_replans,
-                 self.on_parse_error, self.on_repeat, self.max_nudges)
-        try:
-            return _limits(*given)
-        except TypeError:  # an unhashable value: no cache, and Limits says what is wrong
-            return _make_limits(*given)
+        defaults = MODE_SETTINGS[self.mode]
+        given = {name: defaults.get(name) if getattr(self, name) is None else getattr(self, name) for name in _LIMITS}
+        return Limits(**{name: value for name, value in given.items() if value is not None})
 
     def config(self) -> dict[str, Any]:
         """What the journal stores: the mode's settings (defaults filled in) and max_tokens,
@@ -185,22 +179,8 @@ _LIMITS: Final = ("max_steps", "token_budget", "timeout_s", "max_replans", "on_p
 _MODE_ONLY: Final = ("max_reflections", "attempt_steps", "evaluator", "search", "branching", "breadth", "depth",
                      "max_nodes", "threshold", "allow_side_effects")
 _FOREIGN: Final = {mode: tuple(n for n in _MODE_ONLY if n not in settings) for mode, settings in MODE_SETTINGS.items()}
-# their values as a tuple ("task" makes it one whatever their number: it is never None)
-_FOREIGN_GIVEN: Final = {mode: operator.attrgetter("task", *names) for mode, names in _FOREIGN.items()}
 _JOURNAL_ONLY: Final = frozenset({"approver", "tool_set", "meta", "tool_embedder"})
 _FIELDS: Final = frozenset(f.name for f in dataclasses.fields(RunSpec)) - {"task", "mode"}
-
-
-def _make_limits(mode: str, *given: Any) -> Limits:
-    defaults = MODE_SETTINGS[mode]
-    return Limits(**{n: v for n, g in zip(_LIMITS, given, strict=True)
-                     if (v := defaults.get(n) if g is None else g) is not None})
-
-
-_limits: Final = functools.lru_cache(maxsize=256, typed=True)(_make_limits)
-"""Limits are immutable: runs started with the same values share one (validated once;
-typed, so True is not taken for 1; a bad value raises every time, as lru_cache keeps no
-exceptions)."""
 
 
 def scope(tools: Iterable[str] | None) -> tuple[str, ...] | None:

@@ -134,7 +134,7 @@ class _Search:
         """One model call; None when the run stopped on it (the error step recorded)."""
         ctx = self.ctx
         try:
-            call = yield ModelRequest(prompt, stop, purpose, (), (), max_tokens)
+            call = yield ModelRequest(prompt, stop, purpose, max_tokens=max_tokens)
         except PolicyFailed as failed:
             yield Step(ctx.next_index, "error", error=failed.message, prompt=prompt,
                        duration_s=failed.seconds, meta=meta)

@@ -8,11 +8,10 @@ from __future__ import annotations
 import html
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from json.scanner import make_scanner
 from typing import Any, Final
 
-from loopwright._slots import fast_frozen
 from loopwright.errors import describe
 
 # The registry's rule (1-64 letters, digits, _ - .), less names that are only a number
@@ -26,7 +25,6 @@ _DECODER = json.JSONDecoder(strict=False)  # strict=False: raw newlines inside s
 _SCAN_JSON = make_scanner(_DECODER)  # type: ignore[arg-type]
 
 
-@fast_frozen
 @dataclass(frozen=True, slots=True)
 class Action:
     """A tool call proposed by the model. args is always a dict.
@@ -42,12 +40,12 @@ class Action:
     thought: str
     name: str
     args: dict[str, Any]
+    _: KW_ONLY
     call_id: str | None = None
     args_text: str | None = field(default=None, compare=False, repr=False)
     repaired: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
 
-@fast_frozen
 @dataclass(frozen=True, slots=True)
 class FinalAnswer:
     """The model's answer; the run ends."""

@@ -152,7 +152,7 @@ def parse_react_step(text: str, *, dialect: Dialect | None = None) -> Action | F
         if isinstance(args, dict) and end == len(source):
             if "&" in source:
                 return Action((t2 if t1 is None else t1).strip(), name, _unescape_deep(args))
-            return Action((t2 if t1 is None else t1).strip(), name, args, None, source)
+            return Action((t2 if t1 is None else t1).strip(), name, args, args_text=source)
     else:
         m = _FAST_FINAL.fullmatch(text)
         if m is not None:

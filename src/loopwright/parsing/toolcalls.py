@@ -98,7 +98,7 @@ def _one_call(call: Any, k: int, thought: str) -> Action:
             f"to 63 letters, digits, '_', '-', '.')"
         )
     args, repaired = _call_arguments(arguments, f"{where} ({name})")
-    return Action(thought, name, args, call_id if isinstance(call_id, str) else None, repaired=repaired)
+    return Action(thought, name, args, call_id=call_id if isinstance(call_id, str) else None, repaired=repaired)
 
 
 def _call_arguments(arguments: Any, where: str) -> tuple[dict[str, Any], tuple[str, ...]]:

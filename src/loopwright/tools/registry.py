@@ -522,22 +522,10 @@ class ToolRegistry:
         return render_observation(outcome.as_observation(), -1), outcome
 
     def _result(self, name: str, args: Any, outcome: Any, start: float) -> ToolResult:
-        error: ToolError | None = None
-        if type(outcome) is ToolError:
-            error = outcome
-        else:
-            try:  # the common case, inline: this runs on every step
-                observation = render_observation(outcome, -1)
-            except Exception as exc:
-                error = _unrenderable(name, outcome, exc)
-        if error is not None:
-            observation = render_observation(error.as_observation(), -1)
-            outcome = None
-        if type(args) is dict:
-            args = args.copy()
-        else:
-            args = dict(args) if isinstance(args, Mapping) else {}
-        return ToolResult(name, args, outcome, observation, error, time.perf_counter() - start)
+        """The ToolResult for an outcome: its observation, its error, a copy of the arguments."""
+        observation, error = self._render(name, outcome)
+        return ToolResult(name, dict(args) if isinstance(args, (dict, Mapping)) else {}, None if error else outcome,
+                          observation=observation, error=error, duration_s=time.perf_counter() - start)
 
     def dispatch(
         self, name: str, args: Mapping[str, Any], *, timeout_s: float | None = None

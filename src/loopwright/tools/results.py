@@ -7,10 +7,9 @@ from __future__ import annotations
 import json
 import os
 import traceback
-from dataclasses import dataclass, field, replace
+from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import Any, Final, Literal
 
-from loopwright._slots import fast_frozen
 from loopwright.tools.run import Timeout
 from loopwright.tools.schema import ToolArgumentError
 
@@ -47,7 +46,6 @@ class ToolError(Exception):
         return f"ERROR[{self.tool}]: {self.message}"
 
 
-@fast_frozen
 @dataclass(frozen=True, slots=True)
 class ToolResult:
     """One executed call as the loops consume it: the value (None on failure), the
@@ -56,6 +54,7 @@ class ToolResult:
     name: str
     args: dict[str, Any]
     value: Any
+    _: KW_ONLY
     observation: str
     error: ToolError | None
     duration_s: float
