@@ -252,39 +252,45 @@ _FRONT_DOORS = ("run", "iter_run", "arun", "aiter_run", "run_many", "arun_many",
 
 
 @pytest.mark.parametrize("name", _FRONT_DOORS)
-def test_the_public_run_functions_take_typed_keywords_and_no_kwargs(name):
+def test_the_public_run_functions_take_their_options_as_one_typed_dict(name):
     import inspect
 
     signature = inspect.signature(getattr(loopwright, name))
-    kinds = {p.kind for p in signature.parameters.values()}
-    assert inspect.Parameter.VAR_KEYWORD not in kinds and inspect.Parameter.VAR_POSITIONAL not in kinds
-    unannotated = [p.name for p in signature.parameters.values() if p.annotation is inspect.Parameter.empty]
+    params = list(signature.parameters.values())
+    assert inspect.Parameter.VAR_POSITIONAL not in {p.kind for p in params}
+    unannotated = [p.name for p in params if p.annotation is inspect.Parameter.empty]
     assert unannotated == []
     assert signature.return_annotation not in (inspect.Signature.empty, "Any")
-    assert {"max_steps", "timeout_s", "tools", "prompts"} <= set(signature.parameters)
+    options = params[-1]
+    assert options.kind is inspect.Parameter.VAR_KEYWORD and options.name == "options"
+    typed = "ResumeOptions" if name in ("resume", "fork") else "RunOptions"
+    assert options.annotation == f"Unpack[{typed}]"
 
 
-def test_the_front_doors_share_the_keywords_of_run():
-    import inspect
-
-    def keywords(name: str) -> set[str]:
-        params = inspect.signature(getattr(loopwright, name)).parameters.values()
-        return {p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY}
-
-    run = keywords("run")
-    assert run == keywords("iter_run") == keywords("arun") == keywords("aiter_run")
-    assert run == keywords("iter_events") == keywords("aiter_events")
-    assert run - {"store"} <= keywords("run_many") and keywords("run_react") < run
-    assert {"branching", "search"} <= keywords("run_tot") and "branching" not in keywords("run_react")
-    assert run - {"store", "run_id", "approver", "journal_meta"} <= keywords("resume")
-    # modes/front.py hands a front door's keywords to RunSpec as they are: each must be a field
+def test_run_options_are_run_spec_fields_by_name_and_type():
     import dataclasses
 
-    fields = {f.name for f in dataclasses.fields(loopwright.RunSpec)} - {"task", "mode"}
-    assert run == fields
-    for name in ("run_react", "iter_react", "run_rewoo", "iter_rewoo", "run_plan_execute", "iter_plan_execute",
-                 "run_reflexion", "iter_reflexion", "run_tot", "iter_tot"):
-        assert keywords(name) <= fields, name
+    def spelled(annotation: object) -> str:
+        text = getattr(annotation, "__forward_arg__", annotation)
+        assert isinstance(text, str)
+        return text[len("InitVar["):-1] if text.startswith("InitVar[") else text
+
+    spec = {name: spelled(f.type) for name, f in loopwright.RunSpec.__dataclass_fields__.items()
+            if f._field_type is not dataclasses._FIELD_CLASSVAR}  # type: ignore[attr-defined]
+    del spec["task"], spec["mode"]
+    options = {name: spelled(a) for name, a in loopwright.RunOptions.__annotations__.items()}
+    assert options == spec
+    assert set(loopwright.ResumeOptions.__annotations__) == set(spec) - {"store", "run_id", "approver",
+                                                                          "journal_meta"}
+
+
+def test_a_new_option_is_one_field_of_run_spec_and_needs_no_other_list():
+    from loopwright.durable.resume import OVERRIDES
+
+    assert OVERRIDES == set(loopwright.ResumeOptions.__annotations__)
+    for module in ("modes/front.py", "batch/runner.py", "agents.py", "durable/resume.py", "durable/fork.py"):
+        text = (SRC / module).read_text("utf-8")
+        assert "max_nudges" not in text, module  # no option is spelled out where options pass through
 
 
 def readme_layout(readme: str) -> dict[str, set[str]]:

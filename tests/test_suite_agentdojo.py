@@ -48,7 +48,7 @@ import loopwright as lw
 
 VERSION = "v1.2.2"
 EMBEDDED_WINDOW = 2048  # lw.models.LlamaCpp's default n_ctx
-DEFAULT_MAX_STEPS = lw.Limits().max_steps
+DEFAULT_MAX_STEPS = lw.RunSpec("").run_limits().max_steps  # ReAct's default
 SUITES = get_suites(VERSION)
 
 

@@ -55,7 +55,7 @@ CATEGORIES = ("base", "long_context", "miss_param", "miss_func")
 MULTI_TURN_CLASSES = ("GorillaFileSystem", "MathAPI", "MessageAPI", "TwitterAPI", "TicketAPI", "TradingBot",
                       "TravelAPI", "VehicleControlAPI")  # the classes the four categories involve
 EMBEDDED_WINDOW = 2048  # lw.models.LlamaCpp's default n_ctx
-DEFAULT_MAX_STEPS = lw.Limits().max_steps
+DEFAULT_MAX_STEPS = lw.RunSpec("").run_limits().max_steps  # ReAct's default
 REFUSED_TICKET = "invalid args: 'ticket_id' must be an integer, got 'ticket_001'"
 KNOWN = {
     **{f"multi_turn_{c}_173": (4 if c.startswith("miss") else 3, "close_ticket", REFUSED_TICKET) for c in CATEGORIES},

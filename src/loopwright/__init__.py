@@ -68,6 +68,14 @@ from loopwright.modes import (
     run_spec,
     run_tot,
 )
+from loopwright.modes.spec import (
+    PlanExecuteSettings,
+    ReActSettings,
+    ReflexionSettings,
+    ResumeOptions,
+    RunOptions,
+    ToTSettings,
+)
 from loopwright.parsing import (
     Action,
     FinalAnswer,
@@ -159,6 +167,12 @@ __all__ = [
     "RunInterrupted",
     "RunStarted",
     "RunSpec",
+    "RunOptions",
+    "ResumeOptions",
+    "ReActSettings",
+    "ReflexionSettings",
+    "PlanExecuteSettings",
+    "ToTSettings",
     "SQLiteStore",
     "Session",
     "ScriptExhaustedError",

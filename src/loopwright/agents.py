@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Coroutine, Mapping, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Unpack
 
 from loopwright import otel
 from loopwright.calls import bound_call
@@ -38,35 +38,17 @@ from loopwright.durable.base import StoreBase
 from loopwright.durable.resume import iter_resume
 from loopwright.errors import StoreError
 from loopwright.events import EventSink
-from loopwright.guards import OnParseError, OnRepeat
 from loopwright.modes.adriver import AsyncRun
 from loopwright.modes.context import RunContext
 from loopwright.modes.driver import Run
 from loopwright.modes.front import MODES, start
-from loopwright.modes.spec import (
-    Dialect,
-    Evaluator,
-    OnDeny,
-    OnToolError,
-    PriceSpec,
-    RunSpec,
-    RunStore,
-    Search,
-    ToolSearchOption,
-)
+from loopwright.modes.spec import RunOptions, RunSpec
 from loopwright.modes.watch import AsyncEvents, Events
 from loopwright.policy import Policy
 from loopwright.prompts import DEFAULT_PROMPTS, PromptSet
-from loopwright.safety import Approver
 from loopwright.tools.registry import SideEffects, Tool, ToolError, ToolRegistry
-from loopwright.tools.toolset import Scope, Tools, as_registry
+from loopwright.tools.toolset import Tools, as_registry
 from loopwright.trace import Trace
-
-if TYPE_CHECKING:
-    from loopwright.memory.embedders import Embedder
-    from loopwright.memory.tiered import Memory
-
-_OPTIONS: Final = frozenset(f.name for f in dataclasses.fields(RunSpec)) - {"task", "mode", "run_id"}
 
 
 class Agent:
@@ -84,30 +66,19 @@ class Agent:
     instructions: str | None
     spec: RunSpec  # the options every run of the agent starts from (task left empty)
 
-    def __init__(
-        self, name: str, policy: Policy, registry: Tools, mode: str = "react",
-        instructions: str | None = None, *,
-        max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
-        max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
-        on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
-        on_tool_error: OnToolError | None = None, max_reflections: int | None = None,
-        attempt_steps: int | None = None, evaluator: Evaluator | bool | None = None, search: Search | None = None,
-        branching: int | None = None, breadth: int | None = None, depth: int | None = None,
-        max_nodes: int | None = None, threshold: float | None = None, allow_side_effects: bool | None = None,
-        tools: Scope | None = None, approver: Approver | None = None, on_deny: OnDeny = "observe",
-        prompts: PromptSet | None = None, memory: Memory | None = None, context_tokens: int | None = None,
-        output_type: Any = None, store: RunStore | None = None, journal_meta: Mapping[str, Any] | None = None,
-        tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
-        tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
-    ) -> None:  # fmt: skip
-        given = {k: v for k, v in locals().items() if k in _OPTIONS and v is not None}
+    def __init__(self, name: str, policy: Policy, registry: Tools, mode: str = "react",
+                 instructions: str | None = None, **options: Unpack[RunOptions]) -> None:
+        """`options`: what every run of the agent starts from (a RunSpec's options; each
+        run is named when it starts, so not run_id)."""
+        if "run_id" in options:
+            raise TypeError("an agent's runs are named when they start (agent.run(task, run_id=...)), not here")
         if not isinstance(name, str) or not name:
             raise TypeError(f"an agent's name must be a non-empty str, got {name!r}")
         if instructions is not None and not isinstance(instructions, str):
             raise TypeError(f"instructions must be a str or None, got {type(instructions).__name__}")
         registry = as_registry(registry)  # a list of tools is made a registry once, here
-        given["prompts"] = instructed(given.get("prompts") or DEFAULT_PROMPTS, instructions)
-        spec = RunSpec("", mode, **given)  # a bad mode or option fails here, not at the first run
+        options["prompts"] = instructed(options.get("prompts") or DEFAULT_PROMPTS, instructions)
+        spec = RunSpec("", mode, **options)  # a bad mode or option fails here, not at the first run
         MODES[mode][0](spec)
         for field, value in (("name", name), ("policy", policy), ("registry", registry), ("mode", mode),
                              ("instructions", instructions), ("spec", spec)):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Any, Literal
 
 OnParseError = Literal["observe", "stop"]
@@ -17,20 +17,48 @@ OnRepeat = Literal["nudge", "stop", "off"]
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """The limits a run is held to; the same names in every mode.
+    """What a run may spend, the same in every mode: `lw.run(..., limits=lw.Limits(max_steps=8,
+    timeout_s=60))`. None leaves the mode's default (no limit, but max_steps).
 
     max_steps: model calls in ReAct; the plan length in ReWOO and plan-execute.
     token_budget: prompt tokens sent plus completion tokens, checked after each call.
-    timeout_s: the run's wall clock. max_replans: plan-execute's recovery bound.
-    on_parse_error / on_repeat: ReAct only. max_parse_errors: consecutive parse errors
-    tolerated under "observe" before the run stops with "error". max_nudges: under
-    on_repeat="nudge", identical calls nudged in a row before the run stops with
-    "repeated_call" (the next identical call ends it).
+    timeout_s: the run's wall clock. cost_budget_usd: what the model calls may cost (see
+    loopwright.pricing). max_tokens: a cap on the tokens of each model reply.
+    """
+
+    max_steps: int | None = None
+    token_budget: int | None = None
+    timeout_s: float | None = None
+    _: KW_ONLY
+    cost_budget_usd: float | None = None
+    max_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_steps", "token_budget", "max_tokens"):
+            value = getattr(self, name)
+            if value is not None:
+                _positive_int(name, value)
+        for name, unit in (("timeout_s", "or None"), ("cost_budget_usd", "of dollars")):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or not value > 0):
+                raise ValueError(f"{name} must be a positive number {unit}, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class RunLimits:
+    """The limits a run is held to, its mode's defaults filled in (what the drivers and the
+    machines read; built from a checked RunSpec).
+
+    max_replans: plan-execute's recovery bound. on_parse_error / on_repeat: ReAct's.
+    max_parse_errors: consecutive parse errors tolerated under "observe" before the run
+    stops with "error". max_nudges: under on_repeat="nudge", identical calls nudged in a
+    row before the run stops with "repeated_call" (the next identical call ends it).
     """
 
     max_steps: int = 10
     token_budget: int | None = None
     timeout_s: float | None = None
+    _: KW_ONLY
     max_replans: int = 2
     on_parse_error: OnParseError = "observe"
     on_repeat: OnRepeat = "nudge"
@@ -38,34 +66,16 @@ class Limits:
     repeat_threshold: int = 3
     max_nudges: int = 2
 
-    def __post_init__(self) -> None:
-        _positive_int("max_steps", self.max_steps)
-        if self.token_budget is not None:
-            _positive_int("token_budget", self.token_budget)
-        if self.timeout_s is not None and (
-            isinstance(self.timeout_s, bool)
-            or not isinstance(self.timeout_s, (int, float))
-            or not self.timeout_s > 0
-        ):
-            raise ValueError(f"timeout_s must be a positive number or None, got {self.timeout_s!r}")
-        if isinstance(self.max_replans, bool) or not isinstance(self.max_replans, int) or self.max_replans < 0:
-            raise ValueError(f"max_replans must be an integer >= 0, got {self.max_replans!r}")
-        if self.on_parse_error not in ("observe", "stop"):
-            raise ValueError(
-                f"on_parse_error must be 'observe' or 'stop', got {self.on_parse_error!r}"
-            )
-        if self.on_repeat not in ("nudge", "stop", "off"):
-            raise ValueError(f"on_repeat must be 'nudge', 'stop' or 'off', got {self.on_repeat!r}")
-        _positive_int("max_parse_errors", self.max_parse_errors)
-        if isinstance(self.max_nudges, bool) or not isinstance(self.max_nudges, int) or self.max_nudges < 0:
-            raise ValueError(f"max_nudges must be an integer >= 0, got {self.max_nudges!r}")
-        if isinstance(self.repeat_threshold, bool) or not isinstance(self.repeat_threshold, int) or self.repeat_threshold < 2:
-            raise ValueError(f"repeat_threshold must be an integer >= 2, got {self.repeat_threshold!r}")
-
 
 def _positive_int(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def check_limit(name: str, value: object, least: int = 1) -> None:
+    """Raise ValueError unless `value` is an integer >= `least` (a bool is not one)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
 
 
 class Deadline:

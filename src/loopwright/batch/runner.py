@@ -21,38 +21,21 @@ from __future__ import annotations
 
 import hashlib
 import traceback
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, Unpack, cast
 
 from loopwright.errors import StoreError
-from loopwright.guards import OnParseError, OnRepeat
 from loopwright.modes import AsyncRun, arun
-from loopwright.modes.spec import (
-    Dialect,
-    Evaluator,
-    OnDeny,
-    OnToolError,
-    PriceSpec,
-    RunSpec,
-    Search,
-    ToolSearchOption,
-)
+from loopwright.modes.spec import RunOptions
 from loopwright.offload import run_until_complete
 from loopwright.policy import Policy
-from loopwright.prompts import PromptSet
-from loopwright.safety import Approver
 from loopwright.tools.registry import ToolRegistry
-from loopwright.tools.toolset import Scope, Tools, as_registry
+from loopwright.tools.toolset import Tools, as_registry
 from loopwright.trace import Step, Trace
 
 if TYPE_CHECKING:
     from loopwright.durable.sqlite import SQLiteStore
-    from loopwright.memory.embedders import Embedder
-    from loopwright.memory.tiered import Memory
-
-RUN_KEYWORDS: Final = frozenset(RunSpec.__dataclass_fields__) - {"task", "mode", "store"}
-"""The keywords of `run` a batch passes to each of its runs."""
 
 Progress = Callable[[int, Trace], None]
 """Called with the task's index and its trace as each task ends (from the event loop)."""
@@ -207,20 +190,9 @@ class LocalExecutor:
 
 async def arun_many(
     tasks: Iterable[str], policy: PolicySource, registry: Tools, *, mode: str = "react",
-    concurrency: int = 8, store: SQLiteStore | None = None, progress: Progress | None = None,
+    concurrency: int = 8, progress: Progress | None = None,
     executor: Executor | None = None, batch_id: str = "batch",
-    max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
-    max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
-    on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
-    on_tool_error: OnToolError | None = None, max_reflections: int | None = None,
-    attempt_steps: int | None = None, evaluator: Evaluator | bool | None = None, search: Search | None = None,
-    branching: int | None = None, breadth: int | None = None, depth: int | None = None,
-    max_nodes: int | None = None, threshold: float | None = None, allow_side_effects: bool | None = None,
-    tools: Scope | None = None, approver: Approver | None = None, on_deny: OnDeny = "observe",
-    prompts: PromptSet | None = None, memory: Memory | None = None, context_tokens: int | None = None,
-    output_type: Any = None, run_id: str | None = None, journal_meta: Mapping[str, Any] | None = None,
-    tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
-    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
+    **options: Unpack[RunOptions],
 ) -> list[Trace]:
     """Run every task; return their traces in input order.
 
@@ -230,7 +202,11 @@ async def arun_many(
     keywords: what `run` takes (max_steps, timeout_s, ...). A run that fails or crashes
     never stops the others: its trace ends "error" and says why.
     """
-    limits = {k: v for k, v in locals().items() if k in RUN_KEYWORDS and v is not None}
+    unknown = sorted(options.keys() - RunOptions.__annotations__.keys())
+    if unknown:  # a misspelling fails at once, not in each run
+        raise TypeError(f"arun_many() got an unexpected keyword argument {unknown[0]!r}")
+    store = cast("SQLiteStore | None", options.pop("store", None))
+    limits = {k: v for k, v in options.items() if v is not None}
     items = list(tasks)
     bad = [i for i, t in enumerate(items) if not isinstance(t, str)]
     if bad:
@@ -256,25 +232,14 @@ async def arun_many(
 
 def run_many(
     tasks: Iterable[str], policy: PolicySource, registry: Tools, *, mode: str = "react",
-    concurrency: int = 8, store: SQLiteStore | None = None, progress: Progress | None = None,
+    concurrency: int = 8, progress: Progress | None = None,
     executor: Executor | None = None, batch_id: str = "batch",
-    max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
-    max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
-    on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
-    on_tool_error: OnToolError | None = None, max_reflections: int | None = None,
-    attempt_steps: int | None = None, evaluator: Evaluator | bool | None = None, search: Search | None = None,
-    branching: int | None = None, breadth: int | None = None, depth: int | None = None,
-    max_nodes: int | None = None, threshold: float | None = None, allow_side_effects: bool | None = None,
-    tools: Scope | None = None, approver: Approver | None = None, on_deny: OnDeny = "observe",
-    prompts: PromptSet | None = None, memory: Memory | None = None, context_tokens: int | None = None,
-    output_type: Any = None, run_id: str | None = None, journal_meta: Mapping[str, Any] | None = None,
-    tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
-    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
+    **options: Unpack[RunOptions],
 ) -> list[Trace]:
     """`arun_many` from sync code (on a private event loop; from a helper thread if this
     one already runs a loop). Same arguments."""
-    given = {k: v for k, v in locals().items() if k not in ("tasks", "policy", "registry")}
-    return run_until_complete(arun_many(tasks, policy, registry, **given))
+    return run_until_complete(arun_many(tasks, policy, registry, mode=mode, concurrency=concurrency,
+                                        progress=progress, executor=executor, batch_id=batch_id, **options))
 
 
 __all__ = [

@@ -11,53 +11,28 @@ other, and it records where it came from (`RunRecord.forked_from`, `forked_at_st
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Unpack
 
 from loopwright.durable.base import StoreBase
 from loopwright.durable.resume import overrides, recorded_approver
 from loopwright.errors import StoreError, describe
-from loopwright.guards import OnParseError, OnRepeat
 from loopwright.modes import Run
 from loopwright.modes.front import start
-from loopwright.modes.spec import (
-    Dialect,
-    Evaluator,
-    OnDeny,
-    OnToolError,
-    PriceSpec,
-    RunSpec,
-    Search,
-    ToolSearchOption,
-)
+from loopwright.modes.spec import ResumeOptions, RunSpec, spread
 from loopwright.policy import Policy
-from loopwright.prompts import PromptSet
 from loopwright.safety import Approver, Decision
-from loopwright.tools.toolset import Scope, Tools, as_registry, tool_set
+from loopwright.tools.toolset import Tools, as_registry, tool_set
 from loopwright.trace import Trace
-
-if TYPE_CHECKING:
-    from loopwright.memory.embedders import Embedder
-    from loopwright.memory.tiered import Memory
 
 
 def iter_fork(
     run_id: str, at_step: int, policy: Policy, registry: Tools, *, store: StoreBase,
     new_run_id: str | None = None, approver: Approver | None = None,
     decisions: Mapping[str, Decision | bool] | None = None,
-    max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
-    max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
-    on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
-    on_tool_error: OnToolError | None = None, max_reflections: int | None = None,
-    attempt_steps: int | None = None, evaluator: Evaluator | bool | None = None, search: Search | None = None,
-    branching: int | None = None, breadth: int | None = None, depth: int | None = None,
-    max_nodes: int | None = None, threshold: float | None = None, allow_side_effects: bool | None = None,
-    tools: Scope | None = None, on_deny: OnDeny | None = None, prompts: PromptSet | None = None,
-    memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
-    tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
-    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
+    **options: Unpack[ResumeOptions],
 ) -> Run:
     """`fork`, as a Run to iterate for each Step as it is replayed or made."""
-    given = overrides(locals())
+    given = overrides("iter_fork", options)
     registry = as_registry(registry)
     record = store.load_run(run_id)
     if isinstance(at_step, bool) or not isinstance(at_step, int) or not 0 <= at_step <= record.step_count:
@@ -67,10 +42,11 @@ def iter_fork(
     spec = RunSpec.from_config(record.task, record.mode, record.config, **given, approver=approver)
     # What the journal can hold is the fork's own config, so resuming the fork rebuilds it:
     # its limits, scope and the tools it runs with (another registry is allowed here).
-    config = {**record.config, **{k: v for k, v in given.items() if k in record.config}}
+    changed = given.keys() | spread(spec.mode, given.get("limits"), given.get("settings")).keys()
+    config = {**record.config, **{k: getattr(spec, k) for k in changed if k in record.config}}
     config["tools"] = None if spec.tools is None else list(spec.tools)
     if "tool_set" in config:
-        config["tool_set"] = tool_set(registry if spec.tools is None else registry.subset(spec.tools))
+        config["tool_set"] = tool_set(registry if spec.tools is None else registry.subset(spec.tool_scope() or ()))
     new_id, journal = store.start_run(new_run_id, record.task, record.mode, config,
                                       forked_from=run_id, forked_at_step=at_step)
     try:
@@ -86,17 +62,7 @@ def fork(
     run_id: str, at_step: int, policy: Policy, registry: Tools, *, store: StoreBase,
     new_run_id: str | None = None, approver: Approver | None = None,
     decisions: Mapping[str, Decision | bool] | None = None,
-    max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
-    max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
-    on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
-    on_tool_error: OnToolError | None = None, max_reflections: int | None = None,
-    attempt_steps: int | None = None, evaluator: Evaluator | bool | None = None, search: Search | None = None,
-    branching: int | None = None, breadth: int | None = None, depth: int | None = None,
-    max_nodes: int | None = None, threshold: float | None = None, allow_side_effects: bool | None = None,
-    tools: Scope | None = None, on_deny: OnDeny | None = None, prompts: PromptSet | None = None,
-    memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
-    tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
-    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
+    **options: Unpack[ResumeOptions],
 ) -> Trace:
     """Start a new journaled run whose first `at_step` steps are run `run_id`'s recorded
     ones (replayed: no model call, no tool executed), then continue it live with `policy`,
@@ -107,6 +73,6 @@ def fork(
     fork. new_run_id: the fork's id (default: a new one). A StoreError for an unknown run,
     an at_step outside 0..steps, or a new_run_id that exists.
     """
-    given = overrides(locals())
+    given = overrides("fork", options)
     return iter_fork(run_id, at_step, policy, registry, store=store, new_run_id=new_run_id,
                      approver=approver, decisions=decisions, **given).run()

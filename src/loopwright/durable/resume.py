@@ -30,29 +30,17 @@ out, Ctrl-C, a pause for approval) is where the replay picks up live.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Final, Unpack
 
 from loopwright.durable.base import RunRecord, StoreBase
 from loopwright.errors import ToolSetChangedError
-from loopwright.guards import OnParseError, OnRepeat
 from loopwright.modes import Run
 from loopwright.modes.front import start
-from loopwright.modes.spec import (
-    Dialect,
-    Evaluator,
-    OnDeny,
-    OnToolError,
-    PriceSpec,
-    RunSpec,
-    Search,
-    ToolSearchOption,
-)
+from loopwright.modes.spec import ResumeOptions, RunSpec
 from loopwright.policy import Policy
-from loopwright.prompts import PromptSet
 from loopwright.safety import Approver, Decision, decisions_approver
 from loopwright.tools.registry import ToolRegistry
 from loopwright.tools.toolset import (
-    Scope,
     Tools,
     ToolSetDiff,
     as_registry,
@@ -62,18 +50,9 @@ from loopwright.tools.toolset import (
 )
 from loopwright.trace import Trace
 
-if TYPE_CHECKING:
-    from loopwright.memory.embedders import Embedder
-    from loopwright.memory.tiered import Memory
-
-# the keywords of resume and fork that replace what the run recorded
-OVERRIDES = frozenset({
-    "max_steps", "token_budget", "timeout_s", "max_tokens", "max_replans", "on_parse_error", "on_repeat",
-    "max_nudges", "dialect", "on_tool_error", "max_reflections", "attempt_steps", "evaluator", "search",
-    "branching", "breadth", "depth", "max_nodes", "threshold", "allow_side_effects", "tools", "on_deny",
-    "prompts", "memory", "context_tokens", "output_type", "tracer", "cost_budget_usd", "prices", "tool_search",
-    "tool_embedder",
-})
+OVERRIDES: Final = frozenset(ResumeOptions.__annotations__)
+"""The run options resume and fork take, replacing what the run recorded (the store, the
+run's id and approver are their own arguments; the journal's meta stays the run's)."""
 
 
 def tool_changes(record: RunRecord, registry: ToolRegistry, tools: Any = None) -> ToolSetDiff:
@@ -96,29 +75,24 @@ def check_tools(record: RunRecord, registry: ToolRegistry, tools: Any = None) ->
         raise ToolSetChangedError(record.id, diff.added, diff.removed, diff.changed)
 
 
-def overrides(given: Mapping[str, Any]) -> dict[str, Any]:
-    """The keywords a caller of resume or fork gave (its `locals()`): those not None."""
-    return {k: v for k, v in given.items() if k in OVERRIDES and v is not None}
+def overrides(caller: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options a caller of resume or fork gave, those not None. Raises TypeError, as
+    for any unknown keyword, for one that is not a run option or that a continued run
+    cannot change (its store, id, approver and journal meta are its own)."""
+    unknown = sorted(options.keys() - OVERRIDES)
+    if unknown:
+        raise TypeError(f"{caller}() got an unexpected keyword argument {unknown[0]!r}")
+    return {k: v for k, v in options.items() if v is not None}
 
 
 def iter_resume(
     run_id: str, policy: Policy, registry: Tools, *, store: StoreBase, approver: Approver | None = None,
     decisions: Mapping[str, Decision | bool] | None = None, rerun_unfinished: bool = False,
     allow_tool_changes: bool = False,
-    max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
-    max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
-    on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
-    on_tool_error: OnToolError | None = None, max_reflections: int | None = None,
-    attempt_steps: int | None = None, evaluator: Evaluator | bool | None = None, search: Search | None = None,
-    branching: int | None = None, breadth: int | None = None, depth: int | None = None,
-    max_nodes: int | None = None, threshold: float | None = None, allow_side_effects: bool | None = None,
-    tools: Scope | None = None, on_deny: OnDeny | None = None, prompts: PromptSet | None = None,
-    memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
-    tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
-    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
+    **options: Unpack[ResumeOptions],
 ) -> Run:
     """`resume`, as a Run to iterate for each Step as it is replayed or made."""
-    given = overrides(locals())
+    given = overrides("iter_resume", options)
     registry = as_registry(registry)
     record, journal = store.reopen(run_id)
     try:
@@ -157,17 +131,7 @@ def resume(
     run_id: str, policy: Policy, registry: Tools, *, store: StoreBase, approver: Approver | None = None,
     decisions: Mapping[str, Decision | bool] | None = None, rerun_unfinished: bool = False,
     allow_tool_changes: bool = False,
-    max_steps: int | None = None, token_budget: int | None = None, timeout_s: float | None = None,
-    max_tokens: int | None = None, max_replans: int | None = None, on_parse_error: OnParseError | None = None,
-    on_repeat: OnRepeat | None = None, max_nudges: int | None = None, dialect: Dialect | None = None,
-    on_tool_error: OnToolError | None = None, max_reflections: int | None = None,
-    attempt_steps: int | None = None, evaluator: Evaluator | bool | None = None, search: Search | None = None,
-    branching: int | None = None, breadth: int | None = None, depth: int | None = None,
-    max_nodes: int | None = None, threshold: float | None = None, allow_side_effects: bool | None = None,
-    tools: Scope | None = None, on_deny: OnDeny | None = None, prompts: PromptSet | None = None,
-    memory: Memory | None = None, context_tokens: int | None = None, output_type: Any = None,
-    tracer: Any = None, cost_budget_usd: float | None = None, prices: PriceSpec | None = None,
-    tool_search: ToolSearchOption | None = None, tool_embedder: Embedder | None = None,
+    **options: Unpack[ResumeOptions],
 ) -> Trace:
     """Continue run `run_id` from its journal in `store` and return its trace.
 
@@ -183,7 +147,7 @@ def resume(
 
     Raises StoreError for an unknown run id, ToolSetChangedError for other tools.
     """
-    given = overrides(locals())
+    given = overrides("resume", options)
     return iter_resume(
         run_id, policy, registry, store=store, approver=approver, decisions=decisions,
         rerun_unfinished=rerun_unfinished, allow_tool_changes=allow_tool_changes, **given,

@@ -10,17 +10,11 @@ from loopwright.modes.machine import Machine, PolicyFailed
 from loopwright.policy import ModelRequest
 from loopwright.trace import Step
 
-ON_TOOL_ERROR: Final = ("observe", "reflect")
 CRITIQUE_TOKENS: Final = 80
 """max_tokens of a critique call when the run sets none (its stop strings cannot include a
 blank line: small models often start the reply with one)."""
 CRITIQUE_CHARS: Final = 600
 """A critique goes into every later prompt: longer ones are cut (the model's run-on text)."""
-
-
-def check_on_tool_error(value: object) -> None:
-    if value not in ON_TOOL_ERROR:
-        raise ValueError(f"on_tool_error must be 'observe' or 'reflect', got {value!r}")
 
 
 def clean_critique(text: str) -> str:

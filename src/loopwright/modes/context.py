@@ -12,7 +12,7 @@ from typing import Any, Literal
 from loopwright import otel
 from loopwright.calls import ephemeral_run_id
 from loopwright.events import Emitter, EventSink
-from loopwright.guards import Deadline, Limits
+from loopwright.guards import Deadline, RunLimits
 from loopwright.modes.gate import ToolGate
 from loopwright.modes.machine import Journal, ModelCall, PolicyFailed, StopRun
 from loopwright.modes.observers import CostMeter, JournalObserver, Observer, cost_meter
@@ -41,7 +41,7 @@ class RunContext:
         mode: str,
         policy: Policy,
         registry: ToolRegistry,
-        limits: Limits,
+        limits: RunLimits,
         prompts: PromptSet = DEFAULT_PROMPTS,
         *,
         tools: Iterable[str] | None = None,
@@ -215,15 +215,15 @@ def open_context(
     fingerprint) is saved so `resume` can rebuild it. `journal` is given when resume or
     fork continue a run; rerun_unfinished is resume's. With `sinks`, the run pushes its
     events there (tagged with `agent`, a child run's agent name), starting with RunStarted."""
-    limits = spec.limits()  # bad limits fail before anything is journaled
+    limits = spec.run_limits()
     run_id = spec.run_id
     if spec.store is not None and journal is None:
         config = spec.config()
-        config["tool_set"] = tool_set(registry if spec.tools is None else registry.subset(spec.tools))
+        config["tool_set"] = tool_set(registry if spec.tools is None else registry.subset(spec.tool_scope() or ()))
         run_id, journal = spec.store.start_run(run_id, spec.task, spec.mode, config)
     ctx = RunContext(
         spec.task, spec.mode, policy, registry, limits, spec.prompts or DEFAULT_PROMPTS,
-        tools=spec.tools, approver=spec.approver, on_deny=spec.on_deny, journal=journal, run_id=run_id,
+        tools=spec.tool_scope(), approver=spec.approver, on_deny=spec.on_deny, journal=journal, run_id=run_id,
         rerun_unfinished=rerun_unfinished, output_type=spec.output_type,
     )  # fmt: skip
     ctx.cost = cost_meter(policy, spec.cost_budget_usd, spec.prices, ctx.trace)

@@ -25,7 +25,7 @@ from loopwright.untrusted import fence, neutralise
 
 
 def check(spec: RunSpec) -> None:
-    """Plan-execute's one setting, max_replans, is a limit (checked by Limits)."""
+    """Plan-execute has nothing to check beyond its setting (PlanExecuteSettings checks it)."""
 
 
 def machine(ctx: RunContext, spec: RunSpec) -> StepGen:

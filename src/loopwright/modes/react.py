@@ -12,7 +12,7 @@ from typing import Any
 
 from loopwright.errors import ParseError
 from loopwright.guards import RepeatDetector
-from loopwright.modes._critique import check_on_tool_error, reflect
+from loopwright.modes._critique import reflect
 from loopwright.modes.context import RunContext, first_line
 from loopwright.modes.folding import MEMORY_OVERHEAD, Folding, step_block
 from loopwright.modes.handles import READ_OUTPUT, READ_OUTPUT_SCHEMA
@@ -34,8 +34,6 @@ from loopwright.prompts import describe_tools, example_call, fill, worked_exampl
 from loopwright.tools.registry import ToolRegistry
 from loopwright.trace import Step, estimate_tokens
 from loopwright.untrusted import fence, neutralise
-
-DIALECTS = ("json", "brackets", "native")
 
 
 class _Scratchpad:
@@ -176,11 +174,8 @@ def _render_action(dialect: str, action: Action) -> str:
 
 
 def check(spec: RunSpec) -> None:
-    """ReAct's own settings, checked before anything is journaled."""
-    dialect = spec.setting("dialect")
-    if dialect not in DIALECTS:
-        raise ValueError(f"dialect must be one of {DIALECTS}, got {dialect!r}")
-    check_on_tool_error(spec.setting("on_tool_error"))
+    """What ReAct checks before anything is journaled beyond its settings (ReActSettings
+    checks those): the whole-run examples of its prompts."""
     if spec.prompts is not None:
         check_run_examples(spec.prompts)
 

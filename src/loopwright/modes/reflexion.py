@@ -38,20 +38,12 @@ an `error` only from unusable replies, not from the policy raising)."""
 
 
 def check(spec: RunSpec) -> None:
-    """Reflexion's settings, checked before anything is journaled (its attempts are ReAct's)."""
+    """What Reflexion checks before anything is journaled beyond its settings
+    (ReflexionSettings checks those): ReAct's checks, and an evaluator the journal recorded
+    (True) given again."""
     react_check(spec)
-    max_reflections, attempt_steps = spec.setting("max_reflections"), spec.attempt_steps
-    if isinstance(max_reflections, bool) or not isinstance(max_reflections, int) or max_reflections < 0:
-        raise ValueError(f"max_reflections must be an integer >= 0, got {max_reflections!r}")
-    if attempt_steps is not None and (
-        isinstance(attempt_steps, bool) or not isinstance(attempt_steps, int) or attempt_steps < 1
-    ):
-        raise ValueError(f"attempt_steps must be a positive integer or None, got {attempt_steps!r}")
-    evaluator = spec.evaluator
-    if evaluator is True:  # what a journal records: resume() was not given the evaluator again
+    if spec.evaluator is True:  # what a journal records: resume() was not given the evaluator again
         raise TypeError("this run was made with an evaluator; pass evaluator=... again to resume it")
-    if evaluator is not None and evaluator is not False and not callable(evaluator):
-        raise TypeError(f"evaluator must be a callable (task, trace) -> (ok, feedback), got {evaluator!r}")
 
 
 def machine(ctx: RunContext, spec: RunSpec) -> StepGen:

@@ -1,25 +1,30 @@
 """RunSpec: what a run starts from. `lw.run` and the other front doors build one from their
-keywords; the journal stores its JSON part (`config()`), and `resume` and `fork` rebuild it
-from there (`from_config`), so a run is started one way whatever started it.
+options (`RunOptions`, the same names as RunSpec's fields); the journal stores its JSON part
+(`config()`), and `resume` and `fork` rebuild it from there (`from_config`), so a run is
+started one way whatever started it.
 
-Every mode takes the shared limits; a limit that means nothing to a mode (max_replans in
-ReAct) is accepted and ignored, so one set of limits works in every mode. A mode's own
-settings (Reflexion's, Tree-of-Thoughts') given to another mode are a TypeError.
+Options come flat (`max_steps=8`) or grouped: `limits=lw.Limits(...)` for what the run may
+spend, `settings=lw.ReActSettings(...)` (or ToTSettings, ...) for its mode's own settings. A
+settings object checks its values when made and is a TypeError in a mode it is not for. Flat,
+a ReAct setting or max_replans means nothing to some modes and is accepted and ignored there,
+so one set of keywords works in every mode; Reflexion's and Tree-of-Thoughts' own settings
+given flat to another mode are a TypeError. A new option is a field of RunSpec and of
+RunOptions (a test keeps the two equal), and its use.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import KW_ONLY, dataclass
-from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
+from collections.abc import Callable, Mapping
+from dataclasses import KW_ONLY, InitVar, dataclass, fields
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, Protocol, TypedDict, cast, get_args
 
-from loopwright.guards import Limits, OnParseError, OnRepeat
+from loopwright.guards import Limits, OnParseError, OnRepeat, RunLimits, check_limit
 from loopwright.modes.machine import Journal
 from loopwright.pricing import Prices
 from loopwright.prompts import PromptSet
 from loopwright.safety import Approver
-from loopwright.tools.toolset import tool_names
+from loopwright.tools.toolset import Scope, tool_names
 from loopwright.trace import Trace, Usage
 
 if TYPE_CHECKING:  # memory imports numpy: only a run with a context budget loads it
@@ -45,6 +50,113 @@ def check_option(value: object) -> None:
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"tool_search must be an integer >= 1, 'auto' or 'off', got {value!r}")
+
+
+def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReActSettings:
+    """ReAct's own settings (a Reflexion attempt is a ReAct run: they hold there too). None
+    leaves the default.
+
+    on_parse_error: "observe" (the model reads what was wrong) or "stop". on_repeat: what a
+    repeated identical call gets: "nudge", "stop" or "off". max_nudges: identical calls
+    nudged in a row before the run stops with "repeated_call". dialect: the step format,
+    "json", "brackets" or "native" (the backend's tool calling). on_tool_error: "observe",
+    or "reflect" (a critique after a tool's error)."""
+
+    modes: ClassVar[tuple[str, ...]] = ("react", "reflexion")
+    on_parse_error: OnParseError | None = None
+    on_repeat: OnRepeat | None = None
+    max_nudges: int | None = None
+    dialect: Dialect | None = None
+    on_tool_error: OnToolError | None = None
+
+    def __post_init__(self) -> None:
+        if self.on_parse_error is not None and self.on_parse_error not in ("observe", "stop"):
+            raise ValueError(f"on_parse_error must be 'observe' or 'stop', got {self.on_parse_error!r}")
+        if self.on_repeat is not None and self.on_repeat not in ("nudge", "stop", "off"):
+            raise ValueError(f"on_repeat must be 'nudge', 'stop' or 'off', got {self.on_repeat!r}")
+        if self.max_nudges is not None:
+            check_limit("max_nudges", self.max_nudges, 0)
+        if self.dialect is not None:
+            _check_choice("dialect", self.dialect, get_args(Dialect))
+        if self.on_tool_error is not None and self.on_tool_error not in get_args(OnToolError):
+            raise ValueError(f"on_tool_error must be 'observe' or 'reflect', got {self.on_tool_error!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReflexionSettings(ReActSettings):
+    """Reflexion's settings: its attempts' (ReAct's) and its own. max_reflections: critiques
+    before the run gives up. attempt_steps: model calls one attempt may make (default: an
+    even share of max_steps). evaluator: judges an attempt's answer (see `Evaluator`)."""
+
+    modes: ClassVar[tuple[str, ...]] = ("reflexion",)
+    max_reflections: int | None = None
+    attempt_steps: int | None = None
+    evaluator: Evaluator | bool | None = None  # a journal records a bool: whether there was one
+
+    def __post_init__(self) -> None:
+        ReActSettings.__post_init__(self)
+        if self.max_reflections is not None:
+            check_limit("max_reflections", self.max_reflections, 0)
+        if self.attempt_steps is not None and (
+            isinstance(self.attempt_steps, bool) or not isinstance(self.attempt_steps, int) or self.attempt_steps < 1
+        ):
+            raise ValueError(f"attempt_steps must be a positive integer or None, got {self.attempt_steps!r}")
+        if not isinstance(self.evaluator, bool | None) and not callable(self.evaluator):
+            raise TypeError(f"evaluator must be a callable (task, trace) -> (ok, feedback), got {self.evaluator!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanExecuteSettings:
+    """Plan-execute's setting: max_replans, the replans a run may make after a failed plan."""
+
+    modes: ClassVar[tuple[str, ...]] = ("plan_execute",)
+    max_replans: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_replans is not None:
+            check_limit("max_replans", self.max_replans, 0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToTSettings:
+    """Tree-of-Thoughts' settings. search: "bfs" or "dfs". branching: candidates per expanded
+    node. breadth: nodes BFS keeps per level. depth: the longest path. max_nodes: nodes the
+    search may make. threshold: the least score (0 to 1) a node needs to be expanded, or an
+    answer to be accepted. allow_side_effects: let branches call tools that change things."""
+
+    modes: ClassVar[tuple[str, ...]] = ("tot",)
+    search: Search | None = None
+    branching: int | None = None
+    breadth: int | None = None
+    depth: int | None = None
+    max_nodes: int | None = None
+    threshold: float | None = None
+    allow_side_effects: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.search is not None and self.search not in get_args(Search):
+            raise ValueError(f"search must be 'bfs' or 'dfs', got {self.search!r}")
+        for name in ("branching", "breadth", "depth", "max_nodes"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        threshold = self.threshold
+        if threshold is not None and (
+            isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0.0 <= threshold <= 1.0
+        ):
+            raise ValueError(f"threshold must be a number from 0 to 1, got {threshold!r}")
+        if self.allow_side_effects is not None and not isinstance(self.allow_side_effects, bool):
+            raise TypeError(f"allow_side_effects must be a bool, got {self.allow_side_effects!r}")
+
+
+ModeSettings = ReActSettings | PlanExecuteSettings | ToTSettings
+"""What `settings=` takes: the settings object of the run's mode (ReflexionSettings is a ReActSettings)."""
 
 
 class RunStore(Protocol):
@@ -84,7 +196,7 @@ class RunSpec:
     threshold: float | None = None
     allow_side_effects: bool | None = None
     # run options: what the run may use and where it is recorded
-    tools: tuple[str, ...] | None = None
+    tools: Scope | None = None  # held as a tuple of the names
     approver: Approver | None = None
     on_deny: OnDeny = "observe"
     prompts: PromptSet | None = None
@@ -99,10 +211,20 @@ class RunSpec:
     prices: PriceSpec | None = None
     tool_search: ToolSearchOption | None = None  # None: "auto" (see modes/toolsearch.py)
     tool_embedder: Embedder | None = None  # fused with BM25 in tool search; the journal keeps its name
+    # the same options grouped: spread into the fields above when the spec is made
+    limits: InitVar[Limits | None] = None
+    settings: InitVar[ModeSettings | None] = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, limits: Limits | None, settings: ModeSettings | None) -> None:
         if self.mode not in MODE_SETTINGS:
             raise ValueError(f"mode must be one of {sorted(MODE_SETTINGS)}, got {self.mode!r}")
+        for name, value in spread(self.mode, limits, settings).items():
+            given = getattr(self, name)
+            if given is not None and given != value:
+                raise TypeError(f"{name} given twice, {given!r} and {value!r}")
+            object.__setattr__(self, name, value)
+        if self.on_deny is None:  # a caller passing its own default through
+            object.__setattr__(self, "on_deny", "observe")
         if self.tools is not None:  # names, whether given as names or as the Tools themselves
             object.__setattr__(self, "tools", tool_names(self.tools))
         if self.tool_search is not None:
@@ -110,17 +232,22 @@ class RunSpec:
         foreign = [name for name in _FOREIGN[self.mode] if getattr(self, name) is not None]
         if foreign:
             raise TypeError(f"unknown run option(s) for mode {self.mode!r}: {', '.join(foreign)}")
+        Limits(**{name: getattr(self, name) for name in _LIMIT_NAMES})  # each checks what it was given
+        for cls in _SETTINGS:
+            cls(**{name: value for name in _OWN[cls] if (value := getattr(self, name)) is not None})
+
+    def tool_scope(self) -> tuple[str, ...] | None:
+        """The names of the tools this run may use (`tools=`), None for all of them."""
+        return cast("tuple[str, ...] | None", self.tools)  # made names in __post_init__
 
     def setting(self, name: str) -> Any:
         """The value of a mode setting: given, else the mode's default."""
         value = getattr(self, name)
         return MODE_SETTINGS[self.mode].get(name) if value is None else value
 
-    def limits(self) -> Limits:
+    def run_limits(self) -> RunLimits:
         """The limits the run is held to (the mode's defaults filled in)."""
-        defaults = MODE_SETTINGS[self.mode]
-        given = {name: defaults.get(name) if getattr(self, name) is None else getattr(self, name) for name in _LIMITS}
-        return Limits(**{name: value for name, value in given.items() if value is not None})
+        return RunLimits(**{name: value for name in _RUN_LIMITS if (value := self.setting(name)) is not None})
 
     def config(self) -> dict[str, Any]:
         """What the journal stores: the mode's settings (defaults filled in) and max_tokens,
@@ -148,7 +275,12 @@ class RunSpec:
         approver flag, tool set and meta are the journal's own, not options."""
         fields = {k: v for k, v in config.items() if k not in _JOURNAL_ONLY}
         fields.setdefault("tool_search", "off")  # recorded before tool search: it ran with every tool
+        grouped = spread(mode, given.pop("limits", None), given.pop("settings", None))
+        twice = sorted(grouped.keys() & {k for k, v in given.items() if v is not None})
+        if twice:
+            raise TypeError(f"given twice, flat and grouped: {', '.join(twice)}")
         fields.update(given)
+        fields.update(grouped)
         if config.get("tool_embedder") and fields.get("tool_embedder") is None:
             raise TypeError(f"this run searched its tools with the embedder {config['tool_embedder']!r}: pass "
                             "tool_embedder= again, or the continued run may load other tools")
@@ -159,6 +291,56 @@ class RunSpec:
 
     def replace(self, **changes: Any) -> RunSpec:
         return dataclasses.replace(self, **changes)
+
+
+class ResumeOptions(TypedDict, total=False):
+    """The options a continued run (`resume`, `fork`) may change: RunOptions but the store,
+    the run's id, its approver (their own arguments there) and the journal's meta."""
+
+    max_steps: int | None
+    token_budget: int | None
+    timeout_s: float | None
+    max_tokens: int | None
+    max_replans: int | None
+    on_parse_error: OnParseError | None
+    on_repeat: OnRepeat | None
+    max_nudges: int | None
+    dialect: Dialect | None
+    on_tool_error: OnToolError | None
+    max_reflections: int | None
+    attempt_steps: int | None
+    evaluator: Evaluator | bool | None
+    search: Search | None
+    branching: int | None
+    breadth: int | None
+    depth: int | None
+    max_nodes: int | None
+    threshold: float | None
+    allow_side_effects: bool | None
+    tools: Scope | None
+    on_deny: OnDeny
+    prompts: PromptSet | None
+    memory: Memory | None
+    context_tokens: int | None
+    output_type: Any
+    tracer: Any
+    cost_budget_usd: float | None
+    prices: PriceSpec | None
+    tool_search: ToolSearchOption | None
+    tool_embedder: Embedder | None
+    limits: Limits | None
+    settings: ModeSettings | None
+
+
+class RunOptions(ResumeOptions, total=False):
+    """The options of a run, as keywords: `lw.run(task, policy, registry, mode, **options)`
+    and every function that starts one. The same names and types as RunSpec's fields (a
+    test keeps them equal); see RunSpec, Limits and the settings classes."""
+
+    approver: Approver | None
+    store: RunStore | None
+    run_id: str | None
+    journal_meta: Mapping[str, Any] | None
 
 
 # Each mode's settings and their defaults (None: no default). Limits a mode ignores are not
@@ -175,18 +357,37 @@ MODE_SETTINGS: Final[dict[str, dict[str, Any]]] = {
     "tot": {**_SHARED, "max_steps": 60, "search": "bfs", "branching": 3, "breadth": 2, "depth": 3,
             "max_nodes": 24, "threshold": 0.5, "allow_side_effects": False},
 }
-_LIMITS: Final = ("max_steps", "token_budget", "timeout_s", "max_replans", "on_parse_error", "on_repeat", "max_nudges")
-_MODE_ONLY: Final = ("max_reflections", "attempt_steps", "evaluator", "search", "branching", "breadth", "depth",
-                     "max_nodes", "threshold", "allow_side_effects")
-_FOREIGN: Final = {mode: tuple(n for n in _MODE_ONLY if n not in settings) for mode, settings in MODE_SETTINGS.items()}
+_SETTINGS: Final = (ReActSettings, ReflexionSettings, PlanExecuteSettings, ToTSettings)
+_REACT_NAMES: Final = frozenset(f.name for f in fields(ReActSettings))
+_OWN: Final = {cls: tuple(f.name for f in fields(cls) if cls is ReActSettings or f.name not in _REACT_NAMES)
+               for cls in _SETTINGS}
+"""Each settings class's own fields (ReflexionSettings' without the ReAct ones it inherits)."""
+_LIMIT_NAMES: Final = tuple(f.name for f in fields(Limits))
+_RUN_LIMITS: Final = tuple(f.name for f in fields(RunLimits) if f.name in RunSpec.__dataclass_fields__)
+_MODE_ONLY: Final = frozenset(_OWN[ReflexionSettings] + _OWN[ToTSettings])
+"""Settings that are a TypeError in another mode even when given flat."""
+_FOREIGN: Final = {mode: tuple(n for n in sorted(_MODE_ONLY) if n not in settings) for mode, settings in MODE_SETTINGS.items()}
 _JOURNAL_ONLY: Final = frozenset({"approver", "tool_set", "meta", "tool_embedder"})
-_FIELDS: Final = frozenset(f.name for f in dataclasses.fields(RunSpec)) - {"task", "mode"}
+_FIELDS: Final = frozenset(RunSpec.__dataclass_fields__) - {"task", "mode"}
+"""What RunSpec takes besides the task and mode (its fields and `limits`, `settings`)."""
 
 
-def scope(tools: Iterable[str] | None) -> tuple[str, ...] | None:
-    """A `tools=` argument as the spec holds it."""
-    return None if tools is None else tuple(tools)
+def spread(mode: str, limits: Limits | None, settings: ModeSettings | None) -> dict[str, Any]:
+    """The flat options `limits` and `settings` hold (their values not None). Raises
+    TypeError for a settings object that is not for `mode`."""
+    flat: dict[str, Any] = {}
+    if limits is not None:
+        if not isinstance(limits, Limits):
+            raise TypeError(f"limits must be an lw.Limits, got {type(limits).__name__}")
+        flat.update((f.name, v) for f in fields(limits) if (v := getattr(limits, f.name)) is not None)
+    if settings is not None:
+        if not isinstance(settings, _SETTINGS) or mode not in type(settings).modes:
+            accepted = " or ".join(cls.__name__ for cls in _SETTINGS if mode in cls.modes) or "none (it has no settings)"
+            raise TypeError(f"settings {type(settings).__name__} are not for mode {mode!r}; it takes {accepted}")
+        flat.update((f.name, v) for f in fields(settings) if (v := getattr(settings, f.name)) is not None)
+    return flat
 
 
-__all__ = ["MODE_SETTINGS", "Dialect", "Evaluator", "Mode", "OnDeny", "OnToolError", "PriceSpec", "RunSpec",
-           "RunStore", "Search", "ToolSearchOption"]
+__all__ = ["MODE_SETTINGS", "Dialect", "Evaluator", "Mode", "ModeSettings", "OnDeny", "OnToolError",
+           "PlanExecuteSettings", "PriceSpec", "ReActSettings", "ReflexionSettings", "ResumeOptions", "RunOptions", "RunSpec", "RunStore",
+           "Search", "ToTSettings", "ToolSearchOption"]

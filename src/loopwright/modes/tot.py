@@ -38,7 +38,6 @@ from loopwright.tools.registry import ToolRegistry
 from loopwright.trace import Step
 from loopwright.untrusted import fence, neutralise
 
-SEARCHES: Final = ("bfs", "dfs")
 LABELS: Final = {"sure": 1.0, "likely": 0.5, "impossible": 0.0}
 _LABEL: Final = re.compile(r"\b(sure|likely|impossible)\b", re.IGNORECASE)
 _NUMBER: Final = re.compile(r"\s*(10|[0-9])(?:\s*/\s*10)?(?!\d|\.\d|\s*[-+*/=x×÷(])")
@@ -243,20 +242,7 @@ class _Search:
 
 
 def check(spec: RunSpec) -> None:
-    """The search's settings, checked before anything is journaled."""
-    search = spec.setting("search")
-    if search not in SEARCHES:
-        raise ValueError(f"search must be 'bfs' or 'dfs', got {search!r}")
-    for name in ("branching", "breadth", "depth", "max_nodes"):
-        value = spec.setting(name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    threshold = spec.setting("threshold")
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0:
-        raise ValueError(f"threshold must be a number from 0 to 1, got {threshold!r}")
-    allow = spec.setting("allow_side_effects")
-    if not isinstance(allow, bool):
-        raise TypeError(f"allow_side_effects must be a bool, got {allow!r}")
+    """The search has nothing to check beyond its settings (ToTSettings checks those)."""
 
 
 def machine(ctx: RunContext, spec: RunSpec) -> StepGen:
