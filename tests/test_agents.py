@@ -651,6 +651,19 @@ def test_a_child_with_its_own_prices_under_an_unpriced_parent_reports_its_cost_t
     assert trace.meta["cost_usd"] == pytest.approx(kid.meta["cost_usd"])
 
 
+@pytest.mark.parametrize(("own_prices", "childs_cost"), [(None, None), (per_token(0.002), 2 * 45 * 0.002)])
+def test_a_priced_parent_with_no_budget_counts_its_childs_cost_at_the_childs_prices_else_its_own(
+    own_prices, childs_cost
+):
+    child = lw.Agent("calculator", Counted(CALC), lw.ToolRegistry([add]), prices=own_prices)
+    trace = lw.run("t", Counted(DELEGATE), lw.ToolRegistry([child.as_tool()]), prices=per_token(0.001))
+    kid = next(iter(trace.children.values()))
+    assert trace.final_answer == "2 + 3 is 5"
+    assert kid.meta.get("cost_usd") == (None if childs_cost is None else pytest.approx(childs_cost))
+    at_parents_prices = 2 * 45 * 0.001
+    assert trace.meta["cost_usd"] == pytest.approx(2 * 45 * 0.001 + (childs_cost or at_parents_prices))
+
+
 def test_a_child_started_after_the_parents_budget_is_spent_stops_at_its_first_call():
     agent = looper()
 
@@ -701,6 +714,14 @@ def test_a_child_that_stops_without_an_answer_tells_the_parent_why_and_its_last_
     )
     assert trace.steps[0].error == "agent 'calculator' stopped (max_steps) without an answer: " \
                                    "ValueError: no adding today"
+
+
+def test_a_child_of_an_async_parent_that_stops_without_an_answer_tells_the_parent_why():
+    looping = calculator([act("add", '{"x": 1, "y": 1}')] * 5, max_steps=2, on_repeat="off")
+    trace = asyncio.run(lw.arun("t", lw.ScriptedPolicy([act("calculator", '{"task": "loop"}'), final("gave up")]),
+                                lw.ToolRegistry([looping.as_tool()])))
+    assert trace.steps[0].observation == "ERROR[calculator]: agent 'calculator' stopped (max_steps) without an answer"
+    assert next(iter(trace.children.values())).stopped_reason == "max_steps"
 
 
 def test_a_child_that_stops_with_no_error_on_its_last_step_says_only_why_it_stopped():
@@ -944,3 +965,74 @@ def test_a_traced_run_with_a_child_leaves_the_callers_opentelemetry_context_as_i
     before = otel_trace.get_current_span()
     lw.run("2 + 3?", lw.ScriptedPolicy(DELEGATE), lw.ToolRegistry([calculator(CALC).as_tool()]), tracer=tracer)
     assert otel_trace.get_current_span() is before
+
+
+# -- an agent's own run, and its tool called from anywhere ------------------------------
+
+
+def test_an_agent_run_alone_runs_its_task_and_asks_its_approver_with_a_request_that_names_it():
+    asked: list[ApprovalRequest] = []
+
+    @lw.tool(side_effects="destructive")
+    def wipe(path: str) -> str:
+        """Delete a path."""
+        return f"wiped {path}"
+
+    def approver(request: ApprovalRequest) -> Decision:
+        asked.append(request)
+        return Decision(True, "ok")
+
+    cleaner = lw.Agent("cleaner", lw.ScriptedPolicy([act("wipe", '{"path": "/tmp/x"}'), final("done")]),
+                       lw.ToolRegistry([wipe]), approver=approver)
+    trace = cleaner.run("wipe /tmp/x")
+    assert trace.task == "wipe /tmp/x" and trace.final_answer == "done"
+    [request] = asked
+    assert request.tool == "wipe" and request.meta["agent"] == "cleaner"
+    assert cleaner.spec.task == ""  # the options every run starts from: each run gives its task
+
+
+def test_an_agent_run_alone_names_the_agent_on_its_invoke_agent_span():
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    calculator(CALC, tracer=provider.get_tracer("test")).run("2 + 3")
+    [span] = [s for s in exporter.get_finished_spans() if s.name == "invoke_agent"]
+    assert span.attributes["gen_ai.agent.name"] == "calculator"
+
+
+def test_an_agents_own_prompt_set_gets_its_instructions_too():
+    import dataclasses
+
+    from loopwright.prompts import DEFAULT_PROMPTS
+
+    own = dataclasses.replace(DEFAULT_PROMPTS, react_json="Be brief.\n" + DEFAULT_PROMPTS.react_json)
+    agent = lw.Agent("a", lw.ScriptedPolicy([final("1")]), lw.ToolRegistry([add]), prompts=own,
+                     instructions="Only add.")
+    trace = agent.run("2 + 3")
+    assert trace.prompt_for(trace.steps[0]).startswith("Only add.\n\nBe brief.\n")
+
+
+def test_an_agent_tool_called_outside_any_run_runs_its_agent_alone_and_returns_the_answer():
+    agent = calculator(CALC)
+    tool = agent.as_tool()
+    assert tool.agent is agent
+    assert tool("2 + 3") == "5"
+
+
+def test_a_child_of_an_async_parent_runs_on_the_parents_event_loop():
+    loops: list[asyncio.AbstractEventLoop] = []
+
+    @lw.tool
+    async def where(x: int) -> int:
+        """Note the event loop this runs on."""
+        loops.append(asyncio.get_running_loop())
+        return x
+
+    child = lw.Agent("child", lw.ScriptedPolicy([act("where", '{"x": 1}'), final("1")]), lw.ToolRegistry([where]))
+
+    async def main() -> asyncio.AbstractEventLoop:
+        await lw.arun("t", lw.ScriptedPolicy([act("child", '{"task": "where"}'), final("x")]),
+                      lw.ToolRegistry([child.as_tool()]))
+        return asyncio.get_running_loop()
+
+    assert loops == [asyncio.run(main())]
