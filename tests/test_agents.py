@@ -909,6 +909,19 @@ def test_a_resumed_child_is_held_to_what_is_left_of_the_parents_cost_budget(tmp_
     assert trace.stopped_reason == "cost_budget"
 
 
+def test_a_resumed_child_under_an_unpriced_parent_keeps_pricing_its_calls_at_its_own_prices(tmp_path):
+    def worker(policy) -> lw.Agent:
+        return lw.Agent("worker", policy, lw.ToolRegistry([add]), prices=per_token(0.002))
+
+    script = [act("add", '{"x": 2, "y": 3}'), act("add", '{"x": 5, "y": 0}'), final("5")]
+    with lw.SQLiteStore(tmp_path / "j.db") as store:
+        trace = interrupted_then_resumed(store, worker, script)
+    child = trace.children["p:1"]
+    assert child.final_answer == "5" and child.llm_calls == 3
+    assert child.meta["cost_usd"] == pytest.approx(3 * 45 * 0.002)  # the replayed call's too
+    assert trace.meta["cost_usd"] == pytest.approx(child.meta["cost_usd"])
+
+
 def test_resuming_a_parent_whose_call_was_answered_by_a_plain_tool_names_no_child(tmp_path):
     @lw.tool
     def calculator(task: str) -> str:
