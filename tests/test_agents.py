@@ -528,3 +528,524 @@ def test_rewoo_parent_runs_agent_calls_in_parallel_and_keeps_each_child():
     assert len(trace.children) == 3
     assert trace.usage == sum((s.usage for s in trace.steps), lw.Usage()) + sum(
         (c.usage for c in trace.children.values()), lw.Usage())
+
+
+# -- what a child takes from its parent, as its journal records it ----------------------
+
+
+class FrozenClock:
+    """`time` for loopwright.guards: the wall clock stands still, so what is left of a
+    run's timeout is exactly what it was given (no timing in the assertions)."""
+
+    @staticmethod
+    def monotonic() -> float:
+        return 1000.0
+
+
+@pytest.mark.parametrize(
+    ("parent_budget", "own_budget", "childs_budget"),
+    [(400, None, 400 - 45), (400, 100, 100), (400, 1000, 400 - 45), (46, None, 1)],
+)
+def test_a_childs_token_budget_is_its_own_capped_by_what_the_parent_has_left(
+    tmp_path, parent_budget, own_budget, childs_budget
+):
+    child = calculator(CALC, token_budget=own_budget)
+    parent = Counted(DELEGATE)  # 45 tokens a call
+    with lw.SQLiteStore(tmp_path / "j.db") as store:
+        lw.run("t", parent, lw.ToolRegistry([child.as_tool()]), token_budget=parent_budget, store=store, run_id="p")
+        assert store.load_run("p:1").config["token_budget"] == childs_budget
+
+
+@pytest.mark.parametrize(
+    ("parent_timeout", "own_timeout", "childs_timeout"),
+    [(50.0, None, 49.9), (50.0, 5.0, 5.0), (50.0, 100.0, 49.9), (0.5, None, 0.45), (None, 7.0, 7.0)],
+)
+def test_a_childs_timeout_is_its_own_capped_by_a_little_less_than_the_parent_has_left(
+    tmp_path, monkeypatch, parent_timeout, own_timeout, childs_timeout
+):
+    from loopwright import guards
+
+    monkeypatch.setattr(guards, "time", FrozenClock)
+    child = calculator(CALC, timeout_s=own_timeout)
+    with lw.SQLiteStore(tmp_path / "j.db") as store:
+        trace = lw.run("t", lw.ScriptedPolicy(DELEGATE), lw.ToolRegistry([child.as_tool()]), timeout_s=parent_timeout,
+                       store=store, run_id="p")
+        assert trace.final_answer == "2 + 3 is 5"
+        assert store.load_run("p:1").config["timeout_s"] == pytest.approx(childs_timeout)
+
+
+def test_a_child_with_no_limits_of_its_own_under_an_unlimited_parent_is_unlimited(tmp_path):
+    with lw.SQLiteStore(tmp_path / "j.db") as store:
+        lw.run("t", lw.ScriptedPolicy(DELEGATE), lw.ToolRegistry([calculator(CALC).as_tool()]), store=store,
+               run_id="p")
+        config = store.load_run("p:1").config
+    assert config["token_budget"] is None and config["timeout_s"] is None and config["approver"] is False
+
+
+def test_a_childs_journal_meta_is_its_own_plus_the_agent_and_its_parent(tmp_path):
+    child = calculator(CALC, journal_meta={"team": "maths"})
+    with lw.SQLiteStore(tmp_path / "j.db") as store:
+        lw.run("t", lw.ScriptedPolicy(DELEGATE), lw.ToolRegistry([child.as_tool()]), store=store, run_id="p")
+        assert store.load_run("p:1").config["meta"] == {"team": "maths", "agent": "calculator", "parent_run_id": "p"}
+
+
+def test_a_child_of_a_parent_with_no_store_is_journaled_in_its_own_store(tmp_path):
+    with lw.SQLiteStore(tmp_path / "own.db") as own:
+        trace = lw.run("t", lw.ScriptedPolicy(DELEGATE), lw.ToolRegistry([calculator(CALC, store=own).as_tool()]))
+        [child_id] = trace.children
+        assert own.load_run(child_id).config["meta"]["agent"] == "calculator"
+        assert own.trace(child_id).final_answer == "5"
+
+
+def test_a_child_of_a_parent_with_a_store_is_journaled_in_the_parents_not_its_own(tmp_path):
+    with lw.SQLiteStore(tmp_path / "own.db") as own, lw.SQLiteStore(tmp_path / "parent.db") as store:
+        lw.run("t", lw.ScriptedPolicy(DELEGATE), lw.ToolRegistry([calculator(CALC, store=own).as_tool()]),
+               store=store, run_id="p")
+        assert store.load_run("p:1").status == "finished"
+        with pytest.raises(lw.StoreError):
+            own.load_run("p:1")
+
+
+# -- cost: a child's own budget and prices ----------------------------------------------
+
+
+def per_token(dollars: float):
+    def price(usage: lw.Usage) -> float:
+        return usage.total_tokens * dollars
+
+    return price
+
+
+def looper(**options) -> lw.Agent:
+    """A child whose model calls add forever (45 tokens a call), until a limit stops it."""
+    return lw.Agent("looper", Counted([act("add", '{"x": 1, "y": 1}')], loop=True), lw.ToolRegistry([add]),
+                    max_steps=50, on_repeat="off", **options)
+
+
+LOOP = [act("looper", '{"task": "loop"}'), final("done")]
+
+
+def test_a_childs_own_cost_budget_stops_it_before_the_parents_does():
+    trace = lw.run("t", Counted(LOOP), lw.ToolRegistry([looper(cost_budget_usd=0.1).as_tool()]),
+                   cost_budget_usd=0.5, prices=per_token(0.001))
+    kid = next(iter(trace.children.values()))
+    assert kid.stopped_reason == "cost_budget" and kid.llm_calls == 3  # 3 x $0.045 reach $0.10
+    assert trace.stopped_reason == "final"  # the parent had $0.32 left
+    assert trace.meta["cost_usd"] == pytest.approx(2 * 0.045 + 3 * 0.045)
+
+
+def test_a_child_prices_its_calls_at_its_own_prices_within_the_parents_budget():
+    trace = lw.run("t", Counted(LOOP), lw.ToolRegistry([looper(prices=per_token(0.002)).as_tool()]),
+                   cost_budget_usd=0.5, prices=per_token(0.001))
+    kid = next(iter(trace.children.values()))
+    assert kid.meta["cost_usd"] == pytest.approx(kid.usage.total_tokens * 0.002)
+    assert kid.stopped_reason == "cost_budget" and kid.llm_calls == 6  # $0.09 a call against the $0.455 left
+    assert trace.meta["cost_usd"] == pytest.approx(0.045 + kid.meta["cost_usd"])
+
+
+def test_a_child_with_its_own_prices_under_an_unpriced_parent_reports_its_cost_to_it():
+    priced = lw.Agent("calculator", Counted(CALC), lw.ToolRegistry([add]), prices=per_token(0.002))
+    trace = lw.run("t", lw.ScriptedPolicy(DELEGATE), lw.ToolRegistry([priced.as_tool()]))
+    kid = next(iter(trace.children.values()))
+    assert kid.meta["cost_usd"] == pytest.approx(2 * 45 * 0.002)
+    assert trace.meta["cost_usd"] == pytest.approx(kid.meta["cost_usd"])
+
+
+@pytest.mark.parametrize(("own_prices", "childs_cost"), [(None, None), (per_token(0.002), 2 * 45 * 0.002)])
+def test_a_priced_parent_with_no_budget_counts_its_childs_cost_at_the_childs_prices_else_its_own(
+    own_prices, childs_cost
+):
+    child = lw.Agent("calculator", Counted(CALC), lw.ToolRegistry([add]), prices=own_prices)
+    trace = lw.run("t", Counted(DELEGATE), lw.ToolRegistry([child.as_tool()]), prices=per_token(0.001))
+    kid = next(iter(trace.children.values()))
+    assert trace.final_answer == "2 + 3 is 5"
+    assert kid.meta.get("cost_usd") == (None if childs_cost is None else pytest.approx(childs_cost))
+    at_parents_prices = 2 * 45 * 0.001
+    assert trace.meta["cost_usd"] == pytest.approx(2 * 45 * 0.001 + (childs_cost or at_parents_prices))
+
+
+def test_a_child_started_after_the_parents_budget_is_spent_stops_at_its_first_call():
+    agent = looper()
+
+    @lw.tool
+    def twice(task: str) -> str:
+        """Run the looper twice."""
+        return f"{agent.run(task).stopped_reason} {agent.run(task).stopped_reason}"
+
+    trace = lw.run("t", Counted([act("twice", '{"task": "loop"}'), final("done")]), lw.ToolRegistry([twice]),
+                   cost_budget_usd=0.5, prices=per_token(0.001))
+    assert trace.steps[0].observation == "cost_budget cost_budget"
+    first, second = trace.children.values()
+    assert first.llm_calls == 11 and second.llm_calls == 1
+    assert trace.stopped_reason == "cost_budget"
+
+
+# -- the approver: the parent's, never the child's own ----------------------------------
+
+
+def test_a_childs_own_approver_cannot_approve_what_its_parent_has_no_approver_for():
+    @lw.tool(side_effects="destructive")
+    def wipe(path: str) -> str:
+        """Delete a path."""
+        raise AssertionError("must not run unapproved")
+
+    cleaner = lw.Agent("cleaner", lw.ScriptedPolicy([act("wipe", '{"path": "/"}'), final("done")]),
+                       lw.ToolRegistry([wipe]), approver=lambda request: Decision(True, "yes"))
+    trace = lw.run("t", lw.ScriptedPolicy([act("cleaner", '{"task": "wipe"}'), final("ok")]),
+                   lw.ToolRegistry([cleaner.as_tool()]))
+    assert next(iter(trace.children.values())).steps[0].kind == "denied"
+
+
+# -- the agent as a tool: its name, description, arguments and answers -------------------
+
+
+def test_a_child_that_stops_without_an_answer_tells_the_parent_why_and_its_last_error():
+    @lw.tool
+    def broken(x: int) -> int:
+        """Fail."""
+        raise ValueError("no adding today")
+
+    failing = lw.Agent("calculator", lw.ScriptedPolicy([act("broken", '{"x": 1}')]), lw.ToolRegistry([broken]),
+                       max_steps=1)
+    trace = lw.run("t", lw.ScriptedPolicy([act("calculator", '{"task": "x"}'), final("x")]),
+                   lw.ToolRegistry([failing.as_tool()]))
+    assert trace.steps[0].observation == (
+        "ERROR[calculator]: agent 'calculator' stopped (max_steps) without an answer: ValueError: no adding today"
+    )
+    assert trace.steps[0].error == "agent 'calculator' stopped (max_steps) without an answer: " \
+                                   "ValueError: no adding today"
+
+
+def test_a_child_of_an_async_parent_that_stops_without_an_answer_tells_the_parent_why():
+    looping = calculator([act("add", '{"x": 1, "y": 1}')] * 5, max_steps=2, on_repeat="off")
+    trace = asyncio.run(lw.arun("t", lw.ScriptedPolicy([act("calculator", '{"task": "loop"}'), final("gave up")]),
+                                lw.ToolRegistry([looping.as_tool()])))
+    assert trace.steps[0].observation == "ERROR[calculator]: agent 'calculator' stopped (max_steps) without an answer"
+    assert next(iter(trace.children.values())).stopped_reason == "max_steps"
+
+
+def test_a_child_that_stops_with_no_error_on_its_last_step_says_only_why_it_stopped():
+    looping = calculator([act("add", '{"x": 1, "y": 1}')] * 5, max_steps=2, on_repeat="off")
+    trace = lw.run("t", lw.ScriptedPolicy([act("calculator", '{"task": "loop"}'), final("gave up")]),
+                   lw.ToolRegistry([looping.as_tool()]))
+    assert trace.steps[0].observation == "ERROR[calculator]: agent 'calculator' stopped (max_steps) without an answer"
+
+
+def test_an_agent_tool_is_named_for_the_agent_and_described_by_its_instructions_first_line():
+    agent = lw.Agent("calculator", lw.ScriptedPolicy([]), lw.ToolRegistry([add]),
+                     instructions="\n  Add the numbers.\nThen answer.")
+    tool = agent.as_tool()
+    assert tool.name == "calculator" and tool.description == "Ask the calculator agent (Add the numbers.)"
+
+
+def test_an_agent_tool_without_instructions_is_described_by_the_tools_its_agent_can_use():
+    @lw.tool
+    def sub(x: int, y: int) -> int:
+        """Subtract y from x."""
+        return x - y
+
+    tool = lw.Agent("calc", lw.ScriptedPolicy([]), [add, sub]).as_tool()
+    assert tool.description == "Ask the calc agent; it can use: add, sub"
+
+
+def test_an_agent_tools_arguments_are_described_to_the_callers_model():
+    properties = calculator(CALC).as_tool().parameters["properties"]
+    assert properties["task"] == {"type": "string", "description": "what to do, in plain words"}
+    assert properties["context"] == {"type": "string", "default": "",
+                                     "description": "anything the agent should know (optional)"}
+
+
+def test_an_agent_tool_may_write_when_its_agent_has_a_tool_that_writes_or_needs_approval():
+    @lw.tool(side_effects="write")
+    def save(text: str) -> str:
+        """Save text."""
+        return text
+
+    @lw.tool(side_effects="destructive")
+    def wipe(path: str) -> str:
+        """Delete a path."""
+        return path
+
+    assert calculator(CALC).as_tool().side_effects == "read"
+    for tool in (save, wipe):
+        agent_tool = lw.Agent("a", lw.ScriptedPolicy([]), lw.ToolRegistry([add, tool])).as_tool()
+        assert agent_tool.side_effects == "write" and not agent_tool.idempotent
+        assert agent_tool.dedupes_on_call_key  # a resumed parent re-enters the child: never in doubt
+
+
+def test_a_task_with_no_context_reaches_the_child_as_it_is():
+    trace = lw.run("t", lw.ScriptedPolicy(DELEGATE), lw.ToolRegistry([calculator(CALC).as_tool()]))
+    assert next(iter(trace.children.values())).task == "2 + 3"
+
+
+def test_instructions_are_stripped_and_their_braces_taken_literally_in_every_prompt_that_states_the_task():
+    import dataclasses
+
+    from loopwright.prompts import DEFAULT_PROMPTS
+
+    agent = lw.Agent("a", lw.ScriptedPolicy([final("1")]), lw.ToolRegistry([add]),
+                     instructions="  Add {numbers}.\nOnly add.  ")
+    trace = agent.run("2 + 3")
+    assert trace.prompt_for(trace.steps[0]).startswith("Add {numbers}.\nOnly add.\n\n")
+    for field in dataclasses.fields(DEFAULT_PROMPTS):
+        default, given = getattr(DEFAULT_PROMPTS, field.name), getattr(agent.spec.prompts, field.name)
+        if isinstance(default, str) and "{task}" in default:
+            assert given == "Add {{numbers}}.\nOnly add.\n\n" + default
+        else:
+            assert given == default
+
+
+def test_an_agent_checks_its_name_and_instructions_when_made():
+    from loopwright.prompts import DEFAULT_PROMPTS
+
+    for name in ("", None, 3):
+        with pytest.raises(TypeError, match="an agent's name must be a non-empty str"):
+            lw.Agent(name, lw.ScriptedPolicy([]), [add])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="instructions must be a str or None, got int"):
+        lw.Agent("a", lw.ScriptedPolicy([]), [add], instructions=3)  # type: ignore[arg-type]
+    agent = lw.Agent("a", lw.ScriptedPolicy([]), [add])
+    assert repr(agent) == "Agent(name='a', mode='react', tools=['add'])"
+    assert agent.spec.prompts is DEFAULT_PROMPTS  # no instructions: the prompts as they are
+    with pytest.raises(AttributeError, match="an Agent is read-only; make another \\(cannot set 'mode'\\)"):
+        agent.mode = "rewoo"  # type: ignore[misc]
+
+
+def test_a_tool_body_that_runs_an_agent_three_times_numbers_each_child_run_in_order():
+    agent = calculator(CALC * 3)
+
+    @lw.tool
+    def thrice(task: str) -> str:
+        """Ask the calculator three times."""
+        return "".join(agent.run(task).final_answer for _ in range(3))
+
+    trace = lw.run("t", lw.ScriptedPolicy([act("thrice", '{"task": "2 + 3"}'), final("555")]),
+                   lw.ToolRegistry([thrice]), run_id="p")
+    assert list(trace.children) == ["p:1", "p:1.2", "p:1.3"]
+    assert trace.steps[0].observation == "555"
+
+
+# -- a resumed child: what it keeps of its own options and its parent's limits ------------
+
+
+class CtrlCOnCall(Counted):
+    """Counted, with Ctrl-C in model call number `at`."""
+
+    def __init__(self, script: list[str], at: int) -> None:
+        super().__init__(script)
+        self.at = at
+
+    def complete(self, request: lw.ModelRequest) -> lw.Completion:
+        if self.calls + 1 == self.at:
+            raise KeyboardInterrupt
+        return super().complete(request)
+
+
+def interrupted_then_resumed(store: lw.SQLiteStore, make_child, child_script: list[str], **limits) -> lw.Trace:
+    """The parent (run and resumed with `limits`) delegates to the agent `make_child(policy)`
+    makes; Ctrl-C in the child's second model call; the parent resumed, the child's policy
+    given the rest of its script."""
+    parent_script = [act("worker", '{"task": "work"}'), final("done")]
+    with pytest.raises(lw.RunInterrupted):
+        lw.run("t", Counted(parent_script), lw.ToolRegistry([make_child(CtrlCOnCall(child_script, 2)).as_tool()]),
+               store=store, run_id="p", **limits)
+    return lw.resume("p", Counted(parent_script[1:]), lw.ToolRegistry([make_child(Counted(child_script[1:])).as_tool()]),
+                     store=store, **limits)
+
+
+def test_a_resumed_child_keeps_its_instructions_and_its_output_type(tmp_path):
+    def worker(policy) -> lw.Agent:
+        return lw.Agent("worker", policy, lw.ToolRegistry([add]), instructions="Only add.", output_type=int)
+
+    script = [act("add", '{"x": 2, "y": 3}'), act("add", '{"x": 5, "y": 0}'), final("5")]
+    with lw.SQLiteStore(tmp_path / "j.db") as store:
+        trace = interrupted_then_resumed(store, worker, script)
+    child = trace.children["p:1"]
+    assert child.steps[0].meta.get("replayed") is True and child.final_answer == "5"
+    assert child.output == 5
+    assert all(child.prompt_for(step).startswith("Only add.\n\n") for step in child.steps[1:])
+
+
+def test_a_resumed_child_folds_its_prompt_into_its_own_memory_within_its_context_budget(tmp_path):
+    @lw.tool
+    def read(page: int) -> str:
+        """Read a page."""
+        return f"page {page}: " + "lorem ipsum dolor " * 30
+
+    class Remembering:
+        """A memory that files every folded turn and recalls one fixed line."""
+
+        def __init__(self) -> None:
+            self.turns: list[str] = []
+
+        def add(self, turn: str, metadata=None) -> None:
+            self.turns.append(turn)
+
+        def context(self, query: str, budget_tokens: int) -> str:
+            return "REMEMBERED"
+
+    memory = Remembering()
+
+    def worker(policy) -> lw.Agent:
+        return lw.Agent("worker", policy, lw.ToolRegistry([read]), memory=memory, context_tokens=400)
+
+    script = [act("read", f'{{"page": {n}}}') for n in (1, 2, 3)] + [final("read")]
+    with lw.SQLiteStore(tmp_path / "j.db") as store:
+        trace = interrupted_then_resumed(store, worker, script)
+    child = trace.children["p:1"]
+    assert child.final_answer == "read" and memory.turns  # the resumed child folded steps into it
+    assert "REMEMBERED" in child.prompt_for(child.steps[-1])
+
+
+def test_a_resumed_child_is_held_to_what_is_left_of_the_parents_cost_budget(tmp_path):
+    def worker(policy) -> lw.Agent:
+        return lw.Agent("worker", policy, lw.ToolRegistry([add]), on_repeat="off")
+
+    script = [act("add", '{"x": 1, "y": 1}')] * 4 + [final("2")]
+    with lw.SQLiteStore(tmp_path / "j.db") as store:
+        trace = interrupted_then_resumed(store, worker, script, cost_budget_usd=0.2, prices=per_token(0.001))
+    child = trace.children["p:1"]
+    # $0.045 a call: the parent's first call leaves $0.155, which the child's fourth call passes
+    assert child.stopped_reason == "cost_budget" and child.llm_calls == 4
+    assert trace.stopped_reason == "cost_budget"
+
+
+def test_a_resumed_child_under_an_unpriced_parent_keeps_pricing_its_calls_at_its_own_prices(tmp_path):
+    def worker(policy) -> lw.Agent:
+        return lw.Agent("worker", policy, lw.ToolRegistry([add]), prices=per_token(0.002))
+
+    script = [act("add", '{"x": 2, "y": 3}'), act("add", '{"x": 5, "y": 0}'), final("5")]
+    with lw.SQLiteStore(tmp_path / "j.db") as store:
+        trace = interrupted_then_resumed(store, worker, script)
+    child = trace.children["p:1"]
+    assert child.final_answer == "5" and child.llm_calls == 3
+    assert child.meta["cost_usd"] == pytest.approx(3 * 45 * 0.002)  # the replayed call's too
+    assert trace.meta["cost_usd"] == pytest.approx(child.meta["cost_usd"])
+
+
+def test_resuming_a_parent_whose_call_was_answered_by_a_plain_tool_names_no_child(tmp_path):
+    @lw.tool
+    def calculator(task: str) -> str:
+        """Does sums."""
+        return "5"
+
+    with lw.SQLiteStore(tmp_path / "j.db") as store:
+        first = lw.run("t", lw.ScriptedPolicy(DELEGATE), lw.ToolRegistry([calculator]), store=store, run_id="p")
+        agent = lw.Agent("calculator", lw.ScriptedPolicy([]), lw.ToolRegistry([add]))
+        again = lw.resume("p", lw.ScriptedPolicy([]), lw.ToolRegistry([agent.as_tool()]), store=store,
+                          allow_tool_changes=True)
+    assert again.final_answer == first.final_answer and again.steps[0].observation == "5"
+    assert "child_run_id" not in again.steps[0].meta and again.children == {}
+
+
+def test_a_child_whose_own_store_is_not_a_journal_store_runs_unjournaled():
+    class Unjournaled:
+        """A RunStore with no way to look a run up: a child cannot resume from it."""
+
+        def start_run(self, run_id, task, mode, config):
+            raise AssertionError("a child does not start its run in it")
+
+    agent = calculator(CALC, store=Unjournaled())
+    trace = lw.run("t", lw.ScriptedPolicy(DELEGATE), lw.ToolRegistry([agent.as_tool()]))
+    assert trace.steps[0].observation == "5"
+
+
+# -- run ids, events and spans of an agent's run ----------------------------------------
+
+
+def test_an_agent_run_takes_the_run_id_it_is_given():
+    assert calculator(CALC).run("2 + 3", run_id="calc-1").run_id == "calc-1"
+    assert asyncio.run(calculator(CALC).arun("2 + 3", run_id="calc-2")).run_id == "calc-2"
+    events = list(calculator(CALC).iter_events("2 + 3", run_id="calc-3"))
+    assert {e.run_id for e in events} == {"calc-3"} and events[-1].trace.run_id == "calc-3"
+
+    async def watch() -> list:
+        return [e async for e in calculator(CALC).aiter_events("2 + 3", run_id="calc-4")]
+
+    assert {e.run_id for e in asyncio.run(watch())} == {"calc-4"}
+
+
+def test_a_childs_run_started_event_names_its_task_and_mode():
+    coordinator = lw.Agent("coordinator", lw.ScriptedPolicy(DELEGATE), lw.ToolRegistry([calculator(CALC).as_tool()]))
+    started = [e for e in coordinator.iter_events("2 + 3?") if e.kind == "run_started"]
+    assert [(e.agent, e.task, e.mode) for e in started] == [("coordinator", "2 + 3?", "react"),
+                                                            ("calculator", "2 + 3", "react")]
+
+
+def test_a_traced_run_with_a_child_leaves_the_callers_opentelemetry_context_as_it_was():
+    from opentelemetry import trace as otel_trace
+
+    tracer = TracerProvider().get_tracer("test")
+    before = otel_trace.get_current_span()
+    lw.run("2 + 3?", lw.ScriptedPolicy(DELEGATE), lw.ToolRegistry([calculator(CALC).as_tool()]), tracer=tracer)
+    assert otel_trace.get_current_span() is before
+
+
+# -- an agent's own run, and its tool called from anywhere ------------------------------
+
+
+def test_an_agent_run_alone_runs_its_task_and_asks_its_approver_with_a_request_that_names_it():
+    asked: list[ApprovalRequest] = []
+
+    @lw.tool(side_effects="destructive")
+    def wipe(path: str) -> str:
+        """Delete a path."""
+        return f"wiped {path}"
+
+    def approver(request: ApprovalRequest) -> Decision:
+        asked.append(request)
+        return Decision(True, "ok")
+
+    cleaner = lw.Agent("cleaner", lw.ScriptedPolicy([act("wipe", '{"path": "/tmp/x"}'), final("done")]),
+                       lw.ToolRegistry([wipe]), approver=approver)
+    trace = cleaner.run("wipe /tmp/x")
+    assert trace.task == "wipe /tmp/x" and trace.final_answer == "done"
+    [request] = asked
+    assert request.tool == "wipe" and request.meta["agent"] == "cleaner"
+    assert cleaner.spec.task == ""  # the options every run starts from: each run gives its task
+
+
+def test_an_agent_run_alone_names_the_agent_on_its_invoke_agent_span():
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    calculator(CALC, tracer=provider.get_tracer("test")).run("2 + 3")
+    [span] = [s for s in exporter.get_finished_spans() if s.name == "invoke_agent"]
+    assert span.attributes["gen_ai.agent.name"] == "calculator"
+
+
+def test_an_agents_own_prompt_set_gets_its_instructions_too():
+    import dataclasses
+
+    from loopwright.prompts import DEFAULT_PROMPTS
+
+    own = dataclasses.replace(DEFAULT_PROMPTS, react_json="Be brief.\n" + DEFAULT_PROMPTS.react_json)
+    agent = lw.Agent("a", lw.ScriptedPolicy([final("1")]), lw.ToolRegistry([add]), prompts=own,
+                     instructions="Only add.")
+    trace = agent.run("2 + 3")
+    assert trace.prompt_for(trace.steps[0]).startswith("Only add.\n\nBe brief.\n")
+
+
+def test_an_agent_tool_called_outside_any_run_runs_its_agent_alone_and_returns_the_answer():
+    agent = calculator(CALC)
+    tool = agent.as_tool()
+    assert tool.agent is agent
+    assert tool("2 + 3") == "5"
+
+
+def test_a_child_of_an_async_parent_runs_on_the_parents_event_loop():
+    loops: list[asyncio.AbstractEventLoop] = []
+
+    @lw.tool
+    async def where(x: int) -> int:
+        """Note the event loop this runs on."""
+        loops.append(asyncio.get_running_loop())
+        return x
+
+    child = lw.Agent("child", lw.ScriptedPolicy([act("where", '{"x": 1}'), final("1")]), lw.ToolRegistry([where]))
+
+    async def main() -> asyncio.AbstractEventLoop:
+        await lw.arun("t", lw.ScriptedPolicy([act("child", '{"task": "where"}'), final("x")]),
+                      lw.ToolRegistry([child.as_tool()]))
+        return asyncio.get_running_loop()
+
+    assert loops == [asyncio.run(main())]
