@@ -70,15 +70,19 @@ StepGen = Machine[None]
 @dataclass(slots=True)
 class ModelCall:
     """One answered model call: its text, the Completion (None when a plain policy
-    returned a str), what it cost, how long it took (stamped by the driver: a mode reads
-    no clock), and the transient errors the backend retried for it (the Completion's
-    `meta["retries"]`, None when none)."""
+    returned a str), what it cost, how long it took and whether a limit was reached with
+    it (stamped by the driver: a mode reads no clock and judges no budget), and the
+    transient errors the backend retried for it (the Completion's `meta["retries"]`, None
+    when none)."""
 
     text: str
     completion: Completion | None
     usage: Usage
     seconds: float
     retries: Any = None
+    stop: str | None = None
+    """The limit the run reached with this call ("token_budget", "cost_budget", "timeout"),
+    judged by the driver when the answer came; the mode ends the run with it."""
 
 
 @dataclass(slots=True)
