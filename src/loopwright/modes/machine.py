@@ -17,7 +17,7 @@ against 25), and the records that are kept (Step, Usage, ModelRequest) stay froz
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -57,7 +57,16 @@ class NextDone:
     """Wait for the next started call to finish; answered with a Finished."""
 
 
-Request = ModelRequest | CallTool | StartTool | NextDone
+@dataclass(slots=True)
+class Evaluate:
+    """Ask the user's evaluator for its verdict on the answer in the run's trace
+    (Reflexion); answered with what it returned, or the Exception it raised. The driver
+    calls it: the async driver on a thread, so user code never blocks the event loop."""
+
+    evaluator: Callable[[str, Trace], Any]
+
+
+Request = ModelRequest | CallTool | StartTool | NextDone | Evaluate
 """What a mode asks of its driver: a ModelRequest is answered with a ModelCall
 (PolicyFailed is thrown in)."""
 Machine = Generator[Step | Request, Any, R]

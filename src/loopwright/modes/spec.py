@@ -233,9 +233,9 @@ class RunSpec:
         if foreign:
             raise TypeError(f"unknown run option(s) for mode {self.mode!r}: {', '.join(foreign)}")
         for cls, names in _CHECKED:  # Limits and each settings class check the values given flat
-            given = {name: value for name in names if (value := getattr(self, name)) is not None}
-            if given:
-                cls(**given)
+            flat = {name: value for name in names if (value := getattr(self, name)) is not None}
+            if flat:
+                cls(**flat)
 
     def tool_scope(self) -> tuple[str, ...] | None:
         """The names of the tools this run may use (`tools=`), None for all of them."""
