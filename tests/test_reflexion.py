@@ -325,3 +325,31 @@ def test_reflexion_runs_through_the_async_api(registry):
                                 evaluator=lambda task, tr: tr.final_answer == "50"))
     assert (trace.stopped_reason, trace.final_answer) == ("final", "50")
     assert [s.kind for s in trace.steps] == ["final", "reflection", "final"]
+
+
+def test_the_evaluator_is_a_request_the_driver_serves_off_the_event_loop(registry):
+    import asyncio
+    import threading
+
+    from loopwright.modes.machine import Evaluate
+    from loopwright.modes.reflexion import _judge
+
+    judge = _judge(lambda task, trace: True)
+    assert isinstance(next(judge), Evaluate)  # the machine asks; it does not call user code
+    with pytest.raises(StopIteration) as returned:
+        judge.send((False, "no"))
+    assert returned.value.value == (False, "no")
+
+    threads: list[str] = []
+
+    def evaluator(task: str, trace: lw.Trace) -> bool:
+        threads.append(threading.current_thread().name)
+        return True
+
+    async def main() -> lw.Trace:
+        return await lw.arun("task", lw.ScriptedPolicy([final("1")]), registry, mode="reflexion",
+                             evaluator=evaluator)
+
+    trace = asyncio.run(main())
+    assert (trace.stopped_reason, trace.final_answer) == ("final", "1")
+    assert threads and threads[0] != threading.main_thread().name  # not on the loop's thread

@@ -43,7 +43,7 @@ def reflect(ctx: RunContext, prompt: str, max_tokens: int | None, meta: dict[str
     critique = clean_critique(call.text)
     yield Step(k, "reflection", raw=call.text, thought=critique, prompt=prompt, usage=call.usage,
                duration_s=call.seconds, meta=meta)
-    stop = ctx.guard_after_call()
+    stop = call.stop
     if stop:
         ctx.stop(stop)
         return None

@@ -24,6 +24,7 @@ from loopwright.modes.driver import Run
 from loopwright.modes.gate import Admitted
 from loopwright.modes.machine import (
     CallTool,
+    Evaluate,
     Executed,
     Finished,
     ModelCall,
@@ -116,6 +117,8 @@ class AsyncRun:
 
                     self._tasks.add(asyncio.ensure_future(self._finished(item.call)))
                     value = None
+                elif type(item) is Evaluate:
+                    value = (await acall_in_thread(partial(item.evaluator, ctx.task, ctx.trace), None, "evaluator"))[1]
                 else:  # NextDone
                     import asyncio
 

@@ -157,7 +157,8 @@ class RunContext:
             if recorded is not None:
                 completion, usage = recorded
                 trace.add_usage(usage)
-                return ModelCall(completion.text, completion, usage, 0.0, _retries(completion))
+                return ModelCall(completion.text, completion, usage, 0.0, _retries(completion),
+                                 self.guard_after_call())
         self.in_flight["model"] = (None, None, start)
         return None
 
@@ -191,7 +192,8 @@ class RunContext:
                 observer.model(self.trace.llm_calls, request, recorded, usage, start)
         self.trace.add_usage(usage)
         seconds = time.perf_counter() - start
-        return ModelCall(text, completion, usage, seconds, None if completion is None else _retries(completion))
+        return ModelCall(text, completion, usage, seconds, None if completion is None else _retries(completion),
+                         self.guard_after_call())
 
     def model_failed(self, request: ModelRequest, exc: BaseException, start: float) -> PolicyFailed:
         """The choke point for a policy's failure: what the mode is thrown."""

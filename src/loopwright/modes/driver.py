@@ -22,6 +22,7 @@ from loopwright.modes.context import RunContext
 from loopwright.modes.gate import Admitted
 from loopwright.modes.machine import (
     CallTool,
+    Evaluate,
     Executed,
     Finished,
     ModelCall,
@@ -31,7 +32,7 @@ from loopwright.modes.machine import (
     StopRun,
 )
 from loopwright.modes.observers import store_failed
-from loopwright.offload import call_in_thread
+from loopwright.offload import call_in_thread, capture
 from loopwright.policy import ModelRequest, policy_reply, stream_reply
 from loopwright.tools.registry import ToolResult
 from loopwright.trace import Step, Trace
@@ -153,6 +154,8 @@ class Run(Iterator[Step]):
                 elif type(item) is StartTool:
                     self._start(item.call)
                     value = None
+                elif type(item) is Evaluate:
+                    value = capture(partial(item.evaluator, ctx.task, ctx.trace))[1]
                 else:  # NextDone
                     value = self._next_done()  # a StopRun from the gate is raised here, and thrown in
             except (PolicyFailed, StopRun) as exc:

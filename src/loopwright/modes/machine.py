@@ -17,7 +17,7 @@ against 25), and the records that are kept (Step, Usage, ModelRequest) stay froz
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -57,7 +57,16 @@ class NextDone:
     """Wait for the next started call to finish; answered with a Finished."""
 
 
-Request = ModelRequest | CallTool | StartTool | NextDone
+@dataclass(slots=True)
+class Evaluate:
+    """Ask the user's evaluator for its verdict on the answer in the run's trace
+    (Reflexion); answered with what it returned, or the Exception it raised. The driver
+    calls it: the async driver on a thread, so user code never blocks the event loop."""
+
+    evaluator: Callable[[str, Trace], Any]
+
+
+Request = ModelRequest | CallTool | StartTool | NextDone | Evaluate
 """What a mode asks of its driver: a ModelRequest is answered with a ModelCall
 (PolicyFailed is thrown in)."""
 Machine = Generator[Step | Request, Any, R]
@@ -70,15 +79,19 @@ StepGen = Machine[None]
 @dataclass(slots=True)
 class ModelCall:
     """One answered model call: its text, the Completion (None when a plain policy
-    returned a str), what it cost, how long it took (stamped by the driver: a mode reads
-    no clock), and the transient errors the backend retried for it (the Completion's
-    `meta["retries"]`, None when none)."""
+    returned a str), what it cost, how long it took and whether a limit was reached with
+    it (stamped by the driver: a mode reads no clock and judges no budget), and the
+    transient errors the backend retried for it (the Completion's `meta["retries"]`, None
+    when none)."""
 
     text: str
     completion: Completion | None
     usage: Usage
     seconds: float
     retries: Any = None
+    stop: str | None = None
+    """The limit the run reached with this call ("token_budget", "cost_budget", "timeout"),
+    judged by the driver when the answer came; the mode ends the run with it."""
 
 
 @dataclass(slots=True)

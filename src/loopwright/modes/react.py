@@ -263,7 +263,7 @@ def _react(
                 observation = template.format(error=message)
                 yield Step(k, "parse_error", raw=raw, error=message, observation=observation,
                            duration_s=seconds, usage=call.usage, prompt_chars=prompt, prompt=copy)
-                stop = ctx.guard_after_call()
+                stop = call.stop
                 if stop:
                     ctx.stop(stop)
                     return
@@ -285,7 +285,7 @@ def _react(
                     yield Step(k, "parse_error", raw=raw, thought=parsed.thought, error=message,
                                observation=observation, duration_s=seconds,
                                usage=call.usage, prompt_chars=prompt, prompt=copy)
-                    stop = ctx.guard_after_call()
+                    stop = call.stop
                     if stop or parse_errors >= limits.max_parse_errors:
                         ctx.stop(stop or "error")
                         return
@@ -310,7 +310,7 @@ def _react(
                 tools = () if plain else tuple(ctx.schemas)
             args = ctx.registry.bind(name, parsed.args)  # unchanged for an unknown tool
             repaired = {"repaired": list(parsed.repaired)} if parsed.repaired else {}  # on every step of this call
-            stop = ctx.guard_after_call() if guarded else None
+            stop = call.stop
             if stop:
                 yield Step(k, "action", raw=raw, thought=parsed.thought, tool=name, args=args,
                            error=f"not executed: {stop.replace('_', ' ')} reached",

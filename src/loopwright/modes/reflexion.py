@@ -19,7 +19,7 @@ from typing import Any, Final
 
 from loopwright.modes._critique import reflect
 from loopwright.modes.context import RunContext, first_line
-from loopwright.modes.machine import StepGen
+from loopwright.modes.machine import Evaluate, Machine, StepGen
 from loopwright.modes.react import _react, _Scratchpad
 from loopwright.modes.react import check as react_check
 from loopwright.modes.spec import Evaluator, RunSpec
@@ -108,7 +108,7 @@ def _reflexion(ctx: RunContext, s: _Settings) -> StepGen:
         reason, answer = trace.stopped_reason, trace.final_answer
         record["answer"] = answer
         if reason == "final":
-            verdict = _judge(ctx, s.evaluator)
+            verdict = yield from _judge(s.evaluator)
             if isinstance(verdict, str):  # the evaluator failed: a defect in user code, said plainly
                 yield Step(ctx.next_index, "error", error=verdict)
                 ctx.stop("error")
@@ -139,14 +139,14 @@ def _reflexion(ctx: RunContext, s: _Settings) -> StepGen:
         trace.transcript = "\n".join(transcripts)
 
 
-def _judge(ctx: RunContext, evaluator: Evaluator | None) -> tuple[bool, str] | str:
-    """The evaluator's verdict on the answer in ctx.trace, or why it could not give one."""
+def _judge(evaluator: Evaluator | None) -> Machine[tuple[bool, str] | str]:
+    """The evaluator's verdict on the answer in the trace (the driver asks it), or why it
+    could not give one."""
     if evaluator is None:
         return True, ""
-    try:
-        verdict = evaluator(ctx.task, ctx.trace)
-    except Exception as exc:  # user code: the run ends with a clear error, not a traceback
-        return f"evaluator raised {type(exc).__name__}: {exc}"
+    verdict = yield Evaluate(evaluator)
+    if isinstance(verdict, Exception):  # user code: the run ends with a clear error, not a traceback
+        return f"evaluator raised {type(verdict).__name__}: {verdict}"
     if isinstance(verdict, bool):
         return verdict, ""
     if (isinstance(verdict, tuple) and len(verdict) == 2 and isinstance(verdict[0], bool)

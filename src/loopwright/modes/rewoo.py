@@ -95,7 +95,7 @@ def _rewoo(ctx: RunContext, max_tokens: int | None, selection: ToolSelection | N
             return
         if spec is None:  # an empty answer is not an answer: the run ends with "error"
             break
-        stop = ctx.guard_after_call()
+        stop = call.stop
         if stop:
             ctx.stop(stop)
             return
@@ -141,7 +141,7 @@ def plan_call(
         meta["tools_loaded"] = loaded
     yield Step(ctx.next_index, kind, raw=raw, error=error, duration_s=call.seconds,
                usage=call.usage, prompt=prompt, meta=meta)
-    stop = ctx.guard_after_call()
+    stop = call.stop
     if stop:
         ctx.stop(stop)
         return None, None

@@ -232,9 +232,10 @@ class RunSpec:
         foreign = [name for name in _FOREIGN[self.mode] if getattr(self, name) is not None]
         if foreign:
             raise TypeError(f"unknown run option(s) for mode {self.mode!r}: {', '.join(foreign)}")
-        Limits(**{name: getattr(self, name) for name in _LIMIT_NAMES})  # each checks what it was given
-        for cls in _SETTINGS:
-            cls(**{name: value for name in _OWN[cls] if (value := getattr(self, name)) is not None})
+        for cls, names in _CHECKED:  # Limits and each settings class check the values given flat
+            flat = {name: value for name in names if (value := getattr(self, name)) is not None}
+            if flat:
+                cls(**flat)
 
     def tool_scope(self) -> tuple[str, ...] | None:
         """The names of the tools this run may use (`tools=`), None for all of them."""
@@ -362,7 +363,7 @@ _REACT_NAMES: Final = frozenset(f.name for f in fields(ReActSettings))
 _OWN: Final = {cls: tuple(f.name for f in fields(cls) if cls is ReActSettings or f.name not in _REACT_NAMES)
                for cls in _SETTINGS}
 """Each settings class's own fields (ReflexionSettings' without the ReAct ones it inherits)."""
-_LIMIT_NAMES: Final = tuple(f.name for f in fields(Limits))
+_CHECKED: Final = ((Limits, tuple(f.name for f in fields(Limits))), *_OWN.items())
 _RUN_LIMITS: Final = tuple(f.name for f in fields(RunLimits) if f.name in RunSpec.__dataclass_fields__)
 _MODE_ONLY: Final = frozenset(_OWN[ReflexionSettings] + _OWN[ToTSettings])
 """Settings that are a TypeError in another mode even when given flat."""

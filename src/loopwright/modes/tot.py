@@ -28,7 +28,7 @@ from typing import Any, Final
 
 from loopwright.errors import ParseError
 from loopwright.modes.context import RunContext
-from loopwright.modes.machine import CallTool, Machine, PolicyFailed, StepGen
+from loopwright.modes.machine import CallTool, Machine, ModelCall, PolicyFailed, StepGen
 from loopwright.modes.spec import RunSpec
 from loopwright.modes.toolsearch import ToolSelection, begin, load_called
 from loopwright.parsing.steps import Action, FinalAnswer, parse_react_step
@@ -129,17 +129,17 @@ class _Search:
         return self.budget is not None
 
     def _call(self, prompt: str, purpose: Purpose, stop: tuple[str, ...], max_tokens: int,
-              meta: dict[str, Any]) -> Machine[tuple[str, Any] | None]:
+              meta: dict[str, Any]) -> Machine[ModelCall | None]:
         """One model call; None when the run stopped on it (the error step recorded)."""
         ctx = self.ctx
         try:
-            call = yield ModelRequest(prompt, stop, purpose, max_tokens=max_tokens)
+            call: ModelCall = yield ModelRequest(prompt, stop, purpose, max_tokens=max_tokens)
         except PolicyFailed as failed:
             yield Step(ctx.next_index, "error", error=failed.message, prompt=prompt,
                        duration_s=failed.seconds, meta=meta)
             ctx.stop(failed.reason)
             return None
-        return call.text, (call.usage, call.seconds)
+        return call
 
     def expand(self, node: _Node) -> Machine[list[_Node] | None]:
         """Propose children of `node`, run their tool calls and score them. Returns the
@@ -151,16 +151,16 @@ class _Search:
         prompt = node.state + prompts.tot_propose.format(k=self.branching)
         meta: dict[str, Any] = {"node": node.id, "depth": node.depth}
         max_tokens = self.max_tokens or 48 * self.branching
-        got = yield from self._call(prompt, "propose", prompts.stop_propose, max_tokens, meta)
-        if got is None:
+        call = yield from self._call(prompt, "propose", prompts.stop_propose, max_tokens, meta)
+        if call is None:
             return None
-        raw, (usage, seconds) = got
+        raw, usage, seconds = call.text, call.usage, call.seconds
         candidates = parse_candidates(raw, self.branching)
         self.expanded += 1
         meta["candidates"] = candidates
         yield Step(ctx.next_index, "propose", raw=raw, prompt=prompt, usage=usage,
                    duration_s=seconds, meta=meta)
-        stop = ctx.guard_after_call()
+        stop = call.stop
         if stop:
             ctx.stop(stop)
             return None
@@ -210,10 +210,10 @@ class _Search:
             child.state += prompts.tot_observation.format(
                 n=n, observation=fence(result.observation, f"{name}#{node_id}"))
         prompt = child.state + prompts.tot_value
-        got = yield from self._call(prompt, "value", prompts.stop_value, min(self.max_tokens or 12, 12), where)
-        if got is None:
+        call = yield from self._call(prompt, "value", prompts.stop_value, min(self.max_tokens or 12, 12), where)
+        if call is None:
             return None
-        raw, (usage, seconds) = got
+        raw, usage, seconds = call.text, call.usage, call.seconds
         meta: dict[str, Any] = {**where, "step": text}
         try:
             score, label = parse_value(raw)
@@ -226,7 +226,7 @@ class _Search:
             meta["answer"] = child.answer
         yield Step(ctx.next_index, "value", raw=raw, thought=text, prompt=prompt, usage=usage,
                    duration_s=seconds, meta=meta)
-        stop = ctx.guard_after_call()
+        stop = call.stop
         if stop:
             ctx.stop(stop)
             return None

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import inspect
 import json
 import re
 import secrets
@@ -301,7 +300,7 @@ def app(policy: Policy, registry: Tools, mode: str = "react", *, approval_timeou
         if name in options:
             raise TypeError(f"loopwright.ui.app sets {name!r} itself; it is not a run option here")
     try:
-        inspect.signature(lw.aiter_events).bind("task", policy, registry, mode, **options)
+        lw.RunSpec("task", mode, **options)  # an unknown option, or one for another mode, fails now
     except TypeError as exc:
         raise TypeError(f"loopwright.ui.app: {exc} (options are the keywords of lw.run)") from None
     if approval_timeout_s <= 0:
