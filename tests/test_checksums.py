@@ -6,6 +6,7 @@ have none and are read as before."""
 from __future__ import annotations
 
 import contextlib
+import re
 import sqlite3
 from pathlib import Path
 
@@ -44,9 +45,25 @@ def test_a_damaged_row_is_an_error_on_resume_never_a_wrong_replay(journal, sql, 
     edit(journal, sql)
     calls: list = []
     with SQLiteStore(journal) as store:
-        with pytest.raises(lw.StoreError, match=f"{damaged}.* is damaged .*it was not used"):
+        with pytest.raises(lw.StoreError, match=re.escape(f"{journal} (run 'r'): {damaged}") + " is damaged .*it was "
+                           "not used"):  # named by its file, its run and its row
             lw.resume("r", lw.ScriptedPolicy(SCRIPT), make_registry(calls), store=store)
     assert calls == []  # nothing ran on a damaged record
+
+
+@pytest.mark.parametrize(("table", "column", "row"), [
+    ("model_calls", "tool_calls", "n = 1"), ("model_calls", "completion_meta", "n = 1"),
+    ("tool_calls", "args", "key = '1'"), ("tool_calls", "value", "key = '1'"), ("steps", "step", "idx = 1"),
+])
+def test_a_record_without_a_checksum_that_is_not_json_is_an_error_naming_its_journal_and_run(journal, table,
+                                                                                               column, row):
+    edit(journal, f"UPDATE {table} SET {column} = '[not json', checksum = NULL WHERE run_id = 'r' AND {row}")
+    calls: list = []
+    with SQLiteStore(journal) as store:
+        with pytest.raises(lw.StoreError, match=re.escape(f"{journal} (run 'r'): a stored record is damaged (not the "
+                                                          "JSON it was written as")):
+            lw.resume("r", lw.ScriptedPolicy(SCRIPT), make_registry(calls), store=store)
+    assert calls == []
 
 
 def test_a_damaged_end_of_run_is_an_error_when_read(tmp_path):

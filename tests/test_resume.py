@@ -100,6 +100,19 @@ def test_resuming_a_finished_run_replays_it_without_calling_the_model_or_a_tool(
     assert store.load_run("done").resumes == 1
 
 
+def test_steps_a_resume_replays_keep_their_recorded_rows_and_timings(store):
+    with pytest.raises(lw.RunInterrupted):
+        lw.run("task", lw.ScriptedPolicy([*REACT[:2], KeyboardInterrupt()]), make_registry(), store=store, run_id="r")
+    sql = "SELECT idx, step, created_at FROM steps WHERE run_id = 'r' ORDER BY idx"
+    recorded = [tuple(row) for row in store._all(sql)]
+    recorded_steps = store.trace("r").steps
+    assert [row[0] for row in recorded] == [1, 2]
+    trace = resume("r", lw.ScriptedPolicy(REACT[2:]), make_registry(), store=store)
+    assert [s.meta.get("replayed") for s in trace.steps[:2]] == [True, True]  # timed anew, marked replayed
+    assert [tuple(row) for row in store._all(sql)][:2] == recorded  # but the journal keeps the originals
+    assert store.trace("r").steps[:2] == recorded_steps and len(store.trace("r").steps) == 4
+
+
 def test_tool_crash_mid_call_reruns_an_idempotent_tool_once(store):
     calls: list = []
     crashed = {"once": False}
@@ -311,6 +324,42 @@ def test_run_without_an_approver_replays_its_denials_instead_of_pausing(store):
     trace = resume("r", lw.ScriptedPolicy(script[1:]), gated_tools(log), store=store)
     assert log == [] and [s.kind for s in trace.steps] == ["denied", "final"]
     assert trace.stopped_reason == "final" and store.pending_approvals("r") == []
+
+
+def test_the_journal_keeps_each_approval_with_its_decision_and_when_it_was_decided(store):
+    log: list[str] = []
+    answers = {"/tmp/x": Decision(True, "checked by Ann"), "/tmp/y": Decision(False, "keep y")}
+
+    def approver(request: ApprovalRequest) -> Decision:
+        if request.args["path"] in answers:
+            return answers[request.args["path"]]
+        raise ApprovalPending(request.key)  # /tmp/z: a person decides later
+
+    script = [act("delete_file", f'{{"path": "/tmp/{name}"}}') for name in "xyz"]
+    paused = lw.run("t", lw.ScriptedPolicy(script), gated_tools(log), approver=approver, store=store, run_id="r")
+    assert paused.stopped_reason == "paused" and log == ["/tmp/x"]
+    decided = {request.args["path"]: decision for request, decision in store.approvals("r")}
+    assert decided == {**answers, "/tmp/z": None}
+    when = {json.loads(args)["path"]: (requested, at) for args, requested, at in
+            store._all("SELECT args, requested_at, decided_at FROM approvals WHERE run_id = 'r'")}
+    assert when["/tmp/z"][1] is None  # still pending: not decided
+    assert all(at is not None and at >= requested for requested, at in (when["/tmp/x"], when["/tmp/y"]))
+
+
+def test_a_resumed_run_reads_as_running_with_its_old_end_cleared_while_it_runs(store):
+    with pytest.raises(lw.RunInterrupted):
+        lw.run("task", lw.ScriptedPolicy([REACT[0], KeyboardInterrupt()]), make_registry(), store=store, run_id="r")
+    assert store.load_run("r").status == "interrupted"
+    seen: list[tuple] = []
+
+    def policy(prompt: str) -> str:
+        record = store.load_run("r")
+        seen.append((record.status, record.stopped_reason, record.final_answer, record.resumes))
+        return final("5")
+
+    assert resume("r", policy, make_registry(), store=store).final_answer == "5"
+    assert seen == [("running", None, None, 1)]
+    assert store.load_run("r").status == "finished"
 
 
 def test_config_saying_the_run_had_an_approver_pauses_an_undecided_call(store):

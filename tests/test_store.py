@@ -371,10 +371,15 @@ def test_tool_errors_come_back_as_tool_errors(store):
                                                              ToolError("f", "boom", "exception"), 0.1))
 
 
-def test_completions_come_back_with_usage_native_calls_and_meta(store):
+@pytest.mark.parametrize(("calls", "meta"), [
+    ((ToolCall("add", '{"x": 1}', "c1"),), {"model": "m"}),
+    ((ToolCall("add", '{"x": 1}', "c1"),), {}),  # native calls, no meta
+    ((), {"model": "m"}),  # meta, no native calls
+])
+def test_completions_come_back_with_usage_native_calls_and_meta(store, calls, meta):
     _, journal = store.start_run(None, "t", "react", {})
     usage = lw.Usage(10, 4, 3)
-    completion = Completion("hi", usage, (ToolCall("add", '{"x": 1}', "c1"),), {"model": "m"})
+    completion = Completion("hi", usage, calls, meta)
     journal.record_completion(1, ModelRequest("p", ("\nObs",)), completion, usage)
     journal.flush()
     _, again = store.reopen(journal.run_id)
