@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -175,3 +177,25 @@ def test_a_lease_owner_whose_pid_now_belongs_to_another_process_is_gone(store):
     hold(store, f"{HOST}:{os.getppid()}:1-deadbeef", time.time() + 300)  # our parent's pid, another start time
     done = lw.resume("r", lw.ScriptedPolicy([final("x")]), make_registry(), store=store)
     assert done.final_answer == "x"
+
+
+def test_a_worker_that_cannot_read_its_lease_when_renewing_writes_nothing_more_even_once_it_reads_again(tmp_path):
+    db = tmp_path / "runs.db"
+
+    def edit(sql: str) -> None:  # another process changes the file under the worker
+        with contextlib.closing(sqlite3.connect(db)) as conn:
+            conn.execute(sql)
+            conn.commit()
+
+    with lw.SQLiteStore(db) as store:
+        _, journal = store.start_run("r", "t", "react", {})
+        journal.flush()
+        journal._renew_at = 0.0  # due: the next write checks and renews the lease
+        edit("ALTER TABLE runs RENAME TO runs_away")  # the lease cannot be read
+        with pytest.raises(lw.StoreError, match="no such table: runs"):
+            journal.record_step(lw.Step(1, "action", tool="add", args={}, observation="3"))
+        edit("ALTER TABLE runs_away RENAME TO runs")  # readable again, but this worker no longer knows it holds the run
+        with pytest.raises(lw.StoreError, match=r"nothing more is written to its journal after a failed write \(.*"
+                                                 "no such table: runs"):
+            journal.record_step(lw.Step(2, "action", tool="add", args={}, observation="3"))
+        assert store.trace("r").steps == []

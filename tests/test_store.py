@@ -361,14 +361,18 @@ def test_tool_values_come_back_as_json_data_or_their_str(store, value, back):
     assert result.observation == str(value) and result.duration_s == 0.5 and result.error is None
 
 
-def test_tool_errors_come_back_as_tool_errors(store):
+@pytest.mark.parametrize(("message", "kind"), [("boom", "exception"), ("took too long", "timeout"), ("", "exception")])
+def test_tool_errors_come_back_as_tool_errors(store, message, kind):
     _, journal = store.start_run(None, "t", "react", {})
+    error = ToolError("f", message, kind)
     journal.record_tool_start("3", "f", {})
-    journal.record_tool_result("3", ToolResult("f", {}, None, "ERROR[f]: boom", ToolError("f", "boom", "exception"), 0.1))
+    journal.record_tool_result("3", ToolResult("f", {}, None, "ERROR[f]: boom", error, 0.1))
     journal.flush()
     _, again = store.reopen(journal.run_id)
-    assert again.recorded_tool("3") == ("done", ToolResult("f", {}, None, "ERROR[f]: boom",
-                                                             ToolError("f", "boom", "exception"), 0.1))
+    state, result = again.recorded_tool("3")
+    assert (state, result) == ("done", ToolResult("f", {}, None, "ERROR[f]: boom", ToolError("f", message, kind), 0.1))
+    assert result is not None and result.error is not None
+    assert (result.error.message, result.error.kind) == (message, kind)
 
 
 @pytest.mark.parametrize(("calls", "meta"), [
@@ -385,6 +389,15 @@ def test_completions_come_back_with_usage_native_calls_and_meta(store, calls, me
     _, again = store.reopen(journal.run_id)
     assert again.recorded_completion(1) == (completion, usage)
     assert again.recorded_completion(2) is None
+
+
+def test_a_completion_whose_usage_was_estimated_comes_back_without_the_models_usage(store):
+    _, journal = store.start_run(None, "t", "react", {})
+    estimated = lw.Usage(10, 10, 3, estimated=True)  # counted by loopwright: the model reported none
+    journal.record_completion(1, ModelRequest("p", ("\nObs",)), Completion("hi", None), estimated)
+    journal.flush()
+    _, again = store.reopen(journal.run_id)
+    assert again.recorded_completion(1) == (Completion("hi", None), estimated)
 
 
 json_values = st.recursive(
