@@ -138,6 +138,27 @@ def test_tool_crash_mid_call_reruns_an_idempotent_tool_once(store):
     assert [tuple(r) for r in attempts] == [("1", 2, "done"), ("2", 1, "done")]
 
 
+def test_a_call_rerun_to_its_end_on_resume_leaves_nothing_in_doubt_when_the_run_then_fails(store):
+    crashed: list[str] = []
+
+    @lw.tool(side_effects="read")
+    def lookup(q: str) -> str:
+        """Look something up."""
+        if not crashed:
+            crashed.append(q)
+            raise SystemExit("the process dies mid-call")
+        return f"found {q}"
+
+    with pytest.raises(SystemExit):
+        lw.run("t", lw.ScriptedPolicy([act("lookup", '{"q": "a"}')]), lw.ToolRegistry([lookup]), store=store,
+               run_id="r")
+    assert [c.key for c in store.unsettled("r")] == ["1"]
+    failed = resume("r", lw.ScriptedPolicy([RuntimeError("the model server is down")]), lw.ToolRegistry([lookup]),
+                    store=store)
+    assert failed.stopped_reason == "error" and failed.steps[0].observation == "found a"
+    assert store.unsettled("r") == [] and store.load_run("r").status == "finished"  # not blocked: nothing in doubt
+
+
 def test_unfinished_non_idempotent_call_is_not_rerun_and_the_run_stops_saying_why(store):
     sent: list[str] = []
     state = {"crash": True}

@@ -373,6 +373,29 @@ def test_tool_errors_come_back_as_tool_errors(store, message, kind):
     assert (state, result) == ("done", ToolResult("f", {}, None, "ERROR[f]: boom", ToolError("f", message, kind), 0.1))
     assert result is not None and result.error is not None
     assert (result.error.message, result.error.kind) == (message, kind)
+    assert rows(store, "SELECT value FROM tool_calls WHERE key = '3'") == [(None,)]  # an error has no value
+
+
+def test_a_result_whose_observation_is_its_text_is_stored_once(store):
+    _, journal = store.start_run(None, "t", "react", {})
+    text, data = "x" * 1000, {"a": 1}
+    for key, value, observation in (("1", text, text), ("2", data, '{"a": 1}'), ("3", text, "shown differently")):
+        journal.record_tool_start(key, "f", {})
+        journal.record_tool_result(key, ToolResult("f", {}, value, observation, None, 0.1))
+    journal.flush()
+    stored = rows(store, "SELECT key, value, observation FROM tool_calls ORDER BY key")
+    assert stored == [("1", json.dumps(text), None), ("2", '{"a": 1}', None), ("3", json.dumps(text), "shown differently")]
+    _, again = store.reopen(journal.run_id)
+    assert [again.recorded_tool(k)[1].observation for k in "123"] == [text, '{"a": 1}', "shown differently"]
+
+
+def test_a_result_is_checksummed_with_the_name_and_args_its_start_stored(store):
+    _, journal = store.start_run(None, "t", "react", {})
+    journal.record_tool_start("1", "f", {"path": "a.txt"})
+    journal.record_tool_result("1", ToolResult("f", {"path": "/abs/a.txt"}, "ok", "ok", None, 0.1))  # its own copy
+    journal.flush()
+    _, again = store.reopen(journal.run_id)  # read back and checked: not damaged
+    assert again.recorded_tool("1") == ("done", ToolResult("f", {"path": "a.txt"}, "ok", "ok", None, 0.1))
 
 
 @pytest.mark.parametrize(("calls", "meta"), [
