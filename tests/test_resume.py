@@ -115,12 +115,16 @@ def test_steps_a_resume_replays_keep_their_recorded_rows_and_timings(store):
 
 def test_tool_crash_mid_call_reruns_an_idempotent_tool_once(store):
     calls: list = []
+    attempts: list[int] = []
     crashed = {"once": False}
 
     @lw.tool(side_effects="read")
     def lookup(q: str) -> str:
         """Look something up."""
         calls.append(q)
+        info = lw.current_call()
+        assert info is not None
+        attempts.append(info.attempt)
         if not crashed["once"]:
             crashed["once"] = True
             raise SystemExit("the process dies mid-call")
@@ -133,9 +137,9 @@ def test_tool_crash_mid_call_reruns_an_idempotent_tool_once(store):
     rest = lw.ScriptedPolicy(script[1:])
     trace = resume("r", rest, lw.ToolRegistry([lookup]), store=store)
     assert trace.final_answer == "ab" and [s.observation for s in trace.steps[:2]] == ["found a", "found b"]
-    assert calls == ["a", "a", "b"]
-    attempts = store._all("SELECT key, attempts, state FROM tool_calls WHERE run_id = 'r' ORDER BY key")
-    assert [tuple(r) for r in attempts] == [("1", 2, "done"), ("2", 1, "done")]
+    assert calls == ["a", "a", "b"] and attempts == [1, 2, 1]  # the tool is told which attempt it is
+    recorded = store._all("SELECT key, attempts, state FROM tool_calls WHERE run_id = 'r' ORDER BY key")
+    assert [tuple(r) for r in recorded] == [("1", 2, "done"), ("2", 1, "done")]
 
 
 def test_a_call_rerun_to_its_end_on_resume_leaves_nothing_in_doubt_when_the_run_then_fails(store):

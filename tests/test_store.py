@@ -174,6 +174,22 @@ def test_each_model_call_prompt_is_rebuilt_exactly_from_the_stored_deltas(store)
     assert view == {n: trace.prompt_for(s) for n, s in enumerate(trace.steps, 1)}
 
 
+def test_a_chat_request_that_extends_the_last_one_stores_only_its_new_messages(store):
+    _, journal = store.start_run(None, "t", "react", {})
+    system, user = {"role": "system", "content": "be brief"}, {"role": "user", "content": "2 + 3?"}
+    reply, again = {"role": "assistant", "content": "5"}, {"role": "user", "content": "and 3 + 4?"}
+    usage = lw.Usage(1, 1, 1)
+    journal.record_completion(1, ModelRequest("p", messages=(system, user)), Completion("5"), usage)
+    journal.record_completion(2, ModelRequest("p5", messages=(system, user, reply, again)), Completion("7"), usage)
+    other = {"role": "system", "content": "be brief"}  # equal, but not the message the last request sent
+    journal.record_completion(3, ModelRequest("p57", messages=(other, user, reply, again)), Completion("7"), usage)
+    journal.flush()
+    stored = rows(store, "SELECT n, prompt_base, prompt, messages FROM model_calls ORDER BY n")
+    assert stored == [(1, None, "p", json.dumps([system, user])), (2, 1, "5", json.dumps([reply, again])),
+                      (3, None, "p57", json.dumps([other, user, reply, again]))]
+    assert [store.prompt(journal.run_id, n) for n in (1, 2, 3)] == ["p", "p5", "p57"]
+
+
 def test_trace_of_a_run_that_never_ended_counts_what_was_recorded(store):
     with pytest.raises(SystemExit):
         lw.run("task", lw.ScriptedPolicy([REACT[0], SystemExit()]), make_registry(), store=store, run_id="r")
