@@ -190,6 +190,20 @@ def test_a_chat_request_that_extends_the_last_one_stores_only_its_new_messages(s
     assert [store.prompt(journal.run_id, n) for n in (1, 2, 3)] == ["p", "p5", "p57"]
 
 
+def test_each_model_call_records_the_stop_strings_token_cap_and_dialect_it_was_sent_with(store):
+    _, journal = store.start_run(None, "t", "react", {})
+    usage = lw.Usage(1, 1, 1)
+    sent = [ModelRequest("p", ("\nObservation:",), max_tokens=64), ModelRequest("p", ("\nObservation:",), max_tokens=64),
+            ModelRequest("q", ("END",), max_tokens=None, dialect="native"), ModelRequest("p")]
+    for n, request in enumerate(sent, 1):
+        journal.record_completion(n, request, Completion("x"), usage)
+    journal.flush()
+    recorded = [json.loads(r[0]) for r in rows(store, "SELECT request FROM model_calls ORDER BY n")]
+    assert recorded == [{"stop": ["\nObservation:"], "max_tokens": 64, "dialect": "json"}] * 2 + [
+        {"stop": ["END"], "max_tokens": None, "dialect": "native"}, {"stop": [], "max_tokens": None, "dialect": "json"}]
+    assert rows(store, "SELECT DISTINCT messages FROM model_calls") == [(None,)]  # no chat messages: none stored
+
+
 def test_trace_of_a_run_that_never_ended_counts_what_was_recorded(store):
     with pytest.raises(SystemExit):
         lw.run("task", lw.ScriptedPolicy([REACT[0], SystemExit()]), make_registry(), store=store, run_id="r")
