@@ -15,6 +15,7 @@ import pytest
 import loopwright as lw
 from conftest import STORE_KINDS, act, final, make_registry, open_journal
 from helpers import flip_trial
+from loopwright.durable.journal import checksum
 from loopwright.durable.sqlite import SQLiteStore
 
 SCRIPT = [act("add", '{"x": 20, "y": 22}'), act("multiply", '{"x": 6, "y": 7}'), final("42")]
@@ -110,3 +111,12 @@ def test_a_journal_written_without_checksums_migrates_and_resumes(kind, request,
         assert (done.stopped_reason, done.final_answer) == ("final", "42") and calls == []  # both replayed
         assert [s.meta.get("replayed") for s in done.steps] == [True, True, None]
         assert store.trace("r").final_answer == "42" and store.load_run("r").status == "finished"
+
+
+def test_row_checksums_never_change_so_journals_written_before_still_read():
+    """A row's checksum is part of the file format: these are the values journals hold."""
+    assert [checksum(), checksum(None), checksum(""), checksum("add"), checksum(2), checksum(2.5)] == [
+        0, 4050780397, 947789931, 50485399, 3570839522, 3648094673]
+    assert checksum("1", "add", '{"x": 2}', "done", "4", None, None, None) == 719806615  # a tool call's row
+    assert checksum(True) == checksum(1) and checksum(False) == checksum(0)  # a bool column reads back as an int
+    assert checksum("report-\udcff.pdf") == checksum("report-\\udcff.pdf") == 571676049  # stored escaped, read so
