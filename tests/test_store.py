@@ -201,7 +201,8 @@ def test_each_model_call_records_the_stop_strings_token_cap_and_dialect_it_was_s
     recorded = [json.loads(r[0]) for r in rows(store, "SELECT request FROM model_calls ORDER BY n")]
     assert recorded == [{"stop": ["\nObservation:"], "max_tokens": 64, "dialect": "json"}] * 2 + [
         {"stop": ["END"], "max_tokens": None, "dialect": "native"}, {"stop": [], "max_tokens": None, "dialect": "json"}]
-    assert rows(store, "SELECT DISTINCT messages FROM model_calls") == [(None,)]  # no chat messages: none stored
+    # no chat messages, native calls or meta: nothing stored for them
+    assert rows(store, "SELECT DISTINCT messages, tool_calls, completion_meta FROM model_calls") == [(None, None, None)]
 
 
 def test_trace_of_a_run_that_never_ended_counts_what_was_recorded(store):
