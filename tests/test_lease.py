@@ -199,3 +199,17 @@ def test_a_worker_that_cannot_read_its_lease_when_renewing_writes_nothing_more_e
                                                  "no such table: runs"):
             journal.record_step(lw.Step(2, "action", tool="add", args={}, observation="3"))
         assert store.trace("r").steps == []
+
+
+def test_a_journal_renews_its_lease_once_a_third_of_it_has_passed_not_at_every_write(store):
+    _, journal = store.start_run("r", "t", "react", {})
+    journal.flush()
+    started = lease(store)
+    journal.record_step(lw.Step(1, "action", tool="add", args={}, observation="3"))
+    assert lease(store) == started  # just taken: not renewed yet
+    journal._renew_at = 0.0  # a third of the lease has passed
+    journal.record_step(lw.Step(2, "action", tool="add", args={}, observation="3"))
+    renewed = lease(store)
+    assert renewed[0] == started[0] and renewed[1] > started[1]
+    journal.record_step(lw.Step(3, "action", tool="add", args={}, observation="3"))
+    assert lease(store) == renewed  # renewed a moment ago: the next write does not renew it again
