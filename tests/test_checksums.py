@@ -47,7 +47,8 @@ def test_a_damaged_row_is_an_error_on_resume_never_a_wrong_replay(journal, sql, 
     calls: list = []
     with SQLiteStore(journal) as store:
         with pytest.raises(lw.StoreError, match=re.escape(f"{journal} (run 'r'): {damaged}") + " is damaged .*it was "
-                           "not used"):  # named by its file, its run and its row
+                           "not used. Restore the journal from a copy, or settle or fork around the record$"):
+            # named by its file, its run and its row, with what to do about it
             lw.resume("r", lw.ScriptedPolicy(SCRIPT), make_registry(calls), store=store)
     assert calls == []  # nothing ran on a damaged record
 
@@ -62,7 +63,7 @@ def test_a_record_without_a_checksum_that_is_not_json_is_an_error_naming_its_jou
     calls: list = []
     with SQLiteStore(journal) as store:
         with pytest.raises(lw.StoreError, match=re.escape(f"{journal} (run 'r'): a stored record is damaged (not the "
-                                                          "JSON it was written as")):
+                                                          "JSON it was written as") + r": .*\); it was not used$"):
             lw.resume("r", lw.ScriptedPolicy(SCRIPT), make_registry(calls), store=store)
     assert calls == []
 
