@@ -286,6 +286,16 @@ def test_decisions_passed_to_resume_reach_the_approver(store):
     assert denied.final_answer == "kept"
 
 
+def test_a_stored_denial_without_a_reason_replays_as_it_was_given(store):
+    log: list[str] = []
+    live = lw.run("t", lw.ScriptedPolicy([*DELETE[:1], final("kept")]), gated_tools(log),
+                  approver=lambda request: Decision(False, ""))
+    lw.run("t", lw.ScriptedPolicy(DELETE[:1]), gated_tools(log), approver=later, store=store, run_id="r")
+    store.decide("r", KEY, Decision(False, ""))
+    resumed = resume("r", lw.ScriptedPolicy([final("kept")]), gated_tools(log), store=store)
+    assert log == [] and resumed.steps[0].observation == live.steps[0].observation
+
+
 def test_resume_without_a_decision_pauses_again_instead_of_running_ungated(store):
     log: list[str] = []
     lw.run("t", lw.ScriptedPolicy(DELETE[:1]), gated_tools(log), approver=later, store=store, run_id="r")
