@@ -201,15 +201,24 @@ def test_a_worker_that_cannot_read_its_lease_when_renewing_writes_nothing_more_e
         assert store.trace("r").steps == []
 
 
-def test_a_journal_renews_its_lease_once_a_third_of_it_has_passed_not_at_every_write(store):
+def test_a_journal_renews_its_lease_once_a_third_of_it_has_passed_not_at_every_write(store, monkeypatch):
+    ahead = {"s": 0.0}
+    real = time.monotonic
+    monkeypatch.setattr(time, "monotonic", lambda: real() + ahead["s"])  # the clock renewals are timed on
     _, journal = store.start_run("r", "t", "react", {})
     journal.flush()
-    started = lease(store)
-    journal.record_step(lw.Step(1, "action", tool="add", args={}, observation="3"))
-    assert lease(store) == started  # just taken: not renewed yet
-    journal._renew_at = 0.0  # a third of the lease has passed
-    journal.record_step(lw.Step(2, "action", tool="add", args={}, observation="3"))
-    renewed = lease(store)
+    started, third = lease(store), store.lease_s / 3
+
+    def write(index: int, later: float) -> tuple:
+        """A step recorded `later` thirds of the lease after the journal was opened; the lease then."""
+        ahead["s"] = later * third
+        journal.record_step(lw.Step(index, "action", tool="add", args={}, observation="3"))
+        return lease(store)
+
+    assert write(1, 0.0) == started  # just taken
+    assert write(2, 0.9) == started  # not a third of the lease yet
+    renewed = write(3, 1.05)
     assert renewed[0] == started[0] and renewed[1] > started[1]
-    journal.record_step(lw.Step(3, "action", tool="add", args={}, observation="3"))
-    assert lease(store) == renewed  # renewed a moment ago: the next write does not renew it again
+    assert write(4, 1.05) == renewed  # renewed a moment ago: not at every write
+    assert write(5, 1.95) == renewed  # not a third since it was renewed
+    assert write(6, 2.1)[1] > renewed[1]
