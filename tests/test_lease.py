@@ -202,9 +202,8 @@ def test_a_worker_that_cannot_read_its_lease_when_renewing_writes_nothing_more_e
 
 
 def test_a_journal_renews_its_lease_once_a_third_of_it_has_passed_not_at_every_write(store, monkeypatch):
-    ahead = {"s": 0.0}
-    real = time.monotonic
-    monkeypatch.setattr(time, "monotonic", lambda: real() + ahead["s"])  # the clock renewals are timed on
+    ahead, now = {"s": 0.0}, time.monotonic()
+    monkeypatch.setattr(time, "monotonic", lambda: now + ahead["s"])  # the clock renewals are timed on, held still
     _, journal = store.start_run("r", "t", "react", {})
     journal.flush()
     started, third = lease(store), store.lease_s / 3
@@ -217,8 +216,8 @@ def test_a_journal_renews_its_lease_once_a_third_of_it_has_passed_not_at_every_w
 
     assert write(1, 0.0) == started  # just taken
     assert write(2, 0.9) == started  # not a third of the lease yet
-    renewed = write(3, 1.05)
+    renewed = write(3, 1.0)  # a third exactly
     assert renewed[0] == started[0] and renewed[1] > started[1]
-    assert write(4, 1.05) == renewed  # renewed a moment ago: not at every write
-    assert write(5, 1.95) == renewed  # not a third since it was renewed
-    assert write(6, 2.1)[1] > renewed[1]
+    assert write(4, 1.0) == renewed  # renewed a moment ago: not at every write
+    assert write(5, 1.9) == renewed  # not a third since it was renewed
+    assert write(6, 2.05)[1] > renewed[1]

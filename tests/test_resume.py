@@ -113,6 +113,17 @@ def test_steps_a_resume_replays_keep_their_recorded_rows_and_timings(store):
     assert store.trace("r").steps[:2] == recorded_steps and len(store.trace("r").steps) == 4
 
 
+def test_a_resume_keeps_the_traceback_a_failed_tool_step_recorded(store):
+    with pytest.raises(lw.RunInterrupted):
+        lw.run("task", lw.ScriptedPolicy([act("divide", '{"x": 1, "y": 0}'), KeyboardInterrupt()]), make_registry(),
+               store=store, run_id="r")
+    recorded = store.trace("r").steps[0]
+    assert "ZeroDivisionError" in recorded.meta["traceback"]
+    resumed = resume("r", lw.ScriptedPolicy([final("x")]), make_registry(), store=store)
+    assert "traceback" not in resumed.steps[0].meta  # a replay cannot rebuild it: the journal keeps the original
+    assert store.trace("r").steps[0] == recorded
+
+
 def test_tool_crash_mid_call_reruns_an_idempotent_tool_once(store):
     calls: list = []
     attempts: list[int] = []

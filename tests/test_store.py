@@ -420,6 +420,30 @@ def test_a_result_whose_observation_is_its_text_is_stored_once(store):
     assert [again.recorded_tool(k)[1].observation for k in "123"] == [text, '{"a": 1}', "shown differently"]
 
 
+def test_attempt_counts_the_starts_of_a_call_recorded_so_far(store):
+    run_id, journal = store.start_run(None, "t", "react", {})
+    assert journal.attempt("1") == 1
+    journal.record_tool_start("1", "f", {})
+    assert journal.attempt("1") == 2
+    journal.record_tool_start("1", "f", {})  # started again: a rerun after it was cut short
+    assert (journal.attempt("1"), journal.attempt("2")) == (3, 1)
+    journal.flush()
+    assert rows(store, "SELECT key, attempts FROM tool_calls") == [("1", 2)]
+    _, again = store.reopen(run_id)
+    assert again.attempt("1") == 3
+
+
+def test_a_reopened_journal_records_the_result_of_a_call_its_earlier_session_started(store):
+    run_id, journal = store.start_run(None, "t", "react", {})
+    journal.record_tool_start("1", "f", {"path": "a.txt"})
+    journal.flush()
+    _, again = store.reopen(run_id)  # the session that started it is gone; this one finishes it
+    again.record_tool_result("1", ToolResult("f", {"path": "a.txt"}, "ok", "ok", None, 0.1))
+    again.flush()
+    _, read = store.reopen(run_id)
+    assert read.recorded_tool("1") == ("done", ToolResult("f", {"path": "a.txt"}, "ok", "ok", None, 0.1))
+
+
 def test_a_result_is_checksummed_with_the_name_and_args_its_start_stored(store):
     _, journal = store.start_run(None, "t", "react", {})
     journal.record_tool_start("1", "f", {"path": "a.txt"})
