@@ -169,7 +169,7 @@ def test_a_worker_whose_expired_lease_was_taken_over_stops_and_writes_nothing_mo
                    store=store, run_id="r")
     assert trace.stopped_reason == "store_error" and "taken over by another worker (elsewhere:1:x)" in trace.steps[-1].error
     assert re.search(r"after it expired; this worker stops and writes nothing more to it \(give the store a longer "
-                     r"lease_s\)$", trace.steps[-1].error)
+                     r"lease_s\)\. Nothing more was written", trace.steps[-1].error)
     assert lease(store)[0] == "elsewhere:1:x" and [c.key for c in store.unsettled("r")] == ["1"]
     assert store.trace("r").steps == []  # nothing of this worker's after the takeover
 
