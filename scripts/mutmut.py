@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/mutmut.py src/loopwright/events.py --tests tests/test_events.py
     .venv/bin/python scripts/mutmut.py src/loopwright/agents.py src/loopwright/events.py
+    .venv/bin/python scripts/mutmut.py src/loopwright/events.py --only 'loopwright.events.x_tool*'
 
 The files git knows (tracked, and untracked ones it does not ignore), as they are in the
 working tree, uncommitted changes included, are copied to a temporary folder; mutmut is
@@ -129,6 +130,9 @@ def main() -> int:
     parser.add_argument("--min-score", type=float, default=90.0, help="percent each module must kill")
     parser.add_argument("--no-diffs", action="store_true", help="list survivors without their diffs")
     parser.add_argument("--keep", action="store_true", help="keep the copy and print its path")
+    parser.add_argument("--only", nargs="+", default=[], metavar="NAME",
+                        help="run only these mutants (names or globs, as `mutmut run` takes them: the "
+                             "survivors of an earlier run, say); the others are left out of the counts")
     args = parser.parse_args()
     for path in args.modules + args.tests:
         if not (ROOT / path.split("::")[0]).exists():
@@ -145,7 +149,7 @@ def main() -> int:
         configure(dest, args.modules, args.tests)
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         started = time.monotonic()
-        run = subprocess.run([str(MUTMUT), "run", "--max-children", str(args.max_children)],
+        run = subprocess.run([str(MUTMUT), "run", "--max-children", str(args.max_children), *args.only],
                              cwd=dest, env=env, capture_output=True, text=True)
         elapsed = time.monotonic() - started
         if run.returncode != 0:
@@ -154,7 +158,11 @@ def main() -> int:
             return 2
         print(f"mutmut run took {elapsed:.0f} s ({' '.join(args.tests)}, -m 'not slow', "
               f"{args.max_children} at once)")
-        scores = report(dest, args.modules, results(dest), not args.no_diffs)
+        statuses = results(dest)
+        if args.only:  # the mutants not named were not run: they are no part of the figures
+            statuses = {name: status for name, status in statuses.items() if status != "not checked"}
+            print(f"only the {len(statuses)} mutants named with --only were run")
+        scores = report(dest, args.modules, statuses, not args.no_diffs)
     finally:
         if args.keep:
             print(f"kept {dest}")

@@ -6,6 +6,7 @@ have none and are read as before."""
 from __future__ import annotations
 
 import contextlib
+import re
 import sqlite3
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 import loopwright as lw
 from conftest import STORE_KINDS, act, final, make_registry, open_journal
 from helpers import flip_trial
+from loopwright.durable.journal import checksum
 from loopwright.durable.sqlite import SQLiteStore
 
 SCRIPT = [act("add", '{"x": 20, "y": 22}'), act("multiply", '{"x": 6, "y": 7}'), final("42")]
@@ -44,9 +46,26 @@ def test_a_damaged_row_is_an_error_on_resume_never_a_wrong_replay(journal, sql, 
     edit(journal, sql)
     calls: list = []
     with SQLiteStore(journal) as store:
-        with pytest.raises(lw.StoreError, match=f"{damaged}.* is damaged .*it was not used"):
+        with pytest.raises(lw.StoreError, match=re.escape(f"{journal} (run 'r'): {damaged}") + " is damaged .*it was "
+                           "not used. Restore the journal from a copy, or settle or fork around the record$"):
+            # named by its file, its run and its row, with what to do about it
             lw.resume("r", lw.ScriptedPolicy(SCRIPT), make_registry(calls), store=store)
     assert calls == []  # nothing ran on a damaged record
+
+
+@pytest.mark.parametrize(("table", "column", "row"), [
+    ("model_calls", "tool_calls", "n = 1"), ("model_calls", "completion_meta", "n = 1"),
+    ("tool_calls", "args", "key = '1'"), ("tool_calls", "value", "key = '1'"), ("steps", "step", "idx = 1"),
+])
+def test_a_record_without_a_checksum_that_is_not_json_is_an_error_naming_its_journal_and_run(journal, table,
+                                                                                               column, row):
+    edit(journal, f"UPDATE {table} SET {column} = '[not json', checksum = NULL WHERE run_id = 'r' AND {row}")
+    calls: list = []
+    with SQLiteStore(journal) as store:
+        with pytest.raises(lw.StoreError, match=re.escape(f"{journal} (run 'r'): a stored record is damaged (not the "
+                                                          "JSON it was written as") + r": .*\); it was not used$"):
+            lw.resume("r", lw.ScriptedPolicy(SCRIPT), make_registry(calls), store=store)
+    assert calls == []
 
 
 def test_a_damaged_end_of_run_is_an_error_when_read(tmp_path):
@@ -93,3 +112,12 @@ def test_a_journal_written_without_checksums_migrates_and_resumes(kind, request,
         assert (done.stopped_reason, done.final_answer) == ("final", "42") and calls == []  # both replayed
         assert [s.meta.get("replayed") for s in done.steps] == [True, True, None]
         assert store.trace("r").final_answer == "42" and store.load_run("r").status == "finished"
+
+
+def test_row_checksums_never_change_so_journals_written_before_still_read():
+    """A row's checksum is part of the file format: these are the values journals hold."""
+    assert [checksum(), checksum(None), checksum(""), checksum("add"), checksum(2), checksum(2.5)] == [
+        0, 4050780397, 947789931, 50485399, 3570839522, 3648094673]
+    assert checksum("1", "add", '{"x": 2}', "done", "4", None, None, None) == 719806615  # a tool call's row
+    assert checksum(True) == checksum(1) and checksum(False) == checksum(0)  # a bool column reads back as an int
+    assert checksum("report-\udcff.pdf") == checksum("report-\\udcff.pdf") == 571676049  # stored escaped, read so

@@ -13,6 +13,7 @@ from conftest import STORE_KINDS, act, final, make_registry, open_journal
 from helpers.durable import comparable
 from loopwright.interfaces.runs import runs_main
 from loopwright.interfaces.viewer import render_html
+from loopwright.safety import ApprovalRequest, Decision
 
 REACT = [act("add", '{"x": 2, "y": 3}'), act("multiply", '{"x": 5, "y": 10}'),
          act("add", '{"x": 50, "y": 1}'), final("51")]
@@ -77,6 +78,47 @@ def test_rewoo_fork_after_the_plan_replays_it_and_runs_the_workers_live(store):
     trace = lw.fork("src", 1, policy, make_registry(calls), store=store)
     assert trace.final_answer == "eight" and policy.calls == 1  # the plan came from the journal
     assert [c[0] for c in calls] == ["search", "word_count"]
+
+
+def test_a_fork_replays_its_sources_denial_with_its_reason_and_runs_nothing(store):
+    ran: list[str] = []
+
+    @lw.tool(side_effects="destructive")
+    def delete_file(path: str) -> str:
+        """Delete a file."""
+        ran.append(path)
+        return f"deleted {path}"
+
+    script = [act("delete_file", '{"path": "/tmp/x"}'), final("kept")]
+    lw.run("task", lw.ScriptedPolicy(script), lw.ToolRegistry([delete_file]), store=store, run_id="src",
+           approver=lambda request: Decision(False, "not today"))
+    # the fork's approver would allow it, but the replayed step is decided as the source's was
+    trace = lw.fork("src", 1, lw.ScriptedPolicy([final("still kept")]), lw.ToolRegistry([delete_file]),
+                    store=store, new_run_id="alt", approver=lambda request: Decision(True, "fine by me"))
+    assert ran == [] and trace.final_answer == "still kept"
+    assert trace.steps[0].observation == "DENIED[delete_file]: not today"
+    assert trace.steps[0].observation == store.trace("src").steps[0].observation
+
+
+def test_a_decision_a_fork_records_in_its_replayed_steps_answers_the_same_call_again(store):
+    @lw.tool(side_effects="read", requires_approval=True)
+    def peek(path: str) -> str:
+        """Read a private file."""
+        return "secret"
+
+    same = act("peek", '{"path": "/etc/x"}')
+    lw.run("task", lw.ScriptedPolicy([same, same, final("none")]), lw.ToolRegistry([peek]), store=store,
+           run_id="src")  # no approver: both denied, nothing decided
+    asked: list[str] = []
+
+    def approver(request: ApprovalRequest) -> Decision:
+        asked.append(request.key)
+        return Decision(True, "ok")
+
+    trace = lw.fork("src", 2, lw.ScriptedPolicy([final("read")]), lw.ToolRegistry([peek]), store=store,
+                    approver=approver)
+    assert len(asked) == 1  # asked for the first, its recorded decision answers the second
+    assert [s.observation for s in trace.steps[:2]] == ["secret", "secret"]
 
 
 def test_bad_forks_are_store_errors(store):

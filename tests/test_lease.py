@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -165,6 +168,8 @@ def test_a_worker_whose_expired_lease_was_taken_over_stops_and_writes_nothing_mo
     trace = lw.run("t", lw.ScriptedPolicy([act("slow", '{"text": "a"}'), final("done")]), lw.ToolRegistry([slow]),
                    store=store, run_id="r")
     assert trace.stopped_reason == "store_error" and "taken over by another worker (elsewhere:1:x)" in trace.steps[-1].error
+    assert re.search(r"after it expired; this worker stops and writes nothing more to it \(give the store a longer "
+                     r"lease_s\)\. Nothing more was written", trace.steps[-1].error)
     assert lease(store)[0] == "elsewhere:1:x" and [c.key for c in store.unsettled("r")] == ["1"]
     assert store.trace("r").steps == []  # nothing of this worker's after the takeover
 
@@ -174,3 +179,47 @@ def test_a_lease_owner_whose_pid_now_belongs_to_another_process_is_gone(store):
     hold(store, f"{HOST}:{os.getppid()}:1-deadbeef", time.time() + 300)  # our parent's pid, another start time
     done = lw.resume("r", lw.ScriptedPolicy([final("x")]), make_registry(), store=store)
     assert done.final_answer == "x"
+
+
+def test_a_worker_that_cannot_read_its_lease_when_renewing_writes_nothing_more_even_once_it_reads_again(tmp_path):
+    db = tmp_path / "runs.db"
+
+    def edit(sql: str) -> None:  # another process changes the file under the worker
+        with contextlib.closing(sqlite3.connect(db)) as conn:
+            conn.execute(sql)
+            conn.commit()
+
+    with lw.SQLiteStore(db) as store:
+        _, journal = store.start_run("r", "t", "react", {})
+        journal.flush()
+        journal._renew_at = 0.0  # due: the next write checks and renews the lease
+        edit("ALTER TABLE runs RENAME TO runs_away")  # the lease cannot be read
+        with pytest.raises(lw.StoreError, match="no such table: runs"):
+            journal.record_step(lw.Step(1, "action", tool="add", args={}, observation="3"))
+        edit("ALTER TABLE runs_away RENAME TO runs")  # readable again, but this worker no longer knows it holds the run
+        with pytest.raises(lw.StoreError, match=r"nothing more is written to its journal after a failed write \(.*"
+                                                 "no such table: runs"):
+            journal.record_step(lw.Step(2, "action", tool="add", args={}, observation="3"))
+        assert store.trace("r").steps == []
+
+
+def test_a_journal_renews_its_lease_once_a_third_of_it_has_passed_not_at_every_write(store, monkeypatch):
+    ahead, now = {"s": 0.0}, time.monotonic()
+    monkeypatch.setattr(time, "monotonic", lambda: now + ahead["s"])  # the clock renewals are timed on, held still
+    _, journal = store.start_run("r", "t", "react", {})
+    journal.flush()
+    started, third = lease(store), store.lease_s / 3
+
+    def write(index: int, later: float) -> tuple:
+        """A step recorded `later` thirds of the lease after the journal was opened; the lease then."""
+        ahead["s"] = later * third
+        journal.record_step(lw.Step(index, "action", tool="add", args={}, observation="3"))
+        return lease(store)
+
+    assert write(1, 0.0) == started  # just taken
+    assert write(2, 0.9) == started  # not a third of the lease yet
+    renewed = write(3, 1.0)  # a third exactly
+    assert renewed[0] == started[0] and renewed[1] > started[1]
+    assert write(4, 1.0) == renewed  # renewed a moment ago: not at every write
+    assert write(5, 1.9) == renewed  # not a third since it was renewed
+    assert write(6, 2.05)[1] > renewed[1]

@@ -100,14 +100,42 @@ def test_resuming_a_finished_run_replays_it_without_calling_the_model_or_a_tool(
     assert store.load_run("done").resumes == 1
 
 
+def test_steps_a_resume_replays_keep_their_recorded_rows_and_timings(store):
+    with pytest.raises(lw.RunInterrupted):
+        lw.run("task", lw.ScriptedPolicy([*REACT[:2], KeyboardInterrupt()]), make_registry(), store=store, run_id="r")
+    sql = "SELECT idx, step, created_at FROM steps WHERE run_id = 'r' ORDER BY idx"
+    recorded = [tuple(row) for row in store._all(sql)]
+    recorded_steps = store.trace("r").steps
+    assert [row[0] for row in recorded] == [1, 2]
+    trace = resume("r", lw.ScriptedPolicy(REACT[2:]), make_registry(), store=store)
+    assert [s.meta.get("replayed") for s in trace.steps[:2]] == [True, True]  # timed anew, marked replayed
+    assert [tuple(row) for row in store._all(sql)][:2] == recorded  # but the journal keeps the originals
+    assert store.trace("r").steps[:2] == recorded_steps and len(store.trace("r").steps) == 4
+
+
+def test_a_resume_keeps_the_traceback_a_failed_tool_step_recorded(store):
+    with pytest.raises(lw.RunInterrupted):
+        lw.run("task", lw.ScriptedPolicy([act("divide", '{"x": 1, "y": 0}'), KeyboardInterrupt()]), make_registry(),
+               store=store, run_id="r")
+    recorded = store.trace("r").steps[0]
+    assert "ZeroDivisionError" in recorded.meta["traceback"]
+    resumed = resume("r", lw.ScriptedPolicy([final("x")]), make_registry(), store=store)
+    assert "traceback" not in resumed.steps[0].meta  # a replay cannot rebuild it: the journal keeps the original
+    assert store.trace("r").steps[0] == recorded
+
+
 def test_tool_crash_mid_call_reruns_an_idempotent_tool_once(store):
     calls: list = []
+    attempts: list[int] = []
     crashed = {"once": False}
 
     @lw.tool(side_effects="read")
     def lookup(q: str) -> str:
         """Look something up."""
         calls.append(q)
+        info = lw.current_call()
+        assert info is not None
+        attempts.append(info.attempt)
         if not crashed["once"]:
             crashed["once"] = True
             raise SystemExit("the process dies mid-call")
@@ -120,9 +148,30 @@ def test_tool_crash_mid_call_reruns_an_idempotent_tool_once(store):
     rest = lw.ScriptedPolicy(script[1:])
     trace = resume("r", rest, lw.ToolRegistry([lookup]), store=store)
     assert trace.final_answer == "ab" and [s.observation for s in trace.steps[:2]] == ["found a", "found b"]
-    assert calls == ["a", "a", "b"]
-    attempts = store._all("SELECT key, attempts, state FROM tool_calls WHERE run_id = 'r' ORDER BY key")
-    assert [tuple(r) for r in attempts] == [("1", 2, "done"), ("2", 1, "done")]
+    assert calls == ["a", "a", "b"] and attempts == [1, 2, 1]  # the tool is told which attempt it is
+    recorded = store._all("SELECT key, attempts, state FROM tool_calls WHERE run_id = 'r' ORDER BY key")
+    assert [tuple(r) for r in recorded] == [("1", 2, "done"), ("2", 1, "done")]
+
+
+def test_a_call_rerun_to_its_end_on_resume_leaves_nothing_in_doubt_when_the_run_then_fails(store):
+    crashed: list[str] = []
+
+    @lw.tool(side_effects="read")
+    def lookup(q: str) -> str:
+        """Look something up."""
+        if not crashed:
+            crashed.append(q)
+            raise SystemExit("the process dies mid-call")
+        return f"found {q}"
+
+    with pytest.raises(SystemExit):
+        lw.run("t", lw.ScriptedPolicy([act("lookup", '{"q": "a"}')]), lw.ToolRegistry([lookup]), store=store,
+               run_id="r")
+    assert [c.key for c in store.unsettled("r")] == ["1"]
+    failed = resume("r", lw.ScriptedPolicy([RuntimeError("the model server is down")]), lw.ToolRegistry([lookup]),
+                    store=store)
+    assert failed.stopped_reason == "error" and failed.steps[0].observation == "found a"
+    assert store.unsettled("r") == [] and store.load_run("r").status == "finished"  # not blocked: nothing in doubt
 
 
 def test_unfinished_non_idempotent_call_is_not_rerun_and_the_run_stops_saying_why(store):
@@ -248,6 +297,16 @@ def test_decisions_passed_to_resume_reach_the_approver(store):
     assert denied.final_answer == "kept"
 
 
+def test_a_stored_denial_without_a_reason_replays_as_it_was_given(store):
+    log: list[str] = []
+    live = lw.run("t", lw.ScriptedPolicy([*DELETE[:1], final("kept")]), gated_tools(log),
+                  approver=lambda request: Decision(False, ""))
+    lw.run("t", lw.ScriptedPolicy(DELETE[:1]), gated_tools(log), approver=later, store=store, run_id="r")
+    store.decide("r", KEY, Decision(False, ""))
+    resumed = resume("r", lw.ScriptedPolicy([final("kept")]), gated_tools(log), store=store)
+    assert log == [] and resumed.steps[0].observation == live.steps[0].observation
+
+
 def test_resume_without_a_decision_pauses_again_instead_of_running_ungated(store):
     log: list[str] = []
     lw.run("t", lw.ScriptedPolicy(DELETE[:1]), gated_tools(log), approver=later, store=store, run_id="r")
@@ -311,6 +370,42 @@ def test_run_without_an_approver_replays_its_denials_instead_of_pausing(store):
     trace = resume("r", lw.ScriptedPolicy(script[1:]), gated_tools(log), store=store)
     assert log == [] and [s.kind for s in trace.steps] == ["denied", "final"]
     assert trace.stopped_reason == "final" and store.pending_approvals("r") == []
+
+
+def test_the_journal_keeps_each_approval_with_its_decision_and_when_it_was_decided(store):
+    log: list[str] = []
+    answers = {"/tmp/x": Decision(True, "checked by Ann"), "/tmp/y": Decision(False, "keep y")}
+
+    def approver(request: ApprovalRequest) -> Decision:
+        if request.args["path"] in answers:
+            return answers[request.args["path"]]
+        raise ApprovalPending(request.key)  # /tmp/z: a person decides later
+
+    script = [act("delete_file", f'{{"path": "/tmp/{name}"}}') for name in "xyz"]
+    paused = lw.run("t", lw.ScriptedPolicy(script), gated_tools(log), approver=approver, store=store, run_id="r")
+    assert paused.stopped_reason == "paused" and log == ["/tmp/x"]
+    decided = {request.args["path"]: decision for request, decision in store.approvals("r")}
+    assert decided == {**answers, "/tmp/z": None}
+    when = {json.loads(args)["path"]: (requested, at) for args, requested, at in
+            store._all("SELECT args, requested_at, decided_at FROM approvals WHERE run_id = 'r'")}
+    assert when["/tmp/z"][1] is None  # still pending: not decided
+    assert all(at is not None and at >= requested for requested, at in (when["/tmp/x"], when["/tmp/y"]))
+
+
+def test_a_resumed_run_reads_as_running_with_its_old_end_cleared_while_it_runs(store):
+    with pytest.raises(lw.RunInterrupted):
+        lw.run("task", lw.ScriptedPolicy([REACT[0], KeyboardInterrupt()]), make_registry(), store=store, run_id="r")
+    assert store.load_run("r").status == "interrupted"
+    seen: list[tuple] = []
+
+    def policy(prompt: str) -> str:
+        record = store.load_run("r")
+        seen.append((record.status, record.stopped_reason, record.final_answer, record.resumes))
+        return final("5")
+
+    assert resume("r", policy, make_registry(), store=store).final_answer == "5"
+    assert seen == [("running", None, None, 1)]
+    assert store.load_run("r").status == "finished"
 
 
 def test_config_saying_the_run_had_an_approver_pauses_an_undecided_call(store):

@@ -210,6 +210,7 @@ def test_stopping_the_server_ends_a_run_that_waits_for_approval() -> None:
     assert not reader.is_alive() and ran == []
     live = served.state.runs.runs[run_id]
     assert live.done and live.driver.done() and not live.pending
+    assert live.state == "error" and live.error == "RuntimeError: the server stopped the run"
 
 
 def test_a_failing_policy_ends_the_stream_with_run_error(registry: lw.ToolRegistry) -> None:
@@ -330,7 +331,8 @@ def test_runs_past_the_cap_are_refused_with_429() -> None:
         answer(base, waiting, run["approvals"][0]["key"], True)
         watch(base, waiting)
         after = httpx2.post(f"{base}/runs", json={"task": "quick"})
-    assert refused.status_code == 429 and "1 runs" in refused.json()["error"] and refused.headers["retry-after"]
+    assert refused.status_code == 429 and "1 runs" in refused.json()["error"] and refused.headers["retry-after"] == "5"
+    assert refused.headers["cache-control"] == "no-store"
     assert agui.status_code == 429
     assert after.status_code == 201
 
@@ -521,3 +523,132 @@ def test_only_interfaces_import_the_ui() -> None:
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             wrong += [f"{rel} imports {n}" for n in names if n == "loopwright.ui" or n.startswith("loopwright.ui.")]
     assert not wrong
+
+
+# -- what the server answers ------------------------------------------------------------
+
+
+def test_every_api_answer_is_marked_no_store_and_a_stream_is_not_buffered_by_a_proxy(registry: lw.ToolRegistry) -> None:
+    with serving(app(lw.ScriptedPolicy([FINAL]), registry)) as base:
+        started = httpx2.post(f"{base}/runs", json={"task": "say 5"})
+        run_id = started.json()["run_id"]
+        with httpx2.stream("GET", f"{base}/runs/{run_id}/events", timeout=30) as stream:
+            read_stream(stream)
+        answers = [started, httpx2.get(f"{base}/runs"), httpx2.get(f"{base}/runs/{run_id}"),
+                   httpx2.get(f"{base}/runs/nope"), answer(base, run_id, "k", True),
+                   httpx2.post(f"{base}/runs", json={"task": ""})]
+        page = [httpx2.get(f"{base}{path}") for path in ("/", "/serve.js", "/serve.css")]
+    assert [r.status_code for r in answers] == [201, 200, 200, 404, 409, 422]
+    assert [r.headers["cache-control"] for r in answers] == ["no-store"] * 6
+    assert (stream.headers["cache-control"], stream.headers["x-accel-buffering"]) == ("no-store", "no")
+    assert started.json() == {"run_id": run_id, "thread_id": run_id, "events": f"/runs/{run_id}/events"}
+    assert [(r.status_code, r.headers["content-type"], r.headers["cache-control"]) for r in page] == [
+        (200, "text/html; charset=utf-8", "no-cache"), (200, "text/javascript; charset=utf-8", "no-cache"),
+        (200, "text/css; charset=utf-8", "no-cache")]
+    assert "function" in page[1].text and "{" in page[2].text
+
+
+def test_an_approval_answer_echoes_the_decision_and_a_bare_one_gets_a_default_reason() -> None:
+    ran: list[str] = []
+    policy = lw.ScriptedPolicy([DELETE, DELETE, "Thought: done\nFinal Answer: deleted"])
+    with serving(app(policy, _gated(ran), max_steps=4)) as base:
+        run_id = start_run(base, "Delete notes.txt")
+        replies: list[httpx2.Response] = []
+        answers = iter([False, True])
+
+        def on_event(e: dict[str, Any]) -> None:
+            if e["type"] == "CUSTOM" and e["name"] == "approval_requested":
+                replies.append(answer(base, run_id, e["value"]["key"], next(answers)))
+
+        events = watch(base, run_id, on_event)
+    keys = [asked["key"] for asked in custom(events, "approval_requested")]
+    assert [r.json() for r in replies] == [{"key": keys[0], "approved": False, "reason": "denied in the web page"},
+                                           {"key": keys[1], "approved": True, "reason": "approved"}]
+    assert [r.headers["cache-control"] for r in replies] == ["no-store"] * 2
+    assert [(d["approved"], d["reason"]) for d in custom(events, "approval_decided")] == [
+        (False, "denied in the web page"), (True, "approved")]
+    assert ran == ["notes.txt"]
+
+
+def test_an_approval_takes_only_a_bool_and_an_optional_text_reason() -> None:
+    ran: list[str] = []
+    with serving(app(_by_task, _gated(ran), max_steps=4, approval_timeout_s=30)) as base:
+        run_id = start_run(base, "delete it")
+        [run] = _until(base, lambda runs: runs and runs[0]["state"] == "waiting", "waiting")
+        url = f"{base}/runs/{run_id}/approvals/{run['approvals'][0]['key']}"
+        bad = [httpx2.post(url, json=body) for body in ([True], {}, {"approved": 1}, {"approved": True, "reason": 5})]
+        still = httpx2.get(f"{base}/runs/{run_id}").json()
+        denied = httpx2.post(url, json={"approved": False, "reason": None})
+        events = watch(base, run_id)
+    assert [r.status_code for r in bad] == [422] * 4 and all("approved" in r.json()["error"] for r in bad)
+    assert still["state"] == "waiting" and len(still["approvals"]) == 1 and ran == []
+    assert denied.status_code == 200 and denied.json()["reason"] == "denied in the web page"
+    assert events[-1]["result"]["answer"] == "5" and ran == []
+
+
+def test_a_last_event_id_that_is_not_an_event_number_is_refused(registry: lw.ToolRegistry) -> None:
+    with serving(app(lw.ScriptedPolicy([FINAL]), registry)) as base:
+        run_id = start_run(base, "say 5")
+        whole = watch(base, run_id)
+        bad = [httpx2.get(f"{base}/runs/{run_id}/events", headers={"Last-Event-ID": value})
+               for value in ("abc", "-1", "1" * 19, "2.0")]
+        after_last = watch(base, run_id, last_event_id=len(whole) - 1)
+        after_first = watch(base, run_id, last_event_id=0)
+    assert [r.status_code for r in bad] == [400] * 4 and "Last-Event-ID" in bad[0].json()["error"]
+    assert after_last == [] and after_first == whole[1:]
+
+
+def test_a_task_must_be_non_empty_text_in_a_json_object(registry: lw.ToolRegistry) -> None:
+    with serving(app(lw.ScriptedPolicy([FINAL]), registry)) as base:
+        refused = [httpx2.post(f"{base}/runs", json=body) for body in (["say 5"], {"task": 5}, {}, {"task": "\n "})]
+        deep = httpx2.post(f"{base}/runs", content=b"[" * 100_000, headers={"Content-Type": "application/json"})
+        long_id = "x" * 300
+        unknown = [httpx2.get(f"{base}/runs/{long_id}"), httpx2.post(f"{base}/runs/{long_id}/approvals/k",
+                                                                      json={"approved": True})]
+        listed = httpx2.get(f"{base}/runs").json()
+    assert [r.status_code for r in refused] == [422] * 4 and all("task" in r.json()["error"] for r in refused)
+    assert deep.status_code == 400 and deep.json() == {"error": "the body is not JSON"}
+    assert [r.status_code for r in unknown] == [404, 404]
+    assert all(r.json() == {"error": f"no run {'x' * 100!r}"} for r in unknown)  # the id is cut short
+    assert listed == {"runs": []}
+
+
+def test_a_failed_run_is_described_as_an_error_with_its_message(registry: lw.ToolRegistry) -> None:
+    with serving(app(lw.ScriptedPolicy([RuntimeError("the model server is down")]), registry, max_steps=3)) as base:
+        run_id = start_run(base, "What is 2 + 3?")
+        events = watch(base, run_id)
+        one = httpx2.get(f"{base}/runs/{run_id}").json()
+    assert one["state"] == "error" and "the model server is down" in one["error"]
+    assert one["error"] == events[-1]["message"] and one["answer"] is None and one["finished_at"] is not None
+
+
+def test_the_agui_endpoint_runs_the_last_user_message_that_has_text(registry: lw.ToolRegistry) -> None:
+    messages = [{"id": "m1", "role": "user", "content": "an earlier task"},
+                {"id": "m2", "role": "assistant", "content": "done"},
+                {"id": "m3", "role": "user", "content": "What is 2 + 3?"},
+                {"id": "m4", "role": "user", "content": "  "},
+                {"id": "m5", "role": "user", "content": [{"type": "text", "text": "parts are not read"}]},
+                {"id": "m6", "role": "system", "content": "a system message is not the task"}]
+    body = {"threadId": "thread-9", "runId": "run-9", "state": None, "tools": [], "context": [],
+            "forwardedProps": None, "messages": messages}
+    with serving(app(lw.ScriptedPolicy([FINAL]), registry)) as base:
+        with httpx2.stream("POST", f"{base}/agui", json=body, timeout=30) as response:
+            events = read_stream(response)
+        not_input = httpx2.post(f"{base}/agui", json={"threadId": "t"})
+        [run] = httpx2.get(f"{base}/runs").json()["runs"]
+    assert events[-1]["result"]["answer"] == "5"
+    assert (run["task"], run["thread_id"], run["state"]) == ("What is 2 + 3?", "thread-9", "finished")
+    assert not_input.status_code == 422 and "not an AG-UI RunAgentInput" in not_input.json()["error"]
+
+
+def test_app_refuses_limits_under_one_and_options_it_sets_itself(registry: lw.ToolRegistry) -> None:
+    policy = lw.ScriptedPolicy([])
+    for name in ("keep_runs", "keep_bytes", "max_runs"):
+        with pytest.raises(ValueError, match=f"{name} must be at least 1, got 0"):
+            app(policy, registry, **{name: 0})
+        assert app(policy, registry, **{name: 1}).state.runs is not None
+    with pytest.raises(ValueError, match="approval_timeout_s must be positive, got -1"):
+        app(policy, registry, approval_timeout_s=-1)
+    for name in ("task", "run_id"):
+        with pytest.raises(TypeError, match=f"sets '{name}' itself"):
+            app(policy, registry, **{name: "x"})

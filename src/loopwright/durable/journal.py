@@ -440,7 +440,9 @@ def _step_json(step: Step) -> str:
         return _ENCODER.encode(step.to_dict())
 
 
-_VOLATILE_META: Final = frozenset({"tool_s", "model_s", "replayed"})
+# What a replay cannot reproduce: timings, its own marker, and a failed tool's traceback
+# (journaled with the step, not with the call), so a replayed step keeps its recorded row.
+_VOLATILE_META: Final = frozenset({"tool_s", "model_s", "replayed", "traceback"})
 
 
 def _comparable_step(d: Mapping[str, Any]) -> str:
