@@ -223,3 +223,42 @@ def test_memory_recalls_none_of_the_steps_the_prompt_still_holds() -> None:
     section = text[len(HEAD):text.index(QUESTION)]
     assert f"Step {folded[-1]}. Thought" in section  # the newest folded steps, recalled (what fits)
     assert not any(f"Step {k}. Thought" in section for k in held)  # not those the prompt holds
+
+
+def _thinking(room: int, over: int) -> tuple[Folding, str, int]:
+    """Three steps: an old one with a long thought, a filler, the newest; sized so that with
+    the old thought dropped the prompt is `over` tokens past what a summary leaves (the
+    budget less an eighth of the room). The threshold too."""
+    budget = budget_for(room)
+    folding = Folding("json", "task", HEAD, QUESTION, budget, Notes(), {})
+    thought = "T" * 600
+    dropped = estimate_tokens(step_block("json", 1, "…", "act", "obs", True))
+    threshold = budget - room // 8
+    filler = threshold - 100 - 10 - dropped - 50 + over
+    folding.add(1, 1, thought, "act", "obs", "obs", step_block("json", 1, thought, "act", "obs", True), None, None, 0)
+    folding.add(2, 2, "x", "act", "obs", "obs", "s" * (3 * filler), None, None, 0)
+    folding.add(3, 3, "x", "act", "obs", "obs", "s" * 150, None, None, 0)
+    return folding, HEAD + QUESTION + "".join(e.text for e in folding.entries), threshold
+
+
+def test_a_summary_comes_only_when_the_prompt_is_still_past_an_eighth_of_the_room_below_the_budget() -> None:
+    for over in (0, 1):
+        folding, prompt, threshold = _thinking(404, over)  # an eighth of 404 is 50.5: rounded down
+        text, folds = folding.fit(prompt)
+        assert folds[0]["kind"] == "drop_thoughts" and folds[0]["prompt_tokens_after"] == threshold + over
+        assert [f["kind"] for f in folds] == (["drop_thoughts"] if over == 0 else ["drop_thoughts", "summarise"])
+
+
+def test_a_result_no_longer_than_its_stub_keeps_its_observation_when_its_thought_goes() -> None:
+    outputs = {"out-1": "r" * 3000}
+    folding = Folding("json", "task", HEAD, QUESTION, budget_for(300), Notes(), outputs)
+    short = "<untrusted>r… [out-1]</untrusted>"  # a view under a tiny cap: shorter than a stub
+    thought = "T" * 600
+    prompt = HEAD + QUESTION
+    for k, (obs, key, handle) in enumerate([(short, "1", "out-1"), ("done", None, None)], 1):
+        block = step_block("json", k, thought, "act", obs, True)
+        folding.add(k, k, thought, "act", obs, obs, block, key, handle, 0)
+        prompt += block
+    text, folds = folding.fit(prompt)
+    assert [f["kind"] for f in folds] == ["drop_thoughts"]
+    assert text.startswith(HEAD + QUESTION + f" …\nact\nObservation: {short}\nThought:")
