@@ -223,6 +223,7 @@ def test_memory_recalls_none_of_the_steps_the_prompt_still_holds() -> None:
     section = text[len(HEAD):text.index(QUESTION)]
     assert f"Step {folded[-1]}. Thought" in section  # the newest folded steps, recalled (what fits)
     assert not any(f"Step {k}. Thought" in section for k in held)  # not those the prompt holds
+    assert len(memory.buffer) == len(folds[0]["folded_steps"])  # filed once, when stubbed: not again when folded
 
 
 def _thinking(room: int, over: int) -> tuple[Folding, str, int]:
@@ -262,3 +263,80 @@ def test_a_result_no_longer_than_its_stub_keeps_its_observation_when_its_thought
     text, folds = folding.fit(prompt)
     assert [f["kind"] for f in folds] == ["drop_thoughts"]
     assert text.startswith(HEAD + QUESTION + f" …\nact\nObservation: {short}\nThought:")
+
+
+def _stub_text(handle: str, chars: int) -> str:
+    return f'[result folded away ({chars} chars): read_output(handle="{handle}") reads it back]'
+
+
+def test_only_tool_results_longer_than_their_stub_and_thoughts_longer_than_a_character_fold() -> None:
+    """Oldest first, each kind of step passed over without stopping the fold: an observation
+    that is no tool result (a parse error) is never stubbed, a result no longer than its stub
+    stays, a one-character thought stays; the newest step stays whole."""
+    outputs: dict[str, str] = {}
+    memory = Notes()
+    room = 750
+    folding = Folding("json", "task", HEAD, QUESTION, budget_for(room), memory, outputs)
+    error, long3, long4 = "E" * 600, "c" * 600, "d" * 900
+    steps = [("x", None, error), ("ok", "2", "fine"), ("T" * 300, "3", long3), ("T" * 300, "4", long4)]
+    prompt = HEAD + QUESTION
+    for k, (thought, key, observation) in enumerate(steps, 1):
+        block = step_block("json", k, thought, "act", observation, True)
+        folding.add(k, k, thought, "act", observation, observation, block, key, None, 0)
+        prompt += block
+    text, folds = folding.fit(prompt)
+    assert [(f["kind"], f["folded_steps"]) for f in folds] == [("stub_results", [3]), ("drop_thoughts", [2, 3])]
+    assert text == HEAD + QUESTION + "".join([
+        f" x\nact\nObservation: {error}\nThought:",
+        " …\nact\nObservation: fine\nThought:",
+        f" …\nact\nObservation: {_stub_text('out-3', 600)}\nThought:",
+        f" {'T' * 300}\nact\nObservation: {long4}\nThought:",
+    ])
+    assert outputs == {"out-3": long3} and memory.added == [
+        (f"Step 3. Thought: {'T' * 300}\nact\nObservation: {long3}\n", {"step": 3, "output": "out-3"})]
+
+
+def _as_long_as_its_stub() -> str:
+    """A result exactly as long as the stub it would fold to."""
+    return next("r" * n for n in range(60, 200) if len(_stub_text("out-1", n)) == n)
+
+
+def test_a_result_is_stubbed_only_when_the_stub_is_shorter() -> None:
+    for result in (_as_long_as_its_stub(), _as_long_as_its_stub() + "r"):
+        folding = Folding("json", "task", HEAD, QUESTION, budget_for(200), Notes(), {})
+        prompt = HEAD + QUESTION
+        for k, (key, observation) in enumerate([("1", result), (None, "n" * 1500)], 1):
+            block = step_block("json", k, "x", "act", observation, True)
+            folding.add(k, k, "x", "act", observation, observation, block, key, None, 0)
+            prompt += block
+        _, folds = folding.fit(prompt)  # (and a summary: the newest step is past half the room)
+        stubbed = len(_stub_text("out-1", len(result))) < len(result)
+        assert ("stub_results" in [f["kind"] for f in folds]) is stubbed, len(result)
+        assert folding.outputs == ({"out-1": result} if stubbed else {})
+
+
+def _results(room: int, over: int) -> tuple[Folding, str]:
+    """A huge old result, a second one, and the newest step, sized so that with the first
+    result stubbed the prompt is `over` tokens past half the room below the budget."""
+    folding = Folding("json", "task", HEAD, QUESTION, budget_for(room), Notes(), {})
+    first, second = "a" * 3000, "b" * 900
+    stubbed = estimate_tokens(step_block("json", 1, "t", "act", _stub_text("out-1", 3000), True))
+    whole = estimate_tokens(step_block("json", 2, "t", "act", second, True))
+    newest = budget_for(room) - room // 2 + over - 100 - 10 - stubbed - whole
+    prompt = HEAD + QUESTION
+    for k, (key, observation) in enumerate([("1", first), ("2", second)], 1):
+        block = step_block("json", k, "t", "act", observation, True)
+        folding.add(k, k, "t", "act", observation, observation, block, key, None, 0)
+        prompt += block
+    folding.add(3, 3, "t", "act", "obs", "obs", "s" * (3 * newest), None, None, 0)
+    return folding, prompt + "s" * (3 * newest)
+
+
+def test_results_are_stubbed_down_to_exactly_half_the_room_below_the_budget_and_no_further() -> None:
+    room = 1201  # odd: half of it is 600, rounded down
+    for over, stubbed in ((0, [1]), (1, [1, 2])):
+        folding, prompt = _results(room, over)
+        text, folds = folding.fit(prompt)
+        assert [(f["kind"], f["folded_steps"]) for f in folds] == [("stub_results", stubbed)], over
+        if over == 0:
+            assert folds[0]["prompt_tokens_after"] == budget_for(room) - room // 2 == estimate_tokens(text)
