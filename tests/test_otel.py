@@ -323,3 +323,24 @@ def test_span_cost_per_call_does_not_grow_with_the_history(spans):
     models = [s for s in exporter.get_finished_spans() if s.name.startswith("text_completion")]
     sizes = {sum(len(str(v)) for v in s.attributes.values()) for s in models[1:-1]}
     assert len(models) == 13 and max(sizes) - min(sizes) <= 8  # token counts' digits only
+
+
+def test_a_repaired_call_that_is_not_run_is_an_error_span_of_no_duration(spans):
+    provider, exporter = spans
+    otel.instrument(provider, capture_content=True)
+
+    @lw.tool(side_effects="destructive")
+    def wipe(path: str) -> str:
+        """Delete a path."""
+        return "gone"
+
+    cut = 'Thought: wipe\nAction: wipe\nAction Input: {"path": "/tmp"'
+    trace = lw.run("t", lw.ScriptedPolicy([cut, final("no")]), lw.ToolRegistry([wipe]), approver=lambda r: True)
+    [span] = [s for s in exporter.get_finished_spans() if s.name.startswith("execute_tool")]
+    assert span.name == "execute_tool wipe" and span.start_time == span.end_time
+    assert span.status.status_code == StatusCode.ERROR and span.status.description == trace.steps[0].error
+    attributes = dict(span.attributes)
+    assert {k: attributes[k] for k in ("gen_ai.tool.call.id", "loopwright.step.kind", "error.type")} == {
+        "gen_ai.tool.call.id": "1", "loopwright.step.kind": "action", "error.type": "invalid_args"}
+    assert json.loads(attributes["gen_ai.tool.call.arguments"]) == {"path": "/tmp"}
+    assert attributes["gen_ai.tool.call.result"] == trace.steps[0].observation
