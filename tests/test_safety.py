@@ -348,7 +348,7 @@ def test_destructive_call_with_same_args_and_key_executes_once(log):
     assert [c[0] for c in log] == ["send_payment"]
     second = trace.steps[1]
     assert second.observation == trace.steps[0].observation == "sent 500 to bob"
-    assert "not run again" in second.meta["exactly_once"]
+    assert second.meta["exactly_once"] == "not run again: same call and idempotency key as 1"  # step 1's call
     assert trace.tool_calls == 1
 
 

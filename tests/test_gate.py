@@ -1,0 +1,80 @@
+"""modes/gate.py, what stands between a proposed tool call and the tool: what a call that
+needs approval is told and records, replayed results, exactly-once, the built-in
+read_output. (Approvals as a whole: tests/test_safety.py; calls in doubt:
+tests/test_in_doubt.py; results past the cap: tests/test_handles.py.)"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import loopwright as lw
+from conftest import act, final
+
+
+def test_an_approved_call_in_a_run_without_a_journal_is_its_first_attempt() -> None:
+    seen: list[Any] = []
+
+    @lw.tool(side_effects="write", requires_approval=True)
+    def send(text: str) -> str:
+        """Send a message."""
+        seen.append(lw.current_call())
+        return "sent"
+
+    trace = lw.run("t", lw.ScriptedPolicy([act("send", '{"text": "hi"}'), final("ok")]), lw.ToolRegistry([send]),
+                   approver=lambda request: True)
+    assert trace.final_answer == "ok" and [(c.step, c.attempt, c.tool) for c in seen] == [("1", 1, "send")]
+
+
+def test_on_deny_other_than_observe_or_stop_is_refused_naming_the_value() -> None:
+    with pytest.raises(ValueError, match=r"^on_deny must be 'observe' or 'stop', got 'ignore'$"):
+        lw.run("t", lw.ScriptedPolicy([final("x")]), lw.ToolRegistry([]), on_deny="ignore")  # type: ignore[arg-type]
+
+
+def test_a_call_rerun_after_a_crash_is_its_second_attempt_and_the_journal_kept_its_arguments(tmp_path: Any) -> None:
+    attempts: list[int] = []
+    state = {"crash": True}
+
+    @lw.tool(side_effects="write")
+    def send_email(to: str) -> str:
+        """Send an email."""
+        call = lw.current_call()
+        assert call is not None
+        attempts.append(call.attempt)
+        if state["crash"]:
+            raise SystemExit("killed before the result was recorded")
+        return f"sent to {to}"
+
+    script = [act("send_email", '{"to": "ann"}'), final("sent")]
+    store = lw.SQLiteStore(tmp_path / "runs.db")
+    with pytest.raises(SystemExit):
+        lw.run("t", lw.ScriptedPolicy(script), lw.ToolRegistry([send_email]), store=store, run_id="r")
+    [unsettled] = store.unsettled("r")
+    assert (unsettled.key, unsettled.tool, unsettled.args) == ("1", "send_email", {"to": "ann"})
+    state["crash"] = False
+    done = lw.resume("r", lw.ScriptedPolicy(script[1:]), lw.ToolRegistry([send_email]), store=store,
+                     rerun_unfinished=True)
+    assert done.final_answer == "sent" and attempts == [1, 2]
+    store.close()
+
+
+def test_a_side_effect_that_failed_runs_again_when_called_again() -> None:
+    """Exactly-once keeps a side effect's success, not its failure: the same call after a
+    failure is a new try, not an answer from the failed one."""
+    tries: list[str] = []
+
+    @lw.tool(side_effects="write", requires_approval=True)
+    def pay(invoice: str) -> str:
+        """Pay an invoice."""
+        tries.append(invoice)
+        if len(tries) == 1:
+            raise ConnectionError("the bank did not answer")
+        return f"paid {invoice}"
+
+    call = act("pay", '{"invoice": "42"}')
+    policy = lw.ScriptedPolicy([call, call, call, final("paid")])
+    trace = lw.run("t", policy, lw.ToolRegistry([pay]), approver=lambda request: True, on_repeat="off")
+    assert tries == ["42", "42"]  # the failure, the success; the third call is answered from the success
+    assert [s.observation for s in trace.steps[1:3]] == ["paid 42", "paid 42"]
+    assert "exactly_once" not in trace.steps[1].meta and "exactly_once" in trace.steps[2].meta
