@@ -78,3 +78,26 @@ def test_a_side_effect_that_failed_runs_again_when_called_again() -> None:
     assert tries == ["42", "42"]  # the failure, the success; the third call is answered from the success
     assert [s.observation for s in trace.steps[1:3]] == ["paid 42", "paid 42"]
     assert "exactly_once" not in trace.steps[1].meta and "exactly_once" in trace.steps[2].meta
+
+
+def test_a_side_effect_that_failed_before_a_resume_runs_again_when_called_again(tmp_path: Any) -> None:
+    tries: list[str] = []
+
+    @lw.tool(side_effects="write")
+    def pay(invoice: str) -> str:
+        """Pay an invoice."""
+        tries.append(invoice)
+        if len(tries) == 1:
+            raise ConnectionError("the bank did not answer")
+        return f"paid {invoice}"
+
+    call = act("pay", '{"invoice": "42"}')
+    store = lw.SQLiteStore(tmp_path / "runs.db")
+    first = lw.run("t", lw.ScriptedPolicy([call, RuntimeError("the model died")]), lw.ToolRegistry([pay]),
+                   store=store, run_id="r")
+    assert first.stopped_reason == "error" and first.steps[0].error is not None
+    again = lw.resume("r", lw.ScriptedPolicy([call, final("paid")]), lw.ToolRegistry([pay]), store=store,
+                      on_repeat="off")
+    assert tries == ["42", "42"] and again.steps[0].meta["replayed"] is True  # replayed, then tried again
+    assert again.steps[1].observation == "paid 42" and "exactly_once" not in again.steps[1].meta
+    store.close()

@@ -344,3 +344,21 @@ def test_a_repaired_call_that_is_not_run_is_an_error_span_of_no_duration(spans):
         "gen_ai.tool.call.id": "1", "loopwright.step.kind": "action", "error.type": "invalid_args"}
     assert json.loads(attributes["gen_ai.tool.call.arguments"]) == {"path": "/tmp"}
     assert attributes["gen_ai.tool.call.result"] == trace.steps[0].observation
+
+
+def test_a_read_output_call_is_an_execute_tool_span_like_any_tool(spans):
+    provider, exporter = spans
+    otel.instrument(provider)
+
+    @lw.tool
+    def dump() -> str:
+        """Dump the table."""
+        return "y" * 500
+
+    script = [act("dump", "{}"), act("read_output", '{"handle": "out-1"}'), final("x")]
+    lw.run("t", lw.ScriptedPolicy(script), lw.ToolRegistry([dump], max_observation_chars=100))
+    tools = [s for s in _ordered(exporter) if s.name.startswith("execute_tool")]
+    assert [s.name for s in tools] == ["execute_tool dump", "execute_tool read_output"]
+    attributes = dict(tools[1].attributes)
+    assert (attributes["gen_ai.tool.call.id"], attributes["loopwright.step.kind"]) == ("2", "action")
+    assert "error.type" not in attributes
