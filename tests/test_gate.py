@@ -5,6 +5,8 @@ tests/test_in_doubt.py; results past the cap: tests/test_handles.py.)"""
 
 from __future__ import annotations
 
+import json
+import threading
 from typing import Any
 
 import pytest
@@ -101,3 +103,37 @@ def test_a_side_effect_that_failed_before_a_resume_runs_again_when_called_again(
     assert tries == ["42", "42"] and again.steps[0].meta["replayed"] is True  # replayed, then tried again
     assert again.steps[1].observation == "paid 42" and "exactly_once" not in again.steps[1].meta
     store.close()
+
+
+def test_a_tool_that_finishes_while_a_child_agent_runs_beside_it_is_not_taken_for_the_child() -> None:
+    """ReWOO runs E1 (a plain tool) and E2 (a child agent) at once; E1 finishes while the
+    child is still running, and is recorded as the plain call it is."""
+    child_started, lookup_finished = threading.Event(), threading.Event()
+
+    @lw.tool
+    def lookup(q: str) -> str:
+        """Look something up."""
+        child_started.wait(10)  # finish only once the child agent is running
+        return "looked up"
+
+    def helper_model(prompt: str) -> str:
+        child_started.set()
+        lookup_finished.wait(10)  # answer only once E1 has finished
+        return final("helped")
+
+    helper = lw.Agent("helper", helper_model, lw.ToolRegistry([]))
+    plan = {"plan": [{"id": "E1", "tool": "lookup", "args": {"q": "x"}},
+                     {"id": "E2", "tool": "helper", "args": {"task": "help"}}]}
+    policy = lw.ScriptedPolicy([json.dumps(plan), "Final Answer: done"])
+    seen: list[lw.Event] = []
+    for event in lw.iter_events("t", policy, lw.ToolRegistry([lookup, helper.as_tool()]), mode="rewoo"):
+        seen.append(event)
+        if isinstance(event, lw.ToolFinished) and event.agent is None and event.call_key == "E1":
+            lookup_finished.set()
+    trace = next(e.trace for e in seen if isinstance(e, lw.RunFinished) and e.agent is None)
+    assert trace.stopped_reason == "final"
+    steps = {s.step_id: s for s in trace.steps if s.kind == "action"}
+    assert steps["E1"].observation == "looked up" and "child_run_id" not in steps["E1"].meta
+    assert steps["E2"].observation == "helped" and steps["E2"].meta["child_run_id"] in trace.children
+    kinds = [(e.kind, e.agent) for e in seen]
+    assert kinds.index(("tool_finished", None)) < kinds.index(("run_finished", "helper"))  # while the child ran

@@ -362,3 +362,21 @@ def test_a_read_output_call_is_an_execute_tool_span_like_any_tool(spans):
     attributes = dict(tools[1].attributes)
     assert (attributes["gen_ai.tool.call.id"], attributes["loopwright.step.kind"]) == ("2", "action")
     assert "error.type" not in attributes
+
+
+def test_a_denied_call_s_span_keeps_the_arguments_it_was_denied_with(spans):
+    provider, exporter = spans
+    otel.instrument(provider, capture_content=True)
+
+    @lw.tool(side_effects="destructive")
+    def wipe(path: str) -> str:
+        """Delete a path."""
+        return "gone"
+
+    trace = lw.run("t", lw.ScriptedPolicy([act("wipe", '{"path": "/"}'), final("no")]), lw.ToolRegistry([wipe]),
+                   approver=lambda r: False)
+    [span] = [s for s in exporter.get_finished_spans() if s.name.startswith("execute_tool")]
+    attributes = dict(span.attributes)
+    assert span.name == "execute_tool wipe" and attributes["loopwright.step.kind"] == "denied"
+    assert json.loads(attributes["gen_ai.tool.call.arguments"]) == {"path": "/"}
+    assert attributes["gen_ai.tool.call.result"] == trace.steps[0].observation
