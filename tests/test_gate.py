@@ -137,3 +137,19 @@ def test_a_tool_that_finishes_while_a_child_agent_runs_beside_it_is_not_taken_fo
     assert steps["E2"].observation == "helped" and steps["E2"].meta["child_run_id"] in trace.children
     kinds = [(e.kind, e.agent) for e in seen]
     assert kinds.index(("tool_finished", None)) < kinds.index(("run_finished", "helper"))  # while the child ran
+
+
+@pytest.mark.parametrize("on_deny", ["observe", "stop"])
+def test_a_denied_call_is_a_denied_step_with_its_call_and_the_reason(on_deny: str) -> None:
+    @lw.tool(side_effects="destructive")
+    def wipe(path: str) -> str:
+        """Delete a path."""
+        return "gone"
+
+    policy = lw.ScriptedPolicy([act("wipe", '{"path": "/"}'), final("kept")])
+    trace = lw.run("t", policy, lw.ToolRegistry([wipe]), approver=lambda r: lw.Decision(False, "not the root"),
+                   on_deny=on_deny)  # type: ignore[arg-type]
+    step = trace.steps[0]
+    assert (step.kind, step.tool, step.args, step.error) == ("denied", "wipe", {"path": "/"}, "not the root")
+    assert "not the root" in step.observation and "traceback" not in step.meta  # the approver answered: no traceback
+    assert trace.stopped_reason == ("denied" if on_deny == "stop" else "final")

@@ -378,5 +378,6 @@ def test_a_denied_call_s_span_keeps_the_arguments_it_was_denied_with(spans):
     [span] = [s for s in exporter.get_finished_spans() if s.name.startswith("execute_tool")]
     attributes = dict(span.attributes)
     assert span.name == "execute_tool wipe" and attributes["loopwright.step.kind"] == "denied"
+    assert attributes["gen_ai.tool.call.id"] == "1" and span.start_time == span.end_time  # it never ran
     assert json.loads(attributes["gen_ai.tool.call.arguments"]) == {"path": "/"}
     assert attributes["gen_ai.tool.call.result"] == trace.steps[0].observation
