@@ -531,7 +531,8 @@ def test_the_search_tool_offered_has_its_description_and_one_query_parameter() -
                        "properties": {"query": {"type": "string", "description": "what the tool does"}}},
     }
     assert f"search_tools(query: string): {SEARCH_DESCRIPTION}" in policy.prompts[0]
-    assert "answered by the run loop" in search_tool()(query="x")  # outside a run it runs nothing
+    assert search_tool()(query="x") == (  # outside a run it runs nothing
+        "search_tools is answered by the run loop; it has nothing to run here")
 
 
 def test_tool_search_records_how_many_tools_the_run_could_load() -> None:
