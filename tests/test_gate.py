@@ -153,3 +153,18 @@ def test_a_denied_call_is_a_denied_step_with_its_call_and_the_reason(on_deny: st
     assert (step.kind, step.tool, step.args, step.error) == ("denied", "wipe", {"path": "/"}, "not the root")
     assert "not the root" in step.observation and "traceback" not in step.meta  # the approver answered: no traceback
     assert trace.stopped_reason == ("denied" if on_deny == "stop" else "final")
+
+
+def test_a_repaired_call_not_run_is_journaled_like_any_step(tmp_path: Any) -> None:
+    @lw.tool(side_effects="destructive")
+    def wipe(path: str) -> str:
+        """Delete a path."""
+        return "gone"
+
+    cut = 'Thought: wipe\nAction: wipe\nAction Input: {"path": "/tmp"'
+    store = lw.SQLiteStore(tmp_path / "runs.db")
+    trace = lw.run("t", lw.ScriptedPolicy([cut, final("kept")]), lw.ToolRegistry([wipe]), approver=lambda r: True,
+                   store=store, run_id="r")
+    assert trace.final_answer == "kept" and trace.steps[0].meta["not_run"] == "repaired arguments"
+    assert [s.to_dict() for s in store.trace("r").steps] == [s.to_dict() for s in trace.steps]
+    store.close()
