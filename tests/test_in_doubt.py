@@ -140,3 +140,29 @@ def test_a_payment_cut_by_the_runs_own_timeout_stops_it_as_timeout_with_the_call
     settle_threads(release, abandoned)
     assert paid == ["42"] and trace.stopped_reason == "timeout" and trace.steps[-1].meta["in_doubt"]
     assert store.load_run("r").status == "blocked" and [c.key for c in store.unsettled("r")] == ["1"]
+
+
+IN_DOUBT = ("pay did not finish in time (timeout after 0.05s) and was abandoned while it ran; it is not idempotent, "
+            "so whether it took effect is unknown and it was not reported to the model as failed (a retry could "
+            "repeat it). ")
+
+
+@pytest.mark.parametrize("journaled", ["journal", "dedupes", "none"])
+def test_the_in_doubt_step_names_the_call_and_says_what_a_person_can_do(journaled, tmp_path):
+    paid: list[str] = []
+    release, abandoned = threading.Event(), []
+    options = {"dedupes_on_call_key": True} if journaled == "dedupes" else {}
+    durable = {} if journaled == "none" else {"store": lw.SQLiteStore(tmp_path / "runs.db"), "run_id": "r"}
+    trace = lw.run("pay invoice 42", lw.ScriptedPolicy(PAY_TWICE), payment_tools(paid, release, abandoned, **options),
+                   **durable)
+    settle_threads(release, abandoned)
+    step = trace.steps[-1]
+    then = {
+        "journal": "Check whether it took effect, then settle it (store.settle or `loopwright runs settle`), "
+                   "resume with rerun_unfinished=True, or finish the run by hand.",
+        "dedupes": "A resume runs it again with the same call key, which its system deduplicates on; "
+                   "or settle it (store.settle or `loopwright runs settle`).",
+        "none": "Check whether it took effect before running the task again.",
+    }[journaled]
+    assert (step.kind, step.tool, step.args, step.error) == ("error", "pay", {"invoice": "42"}, IN_DOUBT + then)
+    assert step.meta == ({"in_doubt": True} if journaled == "none" else {"in_doubt": True, "call_key": "r:1"})

@@ -323,3 +323,61 @@ def test_span_cost_per_call_does_not_grow_with_the_history(spans):
     models = [s for s in exporter.get_finished_spans() if s.name.startswith("text_completion")]
     sizes = {sum(len(str(v)) for v in s.attributes.values()) for s in models[1:-1]}
     assert len(models) == 13 and max(sizes) - min(sizes) <= 8  # token counts' digits only
+
+
+def test_a_repaired_call_that_is_not_run_is_an_error_span_of_no_duration(spans):
+    provider, exporter = spans
+    otel.instrument(provider, capture_content=True)
+
+    @lw.tool(side_effects="destructive")
+    def wipe(path: str) -> str:
+        """Delete a path."""
+        return "gone"
+
+    cut = 'Thought: wipe\nAction: wipe\nAction Input: {"path": "/tmp"'
+    trace = lw.run("t", lw.ScriptedPolicy([cut, final("no")]), lw.ToolRegistry([wipe]), approver=lambda r: True)
+    [span] = [s for s in exporter.get_finished_spans() if s.name.startswith("execute_tool")]
+    assert span.name == "execute_tool wipe" and span.start_time == span.end_time
+    assert span.status.status_code == StatusCode.ERROR and span.status.description == trace.steps[0].error
+    attributes = dict(span.attributes)
+    assert {k: attributes[k] for k in ("gen_ai.tool.call.id", "loopwright.step.kind", "error.type")} == {
+        "gen_ai.tool.call.id": "1", "loopwright.step.kind": "action", "error.type": "invalid_args"}
+    assert json.loads(attributes["gen_ai.tool.call.arguments"]) == {"path": "/tmp"}
+    assert attributes["gen_ai.tool.call.result"] == trace.steps[0].observation
+
+
+def test_a_read_output_call_is_an_execute_tool_span_like_any_tool(spans):
+    provider, exporter = spans
+    otel.instrument(provider)
+
+    @lw.tool
+    def dump() -> str:
+        """Dump the table."""
+        return "y" * 500
+
+    script = [act("dump", "{}"), act("read_output", '{"handle": "out-1"}'), final("x")]
+    lw.run("t", lw.ScriptedPolicy(script), lw.ToolRegistry([dump], max_observation_chars=100))
+    tools = [s for s in _ordered(exporter) if s.name.startswith("execute_tool")]
+    assert [s.name for s in tools] == ["execute_tool dump", "execute_tool read_output"]
+    attributes = dict(tools[1].attributes)
+    assert (attributes["gen_ai.tool.call.id"], attributes["loopwright.step.kind"]) == ("2", "action")
+    assert "error.type" not in attributes
+
+
+def test_a_denied_call_s_span_keeps_the_arguments_it_was_denied_with(spans):
+    provider, exporter = spans
+    otel.instrument(provider, capture_content=True)
+
+    @lw.tool(side_effects="destructive")
+    def wipe(path: str) -> str:
+        """Delete a path."""
+        return "gone"
+
+    trace = lw.run("t", lw.ScriptedPolicy([act("wipe", '{"path": "/"}'), final("no")]), lw.ToolRegistry([wipe]),
+                   approver=lambda r: False)
+    [span] = [s for s in exporter.get_finished_spans() if s.name.startswith("execute_tool")]
+    attributes = dict(span.attributes)
+    assert span.name == "execute_tool wipe" and attributes["loopwright.step.kind"] == "denied"
+    assert attributes["gen_ai.tool.call.id"] == "1" and span.start_time == span.end_time  # it never ran
+    assert json.loads(attributes["gen_ai.tool.call.arguments"]) == {"path": "/"}
+    assert attributes["gen_ai.tool.call.result"] == trace.steps[0].observation

@@ -194,8 +194,11 @@ def test_unfinished_non_idempotent_call_is_not_rerun_and_the_run_stops_saying_wh
     blocked = resume("r", lw.ScriptedPolicy([]), lw.ToolRegistry([send_email]), store=store)
     assert sent == ["ann"]  # not sent twice
     assert blocked.stopped_reason == "error"
-    assert "send_email was started before the run stopped but its result was not recorded" in blocked.steps[-1].error
-    assert "not idempotent" in blocked.steps[-1].error
+    why = ("send_email was started before the run stopped but its result was not recorded; it is not idempotent, "
+           "so it was not run again. Check whether it took effect, then settle it (store.settle or `loopwright runs "
+           "settle`), resume with rerun_unfinished=True, or finish the run by hand.")
+    step = blocked.steps[-1]
+    assert (step.kind, step.tool, step.args, step.error) == ("error", "send_email", {"to": "ann"}, why)
     assert store.load_run("r").status == "blocked"
 
     # a person checked that it did not take effect: run it again on purpose

@@ -348,7 +348,7 @@ def test_destructive_call_with_same_args_and_key_executes_once(log):
     assert [c[0] for c in log] == ["send_payment"]
     second = trace.steps[1]
     assert second.observation == trace.steps[0].observation == "sent 500 to bob"
-    assert "not run again" in second.meta["exactly_once"]
+    assert second.meta["exactly_once"] == "not run again: same call and idempotency key as 1"  # step 1's call
     assert trace.tool_calls == 1
 
 
@@ -486,3 +486,29 @@ def test_no_eval_or_exec_anywhere_in_the_package():
             if pattern.search(code):
                 offenders.append(f"{path.name}:{n}: {line.strip()}")
     assert offenders == []
+
+
+def test_a_repaired_call_not_run_names_every_repair_and_took_no_time(log):
+    cut = 'Thought: clean\nAction: delete_file\nAction Input: {&quot;path&quot;: &quot;/tmp/x&quot;'
+    trace = lw.run("t", lw.ScriptedPolicy([cut, final("no")]), make_tools(log), approver=lambda r: True)
+    step = trace.steps[0]
+    repairs = ["decoded HTML entities in the JSON syntax", CUT]
+    assert log == [] and step.meta["repaired"] == repairs and step.meta["not_run"] == "repaired arguments"
+    assert step.error == (f"invalid args: the arguments were not valid JSON as sent and had to be repaired "
+                          f"({'; '.join(repairs)}); delete_file changes things (destructive), so a repaired call "
+                          f"is not run: send the call again with its complete arguments")
+    assert step.observation == f"ERROR[delete_file]: {step.error}"
+    assert step.tool == "delete_file" and step.args == {"path": "/tmp/x"} and step.meta["tool_s"] == 0.0
+
+
+def test_each_decision_is_journaled_with_the_request_it_answers(log, tmp_path):
+    store = SQLiteStore(tmp_path / "runs.db")
+    answers = iter([True, Decision(False, "not that one")])
+    policy = lw.ScriptedPolicy([act("delete_file", '{"path": "/a"}'), act("delete_file", '{"path": "/b"}'),
+                                final("done")])
+    lw.run("t", policy, make_tools(log), approver=lambda r: next(answers), store=store, run_id="r")
+    journaled = store.approvals("r")
+    assert [(request.args, request.tool, request.run_id) for request, _ in journaled] == [
+        ({"path": "/a"}, "delete_file", "r"), ({"path": "/b"}, "delete_file", "r")]
+    assert [(d.approved, d.reason) for _, d in journaled] == [(True, "approved"), (False, "not that one")]
+    store.close()

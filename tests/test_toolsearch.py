@@ -17,10 +17,17 @@ from loopwright.models.grammar import grammar_for
 from loopwright.modes.toolsearch import (
     AUTO_K,
     AUTO_SHARE,
+    SEARCH_DESCRIPTION,
     SEARCH_TOOL,
     ToolIndex,
+    as_words,
+    context_window,
     list_tokens,
+    query_of,
     resolve,
+    search_tool,
+    tool_document,
+    tool_index,
 )
 
 TOPICS = [
@@ -459,3 +466,132 @@ def test_two_real_mcp_servers_tools_run_when_called_by_name() -> None:
     for trace in traces:
         assert trace.stopped_reason == "final" and trace.steps[0].error is None
         assert "Etc/UTC" in (trace.steps[0].observation or "")
+
+
+class Lodging:
+    """A two-dimensional embedder: a text about hotels (or "lodging") on one axis, the rest
+    on the other; so only dense recall can match "lodging", which no tool's document has."""
+
+    name = "lodging-v1"
+    dim = 2
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        import numpy as np
+
+        return np.array([[1.0, 0.0] if ("hotel" in t or "lodging" in t) else [0.0, 1.0] for t in texts],
+                        dtype=np.float32)
+
+
+def test_a_window_of_one_token_is_reported_and_none_or_zero_is_not() -> None:
+    assert context_window(Windowed([], 1)) == 1
+    assert context_window(Windowed([], 0)) is None and context_window(Windowed([], -3)) is None
+    assert context_window(lw.ScriptedPolicy([])) is None
+
+
+def test_a_tool_s_document_has_its_name_as_words_its_parameters_and_examples() -> None:
+    @lw.tool(examples=[{"args": {"account_id": "a1"}, "question": "whose account is a1"}])
+    def fetch_userProfile(account_id: str, verbose: bool = False) -> str:
+        """Fetch a user's profile."""
+        return account_id
+
+    described = lw.Tool.from_schema(
+        "billing.get-invoice", "Get an invoice.",
+        {"type": "object", "properties": {"invoiceNumber": {"type": "string", "description": "as printed"}}},
+        lambda invoiceNumber: invoiceNumber,
+    )  # fmt: skip
+    assert tool_document(fetch_userProfile).split("\n") == [
+        "fetch user Profile", "fetch_userProfile", "Fetch a user's profile.", "account id", "verbose",
+        "whose account is a1",
+    ]
+    assert tool_document(described).split("\n") == [
+        "billing get invoice", "billing.get-invoice", "Get an invoice.", "invoice Number", "as printed",
+    ]
+
+
+def test_a_query_that_names_a_tool_also_reads_as_its_words() -> None:
+    assert as_words("price via getStockPrice or get_stock") == (
+        "price via getStockPrice or get_stock\nget Stock Price get stock")
+    assert as_words("stock price") == "stock price"  # no names: the query as it is
+
+
+def test_the_search_query_is_the_query_argument_else_the_input_else_every_text_value() -> None:
+    assert query_of({"query": "stock price", "input": "x", "note": "y"}) == "stock price"
+    assert query_of({"input": "stock price", "note": "y"}) == "stock price"
+    assert query_of({"what": "stock", "limit": 3, "where": "price"}) == "stock price"
+    assert query_of({"query": 3, "topic": "hotel"}) == "hotel"  # no text query: the text values
+    assert query_of("stock price") == "stock price" and query_of(None) == "None"
+
+
+def test_the_search_tool_offered_has_its_description_and_one_query_parameter() -> None:
+    policy = lw.ScriptedPolicy(["Final Answer: ok"])
+    lw.run("weather in Paris", policy, many_tools(), tool_search=3)
+    assert policy.requests[0].tools[-1] == {
+        "name": SEARCH_TOOL, "description": SEARCH_DESCRIPTION,
+        "parameters": {"type": "object", "additionalProperties": False, "required": ["query"],
+                       "properties": {"query": {"type": "string", "description": "what the tool does"}}},
+    }
+    assert f"search_tools(query: string): {SEARCH_DESCRIPTION}" in policy.prompts[0]
+    assert search_tool()(query="x") == (  # outside a run it runs nothing
+        "search_tools is answered by the run loop; it has nothing to run here")
+
+
+def test_tool_search_records_how_many_tools_the_run_could_load() -> None:
+    trace = lw.run("weather in Paris", lw.ScriptedPolicy(["Final Answer: ok"]), many_tools(), tool_search=3)
+    assert trace.meta["tool_search"] == {"k": 3, "tools": 60,
+                                         "loaded": ["get_weather", "list_weather", "update_weather"]}
+
+
+def test_a_second_search_loads_other_tools_never_one_already_loaded() -> None:
+    query = {"query": "stock ticker price"}
+    policy = lw.ScriptedPolicy([step(SEARCH_TOOL, query), step(SEARCH_TOOL, query, "more"),
+                                step(SEARCH_TOOL, query, "again"), "Final Answer: ok"])
+    trace = lw.run("weather in Paris", policy, many_tools(), tool_search=3, on_repeat="off")
+    first, second, third = (s.meta["tools_loaded"] for s in trace.steps[:3])
+    assert len(first) == 3 and all(n.endswith("_stock") for n in first)
+    assert set(second).isdisjoint(first) and {n for n in second if n.endswith("_stock")} == (
+        {f"{v}_stock" for v in VERBS} - set(first))  # the other two stock tools come next
+    loaded = trace.meta["tool_search"]["loaded"]
+    assert len(loaded) == len(set(loaded)) == 3 + len(first) + len(second) + len(third)
+
+
+def _reports(n: int) -> lw.ToolRegistry:
+    """n tools whose documents match "report" equally: BM25 ranks them in registration order."""
+    schema = {"type": "object", "properties": {}}
+    return lw.ToolRegistry([lw.Tool.from_schema(f"t{i:02d}", "Write a report.", schema, lambda: "ok")
+                            for i in range(n)])
+
+
+def test_the_index_ranks_past_its_default_depth_for_what_is_excluded_or_out_of_scope() -> None:
+    registry = _reports(70)
+    names = list(registry.names)
+    index = ToolIndex(registry)
+    assert index.rank("report", 3) == names[:3]  # ties: registration order
+    assert index.rank("report", 5, exclude=set(names[:50])) == names[50:55]  # 50 loaded: the next five
+    assert index.rank("report", 3, within=set(names[60:])) == names[60:63]  # a scope ranked last
+
+
+def test_dense_recall_reaches_as_deep_as_the_lexical_ranking() -> None:
+    from loopwright.memory import HashingEmbedder
+
+    found = ToolIndex(many_tools(), HashingEmbedder()).rank("wheather", 8)
+    assert len(found) == 8 and {n for n in found[:5]} == {f"{v}_weather" for v in VERBS}
+
+
+def test_the_registry_keeps_one_index_per_embedder() -> None:
+    from loopwright.memory import HashingEmbedder
+
+    registry = many_tools()
+    lexical = tool_index(registry)
+    assert tool_index(registry) is lexical and lexical.rank("lodging", 3) == []
+    lodging = tool_index(registry, Lodging())
+    assert lodging is not lexical and set(lodging.rank("lodging", 5)) == {f"{v}_hotel" for v in VERBS}
+    hashing = tool_index(registry, HashingEmbedder())
+    assert hashing is not lodging and all(n.endswith("_weather") for n in hashing.rank("wheather", 5))
+    assert tool_index(registry, Lodging()) is lodging  # the same embedding space: the same index
+
+
+def test_a_run_s_tool_embedder_chooses_its_first_k_tools() -> None:
+    policy = lw.ScriptedPolicy(["Final Answer: ok"])
+    trace = lw.run("somewhere for lodging", policy, many_tools(), tool_search=3, tool_embedder=Lodging())
+    assert all(n.endswith("_hotel") for n in trace.meta["tool_search"]["loaded"])
+    assert all(n.endswith("_hotel") for n in offered(policy.requests[0])[:3])
