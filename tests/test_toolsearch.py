@@ -459,3 +459,67 @@ def test_two_real_mcp_servers_tools_run_when_called_by_name() -> None:
     for trace in traces:
         assert trace.stopped_reason == "final" and trace.steps[0].error is None
         assert "Etc/UTC" in (trace.steps[0].observation or "")
+
+
+class _ThreadNoting:
+    """A HashingEmbedder that notes the thread each `embed` runs on."""
+
+    def __init__(self) -> None:
+        from loopwright.memory import HashingEmbedder
+
+        self.inner = HashingEmbedder()
+        self.name = self.inner.name
+        self.threads: list[str] = []
+
+    @property
+    def dim(self) -> int:
+        return self.inner.dim
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        import threading
+
+        self.threads.append(threading.current_thread().name)
+        return self.inner.embed(texts)
+
+
+def test_the_dense_embedder_is_a_request_the_driver_serves_off_the_event_loop() -> None:
+    import threading
+
+    from loopwright.modes.machine import Embed
+    from loopwright.modes.toolsearch import dense_ranking
+
+    registry = many_tools()
+    index, embedder = ToolIndex(registry), _ThreadNoting()
+    ask = dense_ranking(index, embedder, "wheather", 5)
+    documents = next(ask)  # the machine asks; it calls no embedder
+    assert isinstance(documents, Embed) and documents.texts == index.documents and embedder.threads == []
+    query = ask.send(embedder.inner.embed(documents.texts))
+    assert isinstance(query, Embed) and query.texts == ["wheather"]
+    with pytest.raises(StopIteration) as ranked:
+        ask.send(embedder.inner.embed(query.texts))
+    assert all(registry.names[i].endswith("_weather") for i in ranked.value.value[:3])
+
+    def search_run() -> lw.ScriptedPolicy:
+        return lw.ScriptedPolicy([step(SEARCH_TOOL, {"query": "wheather"}), "Final Answer: ok"])
+
+    sync_policy, async_policy = search_run(), search_run()
+    trace = lw.run("stock ticker", sync_policy, many_tools(), tool_search=3, tool_embedder=embedder)
+    assert trace.steps[0].meta["tools_loaded"] and embedder.threads  # the task, then the search
+    embedder.threads.clear()
+
+    async def main() -> lw.Trace:
+        return await lw.arun("stock ticker", async_policy, many_tools(), tool_search=3, tool_embedder=embedder)
+
+    again = asyncio.run(main())
+    assert again.steps[0].meta["tools_loaded"] == trace.steps[0].meta["tools_loaded"]
+    assert offered(async_policy.requests[1]) == offered(sync_policy.requests[1])
+    assert len(embedder.threads) >= 2 and threading.main_thread().name not in embedder.threads
+
+
+def test_an_embedder_that_raises_ends_the_run_with_an_error_step() -> None:
+    class Broken(_ThreadNoting):
+        def embed(self, texts: Sequence[str]) -> Any:
+            raise OSError("embedding server down")
+
+    trace = lw.run("stock ticker", lw.ScriptedPolicy([]), many_tools(), tool_search=3, tool_embedder=Broken())
+    assert trace.stopped_reason == "error" and "embedding server down" in (trace.steps[-1].error or "")

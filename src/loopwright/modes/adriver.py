@@ -24,6 +24,7 @@ from loopwright.modes.driver import Run
 from loopwright.modes.gate import Admitted
 from loopwright.modes.machine import (
     CallTool,
+    Embed,
     Evaluate,
     Executed,
     Finished,
@@ -119,6 +120,8 @@ class AsyncRun:
                     value = None
                 elif type(item) is Evaluate:
                     value = (await acall_in_thread(partial(item.evaluator, ctx.task, ctx.trace), None, "evaluator"))[1]
+                elif type(item) is Embed:
+                    value = (await acall_in_thread(partial(item.embedder.embed, item.texts), None, "embedder"))[1]
                 else:  # NextDone
                     import asyncio
 

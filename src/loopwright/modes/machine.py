@@ -19,12 +19,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from loopwright.policy import Completion, ModelRequest
 from loopwright.safety import ApprovalRequest, Decision
 from loopwright.tools.registry import ToolResult
 from loopwright.trace import Step, Trace, Usage
+
+if TYPE_CHECKING:
+    from loopwright.memory.embedders import Embedder
 
 R = TypeVar("R")
 
@@ -66,7 +69,17 @@ class Evaluate:
     evaluator: Callable[[str, Trace], Any]
 
 
-Request = ModelRequest | CallTool | StartTool | NextDone | Evaluate
+@dataclass(slots=True)
+class Embed:
+    """Ask a dense embedder for the vectors of `texts` (tool search); answered with what
+    its `embed` returned, or the Exception it raised. The driver calls it: the async
+    driver on a thread, so a model-backed embedder never blocks the event loop."""
+
+    embedder: Embedder
+    texts: list[str]
+
+
+Request = ModelRequest | CallTool | StartTool | NextDone | Evaluate | Embed
 """What a mode asks of its driver: a ModelRequest is answered with a ModelCall
 (PolicyFailed is thrown in)."""
 Machine = Generator[Step | Request, Any, R]
@@ -156,6 +169,8 @@ class Journal(Protocol):
 
 __all__ = [
     "CallTool",
+    "Embed",
+    "Evaluate",
     "Executed",
     "Finished",
     "Journal",

@@ -22,9 +22,10 @@ from loopwright.modes.toolsearch import (
     SEARCH_TOOL,
     ToolSelection,
     begin,
+    chosen,
     load_called,
-    narrow,
     query_of,
+    searched,
 )
 from loopwright.nearest_run import check_run_examples, with_run_example
 from loopwright.parsing.steps import Action, FinalAnswer, parse_react_step
@@ -188,8 +189,18 @@ def machine(ctx: RunContext, spec: RunSpec) -> StepGen:
     tool_search: the prompt and grammar carry the K tools most relevant to the task and
     `search_tools`, whose calls load more (see modes/toolsearch.py)."""
     selection = begin(ctx, spec, searchable=True)
-    pad = _Scratchpad(ctx, spec.setting("dialect"), spec.memory, spec.context_tokens)
-    return _react(ctx, pad, spec.max_tokens, on_tool_error=spec.setting("on_tool_error"), selection=selection)
+    dialect, on_tool_error = spec.setting("dialect"), spec.setting("on_tool_error")
+    if selection is None:
+        pad = _Scratchpad(ctx, dialect, spec.memory, spec.context_tokens)
+        return _react(ctx, pad, spec.max_tokens, on_tool_error=on_tool_error)
+    return _searching(ctx, selection, dialect, spec, on_tool_error)
+
+
+def _searching(ctx: RunContext, selection: ToolSelection, dialect: str, spec: RunSpec, on_tool_error: str) -> StepGen:
+    """ReAct with tool search: the prompt is made once the K tools are chosen."""
+    yield from chosen(ctx, selection)
+    pad = _Scratchpad(ctx, dialect, spec.memory, spec.context_tokens)
+    yield from _react(ctx, pad, spec.max_tokens, on_tool_error=on_tool_error, selection=selection)
 
 
 def _react(
@@ -341,8 +352,7 @@ def _react(
                 continue
 
             if selection is not None and selection.searchable and name == SEARCH_TOOL:  # pure: no tool runs
-                loaded, observation = selection.search(query_of(args))
-                narrow(ctx, selection)
+                loaded, observation = yield from searched(ctx, selection, query_of(args))
                 tools = () if plain else tuple(ctx.schemas)
                 repeats.executed(observation)
                 yield Step(k, "action", raw=raw, thought=parsed.thought, tool=name, args=args,
