@@ -214,8 +214,8 @@ _NO_IO_IMPORTS = ("threading", "asyncio", "concurrent", "time", "multiprocessing
 # what only a driver may call: the policy, a tool, the registry's execution, a thread or a clock
 _DRIVER_CALLS = ("call_policy", "acall_policy", "execute", "aexecute", "dispatch", "complete", "acomplete",
                  "perf_counter", "monotonic", "call_in_thread", "acall_in_thread", "begin_model", "model_done",
-                 "guard_after_call", "evaluator", "embed")  # budgets, the evaluator and the embedder are the
-# driver's (ModelCall.stop, Evaluate, Embed)
+                 "guard_after_call", "evaluator", "embed", "expired")  # budgets, the clock, the evaluator and
+# the embedder are the driver's (ModelCall.stop, CheckClock, Evaluate, Embed)
 
 
 def _mode_io(path: Path) -> list[str]:

@@ -24,6 +24,7 @@ from loopwright.modes.driver import Run
 from loopwright.modes.gate import Admitted
 from loopwright.modes.machine import (
     CallTool,
+    CheckClock,
     Embed,
     Evaluate,
     Executed,
@@ -122,6 +123,8 @@ class AsyncRun:
                     value = (await acall_in_thread(partial(item.evaluator, ctx.task, ctx.trace), None, "evaluator"))[1]
                 elif type(item) is Embed:
                     value = (await acall_in_thread(partial(item.embedder.embed, item.texts), None, "embedder"))[1]
+                elif type(item) is CheckClock:
+                    value = ctx.timed and ctx.expired()
                 else:  # NextDone
                     import asyncio
 

@@ -22,6 +22,7 @@ from loopwright.modes.context import RunContext
 from loopwright.modes.gate import Admitted
 from loopwright.modes.machine import (
     CallTool,
+    CheckClock,
     Embed,
     Evaluate,
     Executed,
@@ -159,6 +160,8 @@ class Run(Iterator[Step]):
                     value = capture(partial(item.evaluator, ctx.task, ctx.trace))[1]
                 elif type(item) is Embed:
                     value = capture(partial(item.embedder.embed, item.texts))[1]
+                elif type(item) is CheckClock:
+                    value = ctx.timed and ctx.expired()
                 else:  # NextDone
                     value = self._next_done()  # a StopRun from the gate is raised here, and thrown in
             except (PolicyFailed, StopRun) as exc:

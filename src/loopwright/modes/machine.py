@@ -5,7 +5,7 @@ records and requests for what only the driver may do (call the model, call a too
 ReWOO also starts calls and asks for the next one finished), and receives each answer
 through `send`: a ModelCall for a ModelRequest (the model call is requested by yielding
 the request itself), an Executed for CallTool, a Finished for NextDone, None for a Step
-or a StartTool. Failures are thrown in: PolicyFailed where the model call failed (a mode
+or a StartTool, True or False for CheckClock. Failures are thrown in: PolicyFailed where the model call failed (a mode
 catches it and records why), StopRun where the run must end (nothing catches it). The
 drivers dispatch on the type (modes/driver.py, modes/adriver.py).
 
@@ -79,7 +79,13 @@ class Embed:
     texts: list[str]
 
 
-Request = ModelRequest | CallTool | StartTool | NextDone | Evaluate | Embed
+@dataclass(slots=True)
+class CheckClock:
+    """Ask whether the run's wall clock has run out (`timeout_s`): answered with True or
+    False. The driver reads the clock; a mode never does."""
+
+
+Request = ModelRequest | CallTool | StartTool | NextDone | Evaluate | Embed | CheckClock
 """What a mode asks of its driver: a ModelRequest is answered with a ModelCall
 (PolicyFailed is thrown in)."""
 Machine = Generator[Step | Request, Any, R]
@@ -169,6 +175,7 @@ class Journal(Protocol):
 
 __all__ = [
     "CallTool",
+    "CheckClock",
     "Embed",
     "Evaluate",
     "Executed",

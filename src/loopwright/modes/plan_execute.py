@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from loopwright.modes.context import RunContext
-from loopwright.modes.machine import CallTool, Machine, StepGen
+from loopwright.modes.machine import CallTool, CheckClock, Machine, StepGen
 from loopwright.modes.rewoo import plan_call, plan_examples
 from loopwright.modes.spec import RunSpec
 from loopwright.modes.toolsearch import ToolSelection, begin, chosen, searched
@@ -93,7 +93,7 @@ def _execute(
     evidence: dict[str, Any] = {}
     answer = ""
     for step in plan:
-        if ctx.expired():
+        if (yield CheckClock()):
             ctx.stop("timeout")
             return None
         label = step.id if attempt == 0 else f"{step.id} (plan {attempt + 1})"

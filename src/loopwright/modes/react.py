@@ -16,7 +16,7 @@ from loopwright.modes._critique import reflect
 from loopwright.modes.context import RunContext, first_line
 from loopwright.modes.folding import MEMORY_OVERHEAD, Folding, step_block
 from loopwright.modes.handles import READ_OUTPUT, READ_OUTPUT_SCHEMA
-from loopwright.modes.machine import CallTool, PolicyFailed, StepGen
+from loopwright.modes.machine import CallTool, CheckClock, PolicyFailed, StepGen
 from loopwright.modes.spec import RunSpec
 from loopwright.modes.toolsearch import (
     SEARCH_TOOL,
@@ -234,7 +234,7 @@ def _react(
     trace = ctx.trace
     try:
         while trace.llm_calls - first_call < cap:  # one call a step (and a reflection)
-            if guarded and ctx.expired():  # the clock ran out during the last tool call
+            if guarded and (yield CheckClock()):  # the clock ran out during the last tool call
                 ctx.stop("timeout")
                 return
             k = len(trace.steps) + 1

@@ -15,6 +15,7 @@ from loopwright.errors import ParseError
 from loopwright.modes.context import RunContext
 from loopwright.modes.machine import (
     CallTool,
+    CheckClock,
     Finished,
     Machine,
     NextDone,
@@ -63,7 +64,7 @@ def _rewoo(ctx: RunContext, max_tokens: int | None, selection: ToolSelection | N
     if any(results[s.id].step.meta.get("substitution_error") for s in plan):
         ctx.stop("error")
         return
-    if ctx.expired():
+    if (yield CheckClock()):
         ctx.stop("timeout")
         return
 
