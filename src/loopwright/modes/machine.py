@@ -80,12 +80,35 @@ class Embed:
 
 
 @dataclass(slots=True)
+class Remember:
+    """File `texts` (with `metadatas`) in the user's memory (ReAct's folding): its
+    `add_many`, else `add` for each; answered with None, or the Exception it raised."""
+
+    memory: Any
+    texts: list[str]
+    metadatas: list[dict[str, Any]]
+
+
+@dataclass(slots=True)
+class Recall:
+    """What the user's memory recalls for `query` within `tokens`, rendered by `render`
+    and leaving out `exclude` (`loopwright.memory.tiered.context_within`); answered with
+    the text, or the Exception the memory raised."""
+
+    memory: Any
+    query: str
+    tokens: int
+    render: Callable[[str], str]
+    exclude: set[str]
+
+
+@dataclass(slots=True)
 class CheckClock:
     """Ask whether the run's wall clock has run out (`timeout_s`): answered with True or
     False. The driver reads the clock; a mode never does."""
 
 
-Request = ModelRequest | CallTool | StartTool | NextDone | Evaluate | Embed | CheckClock
+Request = ModelRequest | CallTool | StartTool | NextDone | Evaluate | Embed | Remember | Recall | CheckClock
 """What a mode asks of its driver: a ModelRequest is answered with a ModelCall
 (PolicyFailed is thrown in)."""
 Machine = Generator[Step | Request, Any, R]
@@ -185,6 +208,8 @@ __all__ = [
     "ModelCall",
     "NextDone",
     "PolicyFailed",
+    "Recall",
+    "Remember",
     "Request",
     "StartTool",
     "StepGen",

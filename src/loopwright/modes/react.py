@@ -16,7 +16,7 @@ from loopwright.modes._critique import reflect
 from loopwright.modes.context import RunContext, first_line
 from loopwright.modes.folding import MEMORY_OVERHEAD, Folding, step_block
 from loopwright.modes.handles import READ_OUTPUT, READ_OUTPUT_SCHEMA
-from loopwright.modes.machine import CallTool, CheckClock, PolicyFailed, StepGen
+from loopwright.modes.machine import CallTool, CheckClock, Machine, PolicyFailed, StepGen
 from loopwright.modes.spec import RunSpec
 from loopwright.modes.toolsearch import (
     SEARCH_TOOL,
@@ -127,11 +127,11 @@ class _Scratchpad:
             self.folding.add(k, n, thought, action, observation, observation if plain is None else plain, block,
                              key, handle, offset)
 
-    def fit(self) -> list[dict[str, Any]]:
+    def fit(self) -> Machine[list[dict[str, Any]]]:
         """Fold older steps until the prompt fits the budget; a record of each fold made."""
         if self.folding is None:
             return []
-        self.text, folds = self.folding.fit(self.text)
+        self.text, folds = yield from self.folding.fit(self.text)
         return folds
 
 
@@ -239,7 +239,7 @@ def _react(
                 return
             k = len(trace.steps) + 1
             if pad.budget is not None:
-                for fold in pad.fit():
+                for fold in (yield from pad.fit()):
                     fold["before_step"] = k
                     trace.meta.setdefault("folds", []).append(fold)
             if (trace.outputs and not plain and (not tools or tools[-1] is not READ_OUTPUT_SCHEMA)
