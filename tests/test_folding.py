@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from loopwright.memory import BufferMemory, TieredMemory
+from loopwright.modes.driver import user_call
 from loopwright.modes.folding import MEMORY_OVERHEAD, Folding, step_block
 from loopwright.trace import estimate_tokens
 
@@ -41,6 +42,21 @@ class BatchNotes(Notes):
     def add_many(self, turns: list[str], metas: list[dict[str, Any]]) -> None:
         self.batches.append(list(turns))
         self.added += zip(turns, metas, strict=True)
+
+
+def fit(folding: Folding, prompt: str) -> tuple[str, list[dict[str, Any]]]:
+    """`folding.fit(prompt)` with its memory requests served as the drivers serve them."""
+    machine = folding.fit(prompt)
+    answer: Any = None
+    try:
+        while True:
+            request = machine.send(answer)
+            try:
+                answer = user_call(None, request)()  # type: ignore[arg-type]  # memory needs no run
+            except Exception as error:  # the drivers answer with what the memory raised
+                answer = error
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
 
 
 def budget_for(room: int, head: str = HEAD, question: str = QUESTION) -> int:
@@ -92,7 +108,7 @@ def _pages(dialect: str, room: int, memory: Any, words: tuple[int, ...] = (30, 3
 def test_old_results_become_stubs_then_old_thoughts_go_and_the_newest_step_stays_whole() -> None:
     memory = Notes()
     folding, prompt, outputs = _pages("brackets", 200, memory)
-    text, folds = folding.fit(prompt)
+    text, folds = fit(folding, prompt)
     page = "figures " * 30
     assert text == HEAD + QUESTION + (
         " …\nAction 1: fetch[1]\n"
@@ -120,7 +136,7 @@ def test_old_results_become_stubs_then_old_thoughts_go_and_the_newest_step_stays
 def test_a_fold_stubs_only_as_many_results_as_it_must() -> None:
     memory = BatchNotes()
     folding, prompt, outputs = _pages("json", ROOM, memory, (400, 30, 30, 30))
-    text, folds = folding.fit(prompt)
+    text, folds = fit(folding, prompt)
     assert [f["kind"] for f in folds] == ["stub_results"] and folds[0]["folded_steps"] == [1]
     assert text.count("result folded away") == 1 and "page 2: figures" in text and list(outputs) == ["out-1"]
     assert ' read page 1\nAction: fetch\nAction Input: {"page": 1}\nObservation: [result folded away' in text
@@ -131,7 +147,7 @@ def test_a_fold_stubs_only_as_many_results_as_it_must() -> None:
 
 def test_a_prompt_within_the_budget_is_left_as_it_is() -> None:
     folding, prompt, _ = _pages("json", 1000, Notes())
-    assert folding.fit(prompt) == (prompt, [])
+    assert fit(folding, prompt) == (prompt, [])
 
 
 def test_a_page_read_from_a_kept_result_folds_to_a_stub_at_its_offset() -> None:
@@ -150,7 +166,7 @@ def test_a_page_read_from_a_kept_result_folds_to_a_stub_at_its_offset() -> None:
         block = step_block("json", k, "t" * 200, "Action: a", observation, True)
         folding.add(k, k, "t" * 200, "Action: a", observation, plain, block, key, handle, offset)
         prompt += block
-    text, _ = folding.fit(prompt)
+    text, _ = fit(folding, prompt)
     assert 'Observation: [result folded away (5000 chars): read_output(handle="out-1") reads it back]' in text
     assert ('Observation: [result folded away (400 chars): read_output(handle="out-1", offset=1200) reads it back]'
             in text)
@@ -161,7 +177,7 @@ def test_a_page_read_from_a_kept_result_folds_to_a_stub_at_its_offset() -> None:
 def test_a_summary_keeps_the_newest_steps_within_a_quarter_of_the_room() -> None:
     memory = Notes("the early pages had figures")
     folding, prompt = sized(400, [150, 150, 80, 40, 60], memory)  # 40 + 60 is exactly a quarter
-    text, folds = folding.fit(prompt)
+    text, folds = fit(folding, prompt)
     section = 'Memory of earlier steps:\n<untrusted source="memory">the early pages had figures</untrusted>\n\n'
     assert text == HEAD + section + QUESTION + "s" * 120 + "s" * 180
     assert [e.k for e in folding.entries] == [4, 5]
@@ -177,7 +193,7 @@ def test_a_summary_keeps_the_newest_steps_within_a_quarter_of_the_room() -> None
 def test_the_newest_step_stays_in_the_prompt_when_it_fits_in_half_the_room() -> None:
     memory = Notes()
     folding, prompt = sized(400, [300, 200], memory)  # the newest is exactly half the room
-    text, folds = folding.fit(prompt)
+    text, folds = fit(folding, prompt)
     assert text == HEAD + QUESTION + "s" * 600 and [e.k for e in folding.entries] == [2]
     assert folds[-1]["kind"] == "summarise" and folds[-1]["folded_steps"] == [1]
     assert memory.asked == [("task\nx", budget_for(400) - 100 - 10 - 200 - 4 - 50)]  # the latest thought with the task
@@ -186,7 +202,7 @@ def test_the_newest_step_stays_in_the_prompt_when_it_fits_in_half_the_room() -> 
 def test_a_newest_step_past_half_the_room_folds_too_and_memory_is_asked_with_the_task() -> None:
     memory = Notes()
     folding, prompt = sized(400, [300, 201], memory)
-    text, folds = folding.fit(prompt)
+    text, folds = fit(folding, prompt)
     assert text == HEAD + QUESTION and folding.entries == []  # memory recalled nothing
     assert folds[-1]["folded_steps"] == [1, 2] and folds[-1]["memory_tokens"] == 0
     assert memory.asked == [("task\n", budget_for(400) - 100 - 10 - 4 - 50)]
@@ -195,7 +211,7 @@ def test_a_newest_step_past_half_the_room_folds_too_and_memory_is_asked_with_the
 def test_a_summary_names_the_newest_kept_results_whose_steps_it_folded() -> None:
     memory = Notes()
     folding, prompt = sized(400, [40] * 12, memory, kept=True)  # 480 tokens: the last two stay
-    text, _ = folding.fit(prompt)
+    text, _ = fit(folding, prompt)
     assert [e.k for e in folding.entries] == [11, 12]
     line = ("Results kept whole, read_output(handle, offset, length) reads them: "
             + ", ".join(f"out-{k} ({1000 + k} chars)" for k in range(3, 11)) + "\n\n")  # the newest 8 folded
@@ -215,7 +231,7 @@ def test_memory_recalls_none_of_the_steps_the_prompt_still_holds() -> None:
         block = step_block("json", k, "t", f"Action: fetch {k}", plain, True)
         folding.add(k, k, "t", f"Action: fetch {k}", plain, plain, block, str(k), None, 0)
         prompt += block
-    text, folds = folding.fit(prompt)
+    text, folds = fit(folding, prompt)
     assert [f["kind"] for f in folds] == ["stub_results", "summarise"]
     held = [e.k for e in folding.entries]
     folded = folds[-1]["folded_steps"]
@@ -245,7 +261,7 @@ def _thinking(room: int, over: int) -> tuple[Folding, str, int]:
 def test_a_summary_comes_only_when_the_prompt_is_still_past_an_eighth_of_the_room_below_the_budget() -> None:
     for over in (0, 1):
         folding, prompt, threshold = _thinking(404, over)  # an eighth of 404 is 50.5: rounded down
-        text, folds = folding.fit(prompt)
+        text, folds = fit(folding, prompt)
         assert folds[0]["kind"] == "drop_thoughts" and folds[0]["prompt_tokens_after"] == threshold + over
         assert [f["kind"] for f in folds] == (["drop_thoughts"] if over == 0 else ["drop_thoughts", "summarise"])
 
@@ -260,7 +276,7 @@ def test_a_result_no_longer_than_its_stub_keeps_its_observation_when_its_thought
         block = step_block("json", k, thought, "act", obs, True)
         folding.add(k, k, thought, "act", obs, obs, block, key, handle, 0)
         prompt += block
-    text, folds = folding.fit(prompt)
+    text, folds = fit(folding, prompt)
     assert [f["kind"] for f in folds] == ["drop_thoughts"]
     assert text.startswith(HEAD + QUESTION + f" …\nact\nObservation: {short}\nThought:")
 
@@ -284,7 +300,7 @@ def test_only_tool_results_longer_than_their_stub_and_thoughts_longer_than_a_cha
         block = step_block("json", k, thought, "act", observation, True)
         folding.add(k, k, thought, "act", observation, observation, block, key, None, 0)
         prompt += block
-    text, folds = folding.fit(prompt)
+    text, folds = fit(folding, prompt)
     assert [(f["kind"], f["folded_steps"]) for f in folds] == [("stub_results", [3]), ("drop_thoughts", [2, 3])]
     assert text == HEAD + QUESTION + "".join([
         f" x\nact\nObservation: {error}\nThought:",
@@ -309,7 +325,7 @@ def test_a_result_is_stubbed_only_when_the_stub_is_shorter() -> None:
             block = step_block("json", k, "x", "act", observation, True)
             folding.add(k, k, "x", "act", observation, observation, block, key, None, 0)
             prompt += block
-        _, folds = folding.fit(prompt)  # (and a summary: the newest step is past half the room)
+        _, folds = fit(folding, prompt)  # (and a summary: the newest step is past half the room)
         stubbed = len(_stub_text("out-1", len(result))) < len(result)
         assert ("stub_results" in [f["kind"] for f in folds]) is stubbed, len(result)
         assert folding.outputs == ({"out-1": result} if stubbed else {})
@@ -336,7 +352,7 @@ def test_results_are_stubbed_down_to_exactly_half_the_room_below_the_budget_and_
     room = 1201  # odd: half of it is 600, rounded down
     for over, stubbed in ((0, [1]), (1, [1, 2])):
         folding, prompt = _results(room, over)
-        text, folds = folding.fit(prompt)
+        text, folds = fit(folding, prompt)
         assert [(f["kind"], f["folded_steps"]) for f in folds] == [("stub_results", stubbed)], over
         if over == 0:
             assert folds[0]["prompt_tokens_after"] == budget_for(room) - room // 2 == estimate_tokens(text)

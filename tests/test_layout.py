@@ -209,12 +209,14 @@ def test_importing_every_module_keeps_the_facades_names():
 
 
 # The modes are pure step machines: they yield requests and Steps, and the drivers do the I/O.
-_MODE_MODULES = ("react", "rewoo", "plan_execute", "reflexion", "tot", "_critique", "machine")
+_MODE_MODULES = ("react", "rewoo", "plan_execute", "reflexion", "tot", "_critique", "machine", "folding")
 _NO_IO_IMPORTS = ("threading", "asyncio", "concurrent", "time", "multiprocessing", "socket", "subprocess")
 # what only a driver may call: the policy, a tool, the registry's execution, a thread or a clock
 _DRIVER_CALLS = ("call_policy", "acall_policy", "execute", "aexecute", "dispatch", "complete", "acomplete",
                  "perf_counter", "monotonic", "call_in_thread", "acall_in_thread", "begin_model", "model_done",
-                 "guard_after_call", "evaluator")  # budgets and the evaluator are the driver's (ModelCall.stop, Evaluate)
+                 "guard_after_call", "evaluator", "embed", "expired", "add_many",
+                 "context_within")  # budgets, the clock and user code (an evaluator, an embedder, a memory)
+# are the driver's (ModelCall.stop, CheckClock, Evaluate, Embed, Remember, Recall)
 
 
 def _mode_io(path: Path) -> list[str]:

@@ -441,3 +441,16 @@ def test_a_tool_call_cut_off_by_the_run_timeout_is_recorded_with_its_tool_and_ar
         release.set()
     step = trace.steps[0]
     assert (step.tool, step.args) == ("slow", {"q": "y"}) and (step.error or "").startswith("timeout after")
+
+
+def test_the_clock_is_judged_by_the_driver_and_a_machine_stops_on_its_answer(registry, monkeypatch):
+    from loopwright.modes.front import start
+    from loopwright.modes.machine import CheckClock
+
+    run = start(lw.RunSpec("t", "react", timeout_s=60), lw.ScriptedPolicy([final("1")]), registry)
+    monkeypatch.setattr(time, "monotonic", lambda: pytest.fail("a machine read the clock"))
+    asked = run._machine.send(None)
+    assert isinstance(asked, CheckClock)  # before the first model call: the machine asks, the driver reads
+    with pytest.raises(StopIteration):
+        run._machine.send(True)  # the driver says the clock ran out
+    assert run.trace.stopped_reason == "timeout" and run.trace.steps == [] and run.trace.llm_calls == 0

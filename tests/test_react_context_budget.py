@@ -260,3 +260,45 @@ def test_a_200_step_run_stays_under_the_budget_and_the_journal_loses_nothing(tmp
         assert registry["fetch"](page=k) in (journaled.outputs.get(f"out-{k}"), journaled.steps[k - 1].observation)
     assert journaled.outputs == trace.outputs and len(trace.outputs) > 150
     store.close()
+
+
+def test_folding_files_and_recalls_through_the_driver_off_the_event_loop():
+    import asyncio
+    import threading
+
+    class ThreadNoting:
+        """The default memory, noting the thread of each write and recall."""
+
+        def __init__(self) -> None:
+            self.inner = default_memory(recent_turns=2, recall_first=True)
+            self.threads: list[tuple[str, str]] = []
+
+        def add_many(self, texts, metadatas=None):
+            self.threads.append(("add_many", threading.current_thread().name))
+            return self.inner.add_many(texts, metadatas)
+
+        def add(self, text, metadata=None):
+            return self.add_many([text], [metadata])[0]
+
+        def context(self, query, budget_tokens, **kwargs):
+            self.threads.append(("context", threading.current_thread().name))
+            return self.inner.context(query, budget_tokens, **kwargs)
+
+    seen: list[str] = []
+
+    def policy(prompt: str) -> str:
+        seen.append(prompt)
+        if len(seen) == 40:
+            return "Thought: done\nFinal Answer: ok"
+        return f'Thought: {LONG_THOUGHT}\nAction: fetch\nAction Input: {{"page": {len(seen)}}}'
+
+    memory_ = ThreadNoting()
+
+    async def main() -> lw.Trace:
+        return await lw.arun("Read the report.", policy, _page_registry({}), max_steps=40, context_tokens=1_500,
+                             memory=memory_)
+
+    trace = asyncio.run(main())
+    assert trace.stopped_reason == "final" and "summarise" in [f["kind"] for f in trace.meta["folds"]]
+    assert {call for call, _ in memory_.threads} == {"add_many", "context"}
+    assert threading.main_thread().name not in {thread for _, thread in memory_.threads}

@@ -577,17 +577,30 @@ def test_dense_recall_reaches_as_deep_as_the_lexical_ranking() -> None:
     assert len(found) == 8 and {n for n in found[:5]} == {f"{v}_weather" for v in VERBS}
 
 
-def test_the_registry_keeps_one_index_per_embedder() -> None:
+def test_the_registry_keeps_one_index_and_its_documents_vectors_per_embedder() -> None:
     from loopwright.memory import HashingEmbedder
+    from loopwright.modes.toolsearch import dense_ranking
 
     registry = many_tools()
-    lexical = tool_index(registry)
-    assert tool_index(registry) is lexical and lexical.rank("lodging", 3) == []
-    lodging = tool_index(registry, Lodging())
-    assert lodging is not lexical and set(lodging.rank("lodging", 5)) == {f"{v}_hotel" for v in VERBS}
-    hashing = tool_index(registry, HashingEmbedder())
-    assert hashing is not lodging and all(n.endswith("_weather") for n in hashing.rank("wheather", 5))
-    assert tool_index(registry, Lodging()) is lodging  # the same embedding space: the same index
+    index = tool_index(registry)
+    assert tool_index(registry) is index and index.rank("lodging", 3) == []
+    embedded: list[int] = []
+
+    def ranked(embedder: Any, query: str) -> list[str]:
+        machine, answer = dense_ranking(index, embedder, query, 5), None
+        try:
+            while True:
+                request = machine.send(answer)
+                embedded.append(len(request.texts))
+                answer = request.embedder.embed(request.texts)
+        except StopIteration as done:
+            return index.rank(query, 5, dense=done.value)
+
+    assert set(ranked(Lodging(), "lodging")) == {f"{v}_hotel" for v in VERBS}
+    assert embedded == [len(index.documents), 1]  # the documents, then the query
+    assert all(n.endswith("_weather") for n in ranked(HashingEmbedder(), "wheather"))
+    assert ranked(Lodging(), "lodging")[:1] and embedded[-1:] == [1] and len(embedded) == 5  # documents kept
+    assert sorted(name.split("-")[0] for name in index.dense) == ["hashing", "lodging"]  # one set of vectors each
 
 
 def test_a_run_s_tool_embedder_chooses_its_first_k_tools() -> None:
@@ -595,3 +608,67 @@ def test_a_run_s_tool_embedder_chooses_its_first_k_tools() -> None:
     trace = lw.run("somewhere for lodging", policy, many_tools(), tool_search=3, tool_embedder=Lodging())
     assert all(n.endswith("_hotel") for n in trace.meta["tool_search"]["loaded"])
     assert all(n.endswith("_hotel") for n in offered(policy.requests[0])[:3])
+
+
+class _ThreadNoting:
+    """A HashingEmbedder that notes the thread each `embed` runs on."""
+
+    def __init__(self) -> None:
+        from loopwright.memory import HashingEmbedder
+
+        self.inner = HashingEmbedder()
+        self.name = self.inner.name
+        self.threads: list[str] = []
+
+    @property
+    def dim(self) -> int:
+        return self.inner.dim
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        import threading
+
+        self.threads.append(threading.current_thread().name)
+        return self.inner.embed(texts)
+
+
+def test_the_dense_embedder_is_a_request_the_driver_serves_off_the_event_loop() -> None:
+    import threading
+
+    from loopwright.modes.machine import Embed
+    from loopwright.modes.toolsearch import dense_ranking
+
+    registry = many_tools()
+    index, embedder = ToolIndex(registry), _ThreadNoting()
+    ask = dense_ranking(index, embedder, "wheather", 5)
+    documents = next(ask)  # the machine asks; it calls no embedder
+    assert isinstance(documents, Embed) and documents.texts == index.documents and embedder.threads == []
+    query = ask.send(embedder.inner.embed(documents.texts))
+    assert isinstance(query, Embed) and query.texts == ["wheather"]
+    with pytest.raises(StopIteration) as ranked:
+        ask.send(embedder.inner.embed(query.texts))
+    assert all(registry.names[i].endswith("_weather") for i in ranked.value.value[:3])
+
+    def search_run() -> lw.ScriptedPolicy:
+        return lw.ScriptedPolicy([step(SEARCH_TOOL, {"query": "wheather"}), "Final Answer: ok"])
+
+    sync_policy, async_policy = search_run(), search_run()
+    trace = lw.run("stock ticker", sync_policy, many_tools(), tool_search=3, tool_embedder=embedder)
+    assert trace.steps[0].meta["tools_loaded"] and embedder.threads  # the task, then the search
+    embedder.threads.clear()
+
+    async def main() -> lw.Trace:
+        return await lw.arun("stock ticker", async_policy, many_tools(), tool_search=3, tool_embedder=embedder)
+
+    again = asyncio.run(main())
+    assert again.steps[0].meta["tools_loaded"] == trace.steps[0].meta["tools_loaded"]
+    assert offered(async_policy.requests[1]) == offered(sync_policy.requests[1])
+    assert len(embedder.threads) >= 2 and threading.main_thread().name not in embedder.threads
+
+
+def test_an_embedder_that_raises_ends_the_run_with_an_error_step() -> None:
+    class Broken(_ThreadNoting):
+        def embed(self, texts: Sequence[str]) -> Any:
+            raise OSError("embedding server down")
+
+    trace = lw.run("stock ticker", lw.ScriptedPolicy([]), many_tools(), tool_search=3, tool_embedder=Broken())
+    assert trace.stopped_reason == "error" and "embedding server down" in (trace.steps[-1].error or "")

@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 from loopwright.calls import bind_call, unbind_call
 from loopwright.modes.context import RunContext
-from loopwright.modes.driver import Run
+from loopwright.modes.driver import USER_CODE, Run, user_call
 from loopwright.modes.gate import Admitted
 from loopwright.modes.machine import (
     CallTool,
-    Evaluate,
+    CheckClock,
     Executed,
     Finished,
     ModelCall,
@@ -117,8 +117,10 @@ class AsyncRun:
 
                     self._tasks.add(asyncio.ensure_future(self._finished(item.call)))
                     value = None
-                elif type(item) is Evaluate:
-                    value = (await acall_in_thread(partial(item.evaluator, ctx.task, ctx.trace), None, "evaluator"))[1]
+                elif isinstance(item, USER_CODE):  # on a thread: user code never blocks the loop
+                    value = (await acall_in_thread(user_call(ctx, item), None, type(item).__name__))[1]
+                elif type(item) is CheckClock:
+                    value = ctx.timed and ctx.expired()
                 else:  # NextDone
                     import asyncio
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import concurrent.futures
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
@@ -22,11 +22,15 @@ from loopwright.modes.context import RunContext
 from loopwright.modes.gate import Admitted
 from loopwright.modes.machine import (
     CallTool,
+    CheckClock,
+    Embed,
     Evaluate,
     Executed,
     Finished,
     ModelCall,
     PolicyFailed,
+    Recall,
+    Remember,
     StartTool,
     StepGen,
     StopRun,
@@ -103,6 +107,36 @@ def _run_tool(ctx: RunContext, call: CallTool, attempt: int) -> ToolResult:
     return result
 
 
+USER_CODE = (Evaluate, Embed, Remember, Recall)
+"""The requests for the user's code (an evaluator, an embedder, a memory): `user_call`."""
+
+
+def user_call(ctx: RunContext, request: Evaluate | Embed | Remember | Recall) -> Callable[[], Any]:
+    """The call of user code a request asks for; the driver makes it and answers with what
+    it returned, or the Exception it raised (the async driver on a thread)."""
+    if isinstance(request, Evaluate):
+        return partial(request.evaluator, ctx.task, ctx.trace)
+    if isinstance(request, Embed):
+        return partial(request.embedder.embed, request.texts)
+    if isinstance(request, Remember):
+        return partial(_remember, request.memory, request.texts, request.metadatas)
+    from loopwright.memory.tiered import context_within  # numpy: only when folding
+
+    return partial(context_within, request.memory, request.query, request.tokens, request.render,
+                   exclude=request.exclude)
+
+
+def _remember(memory: Any, texts: list[str], metadatas: list[dict[str, Any]]) -> None:
+    """File texts in a memory: one `add_many` batch (one summarizer call, one embedding
+    batch) when it has one, else `add` for each."""
+    add_many = getattr(memory, "add_many", None)
+    if callable(add_many):
+        add_many(texts, metadatas)
+    else:
+        for text, metadata in zip(texts, metadatas, strict=True):
+            memory.add(text, metadata)
+
+
 class Run(Iterator[Step]):
     """A run in progress: iterate it to get each Step as it happens; `.trace` is the
     live (partial) trace. Ctrl-C marks the trace "interrupted" and raises RunInterrupted,
@@ -154,8 +188,10 @@ class Run(Iterator[Step]):
                 elif type(item) is StartTool:
                     self._start(item.call)
                     value = None
-                elif type(item) is Evaluate:
-                    value = capture(partial(item.evaluator, ctx.task, ctx.trace))[1]
+                elif isinstance(item, USER_CODE):
+                    value = capture(user_call(ctx, item))[1]
+                elif type(item) is CheckClock:
+                    value = ctx.timed and ctx.expired()
                 else:  # NextDone
                     value = self._next_done()  # a StopRun from the gate is raised here, and thrown in
             except (PolicyFailed, StopRun) as exc:
@@ -239,4 +275,4 @@ def _finished(ctx: RunContext, call: CallTool) -> Finished:
     return Finished(call.key, execute(ctx, call))
 
 
-__all__ = ["Run", "call_model", "execute"]
+__all__ = ["USER_CODE", "Run", "call_model", "execute", "user_call"]

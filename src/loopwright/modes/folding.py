@@ -8,7 +8,9 @@ one) and the prompt gets what memory recalls for the task and the latest thought
 out the steps the prompt still holds, plus a line naming the kept results whose steps it
 folded away. The newest step is never stubbed or dropped, and stays in the prompt when
 it fits in half the room. Each fold is reported (kind, steps, tokens before and after) for
-`trace.meta["folds"]`. Pure: memory is the run's own object, and nothing here does I/O.
+`trace.meta["folds"]`. Pure: memory is the user's object (it may reach a store, an
+embedder or a model), so filing steps in it and recalling from it are requests the driver
+serves (Remember, Recall); nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from loopwright.modes.handles import handle_for, keep_text, stub
+from loopwright.modes.machine import Machine, Recall, Remember
 from loopwright.trace import estimate_tokens
 from loopwright.untrusted import fence, neutralise
 
@@ -78,7 +81,7 @@ class Folding:
         self.entries.append(_Entry(k, n, thought, action, observation, plain, key, handle, offset, text,
                                    estimate_tokens(text)))
 
-    def fit(self, prompt: str) -> tuple[str, list[dict[str, Any]]]:
+    def fit(self, prompt: str) -> Machine[tuple[str, list[dict[str, Any]]]]:
         """The prompt folded to fit the budget, and a record of each kind of fold made (the
         prompt unchanged and none when it fits). Stubs and dropped thoughts go down to half
         the room below the budget, so the next fold is some steps away (each one rewrites the
@@ -93,14 +96,14 @@ class Folding:
         folds = []
         text = prompt
         for kind in _SHRINKS:
-            fold = self._shrink(kind, target, text)
+            fold = yield from self._shrink(kind, target, text)
             if fold is not None:
                 text = self._text()
                 folds.append({**fold, "prompt_tokens_after": estimate_tokens(text)})
             if self._tokens() <= target:
                 return text, folds
         if self._tokens() > budget - room // 8:  # not even within what a summary leaves
-            folds.append(self._summarise(budget, room, text))
+            folds.append((yield from self._summarise(budget, room, text)))
             text = self._text()
         return text, folds
 
@@ -123,23 +126,19 @@ class Folding:
         e.text = step_block(self.dialect, e.n, thought, e.action, observation, True)
         e.tokens = estimate_tokens(e.text)
 
-    def _remember(self, entries: list[_Entry]) -> None:
+    def _remember(self, entries: list[_Entry]) -> Machine[None]:
         """File these steps in memory (once each): one summarizer call, one embedding batch."""
         entries = [e for e in entries if not e.turn]
         if not entries:
             return
         turns = [f"Step {e.k}. Thought: {e.thought}\n{e.action}\nObservation: {e.plain}\n" for e in entries]
-        metas = [{"step": e.k} if e.handle is None else {"step": e.k, "output": e.handle} for e in entries]
-        add_many = getattr(self.memory, "add_many", None)
-        if callable(add_many):
-            add_many(turns, metas)
-        else:
-            for turn, meta in zip(turns, metas, strict=True):
-                self.memory.add(turn, meta)
+        metas: list[dict[str, Any]] = [{"step": e.k} if e.handle is None else {"step": e.k, "output": e.handle}
+                                       for e in entries]
+        _answered((yield Remember(self.memory, turns, metas)))
         for e, turn in zip(entries, turns, strict=True):
             e.turn = turn
 
-    def _shrink(self, kind: str, target: int, prompt: str) -> dict[str, Any] | None:
+    def _shrink(self, kind: str, target: int, prompt: str) -> Machine[dict[str, Any] | None]:
         """Stub old results ("stub_results") or drop old thoughts ("drop_thoughts"), oldest
         first, until the prompt is within `target`; None when nothing changed."""
         total = self._tokens()
@@ -166,10 +165,10 @@ class Folding:
         if not changed:
             return None
         if kind == "stub_results":
-            self._remember(changed)  # readable in memory, and whole under the handle
+            yield from self._remember(changed)  # readable in memory, and whole under the handle
         return {"kind": kind, "folded_steps": [e.k for e in changed], "prompt_tokens_before": estimate_tokens(prompt)}
 
-    def _summarise(self, budget: int, room: int, prompt: str) -> dict[str, Any]:
+    def _summarise(self, budget: int, room: int, prompt: str) -> Machine[dict[str, Any]]:
         """Move the oldest steps into memory and recall from it: the prompt's section."""
         keep = room // 4  # recent steps a quarter, an eighth to grow, recalled memory the rest
         folded: list[_Entry] = []
@@ -177,9 +176,7 @@ class Folding:
             if len(self.entries) == 1 and self.entries[0].tokens <= room // 2:
                 break  # the newest step stays where the model continues from, when it fits in half the room
             folded.append(self.entries.pop(0))
-        self._remember(folded)
-        from loopwright.memory.tiered import context_within  # numpy: only when folding
-
+        yield from self._remember(folded)
         recent = "".join(e.text for e in self.entries)
         last = self.entries[-1].thought if self.entries else ""  # the latest thought, with the task
         shown = {e.handle for e in self.entries}
@@ -187,13 +184,25 @@ class Folding:
         kept = f"Results kept whole, read_output(handle, offset, length) reads them: {', '.join(gone)}\n\n" if gone else ""
         fixed = (estimate_tokens(self.head) + estimate_tokens(self.question) + estimate_tokens(recent)
                  + estimate_tokens(kept))
-        self.section = kept + context_within(  # budgeted after fencing: escaping can lengthen the text
-            self.memory, f"{self.task}\n{last}", max(0, budget - fixed - 4 - room // 8),
-            lambda recalled: f"Memory of earlier steps:\n{fence(recalled, 'memory')}\n\n",
+        recall = Recall(  # budgeted after fencing: escaping can lengthen the text
+            self.memory, f"{self.task}\n{last}", max(0, budget - fixed - 4 - room // 8), _memory_section,
             exclude={e.turn for e in self.entries if e.turn},  # steps the prompt still holds
         )
+        self.section = kept + _answered((yield recall))
         return {"kind": "summarise", "folded_steps": [e.k for e in folded], "prompt_tokens_before": estimate_tokens(prompt),
                 "prompt_tokens_after": estimate_tokens(self._text()), "memory_tokens": estimate_tokens(self.section)}
+
+
+def _memory_section(recalled: str) -> str:
+    return f"Memory of earlier steps:\n{fence(recalled, 'memory')}\n\n"
+
+
+def _answered(answer: Any) -> Any:
+    """What a memory request was answered with; what the memory raised is raised here (a
+    defect in user code: the run ends with an error step)."""
+    if isinstance(answer, Exception):
+        raise answer
+    return answer
 
 
 __all__ = ["MEMORY_OVERHEAD", "Folding", "step_block"]

@@ -5,7 +5,7 @@ records and requests for what only the driver may do (call the model, call a too
 ReWOO also starts calls and asks for the next one finished), and receives each answer
 through `send`: a ModelCall for a ModelRequest (the model call is requested by yielding
 the request itself), an Executed for CallTool, a Finished for NextDone, None for a Step
-or a StartTool. Failures are thrown in: PolicyFailed where the model call failed (a mode
+or a StartTool, True or False for CheckClock. Failures are thrown in: PolicyFailed where the model call failed (a mode
 catches it and records why), StopRun where the run must end (nothing catches it). The
 drivers dispatch on the type (modes/driver.py, modes/adriver.py).
 
@@ -19,12 +19,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from loopwright.policy import Completion, ModelRequest
 from loopwright.safety import ApprovalRequest, Decision
 from loopwright.tools.registry import ToolResult
 from loopwright.trace import Step, Trace, Usage
+
+if TYPE_CHECKING:
+    from loopwright.memory.embedders import Embedder
 
 R = TypeVar("R")
 
@@ -66,7 +69,46 @@ class Evaluate:
     evaluator: Callable[[str, Trace], Any]
 
 
-Request = ModelRequest | CallTool | StartTool | NextDone | Evaluate
+@dataclass(slots=True)
+class Embed:
+    """Ask a dense embedder for the vectors of `texts` (tool search); answered with what
+    its `embed` returned, or the Exception it raised. The driver calls it: the async
+    driver on a thread, so a model-backed embedder never blocks the event loop."""
+
+    embedder: Embedder
+    texts: list[str]
+
+
+@dataclass(slots=True)
+class Remember:
+    """File `texts` (with `metadatas`) in the user's memory (ReAct's folding): its
+    `add_many`, else `add` for each; answered with None, or the Exception it raised."""
+
+    memory: Any
+    texts: list[str]
+    metadatas: list[dict[str, Any]]
+
+
+@dataclass(slots=True)
+class Recall:
+    """What the user's memory recalls for `query` within `tokens`, rendered by `render`
+    and leaving out `exclude` (`loopwright.memory.tiered.context_within`); answered with
+    the text, or the Exception the memory raised."""
+
+    memory: Any
+    query: str
+    tokens: int
+    render: Callable[[str], str]
+    exclude: set[str]
+
+
+@dataclass(slots=True)
+class CheckClock:
+    """Ask whether the run's wall clock has run out (`timeout_s`): answered with True or
+    False. The driver reads the clock; a mode never does."""
+
+
+Request = ModelRequest | CallTool | StartTool | NextDone | Evaluate | Embed | Remember | Recall | CheckClock
 """What a mode asks of its driver: a ModelRequest is answered with a ModelCall
 (PolicyFailed is thrown in)."""
 Machine = Generator[Step | Request, Any, R]
@@ -156,6 +198,9 @@ class Journal(Protocol):
 
 __all__ = [
     "CallTool",
+    "CheckClock",
+    "Embed",
+    "Evaluate",
     "Executed",
     "Finished",
     "Journal",
@@ -163,6 +208,8 @@ __all__ = [
     "ModelCall",
     "NextDone",
     "PolicyFailed",
+    "Recall",
+    "Remember",
     "Request",
     "StartTool",
     "StepGen",

@@ -14,10 +14,10 @@ from __future__ import annotations
 from typing import Any
 
 from loopwright.modes.context import RunContext
-from loopwright.modes.machine import CallTool, Machine, StepGen
+from loopwright.modes.machine import CallTool, CheckClock, Machine, StepGen
 from loopwright.modes.rewoo import plan_call, plan_examples
 from loopwright.modes.spec import RunSpec
-from loopwright.modes.toolsearch import ToolSelection, begin, narrow
+from loopwright.modes.toolsearch import ToolSelection, begin, chosen, searched
 from loopwright.parsing.steps import PlanStep, substitute
 from loopwright.prompts import describe_tools, fill, render_evidence
 from loopwright.trace import Step
@@ -37,6 +37,7 @@ def machine(ctx: RunContext, spec: RunSpec) -> StepGen:
 
 
 def _plan_execute(ctx: RunContext, max_tokens: int | None, selection: ToolSelection | None = None) -> StepGen:
+    yield from chosen(ctx, selection)
     tools_text = describe_tools(ctx.schemas)
     task = ctx.task if ctx.output is None else f"{ctx.task}\n{ctx.output.instruction()}"
     prompt = fill(ctx.prompts.planner, "planner", tools=tools_text, task=task, examples=plan_examples(ctx))
@@ -76,8 +77,7 @@ def _plan_execute(ctx: RunContext, max_tokens: int | None, selection: ToolSelect
         ctx.trace.replans += 1
         kind = "replan"
         if selection is not None:
-            selection.search(f"{failed_step} {error}")
-            narrow(ctx, selection)
+            yield from searched(ctx, selection, f"{failed_step} {error}")
             tools_text = describe_tools(ctx.schemas)
         prompt = ctx.prompts.replanner.format(
             tools=tools_text, task=task, failed_step=neutralise(failed_step), error=error,  # made prompt-safe where it was set
@@ -93,7 +93,7 @@ def _execute(
     evidence: dict[str, Any] = {}
     answer = ""
     for step in plan:
-        if ctx.expired():
+        if (yield CheckClock()):
             ctx.stop("timeout")
             return None
         label = step.id if attempt == 0 else f"{step.id} (plan {attempt + 1})"

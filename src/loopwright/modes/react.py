@@ -16,15 +16,16 @@ from loopwright.modes._critique import reflect
 from loopwright.modes.context import RunContext, first_line
 from loopwright.modes.folding import MEMORY_OVERHEAD, Folding, step_block
 from loopwright.modes.handles import READ_OUTPUT, READ_OUTPUT_SCHEMA
-from loopwright.modes.machine import CallTool, PolicyFailed, StepGen
+from loopwright.modes.machine import CallTool, CheckClock, Machine, PolicyFailed, StepGen
 from loopwright.modes.spec import RunSpec
 from loopwright.modes.toolsearch import (
     SEARCH_TOOL,
     ToolSelection,
     begin,
+    chosen,
     load_called,
-    narrow,
     query_of,
+    searched,
 )
 from loopwright.nearest_run import check_run_examples, with_run_example
 from loopwright.parsing.steps import Action, FinalAnswer, parse_react_step
@@ -126,11 +127,11 @@ class _Scratchpad:
             self.folding.add(k, n, thought, action, observation, observation if plain is None else plain, block,
                              key, handle, offset)
 
-    def fit(self) -> list[dict[str, Any]]:
+    def fit(self) -> Machine[list[dict[str, Any]]]:
         """Fold older steps until the prompt fits the budget; a record of each fold made."""
         if self.folding is None:
             return []
-        self.text, folds = self.folding.fit(self.text)
+        self.text, folds = yield from self.folding.fit(self.text)
         return folds
 
 
@@ -188,8 +189,18 @@ def machine(ctx: RunContext, spec: RunSpec) -> StepGen:
     tool_search: the prompt and grammar carry the K tools most relevant to the task and
     `search_tools`, whose calls load more (see modes/toolsearch.py)."""
     selection = begin(ctx, spec, searchable=True)
-    pad = _Scratchpad(ctx, spec.setting("dialect"), spec.memory, spec.context_tokens)
-    return _react(ctx, pad, spec.max_tokens, on_tool_error=spec.setting("on_tool_error"), selection=selection)
+    dialect, on_tool_error = spec.setting("dialect"), spec.setting("on_tool_error")
+    if selection is None:
+        pad = _Scratchpad(ctx, dialect, spec.memory, spec.context_tokens)
+        return _react(ctx, pad, spec.max_tokens, on_tool_error=on_tool_error)
+    return _searching(ctx, selection, dialect, spec, on_tool_error)
+
+
+def _searching(ctx: RunContext, selection: ToolSelection, dialect: str, spec: RunSpec, on_tool_error: str) -> StepGen:
+    """ReAct with tool search: the prompt is made once the K tools are chosen."""
+    yield from chosen(ctx, selection)
+    pad = _Scratchpad(ctx, dialect, spec.memory, spec.context_tokens)
+    yield from _react(ctx, pad, spec.max_tokens, on_tool_error=on_tool_error, selection=selection)
 
 
 def _react(
@@ -223,12 +234,12 @@ def _react(
     trace = ctx.trace
     try:
         while trace.llm_calls - first_call < cap:  # one call a step (and a reflection)
-            if guarded and ctx.expired():  # the clock ran out during the last tool call
+            if guarded and (yield CheckClock()):  # the clock ran out during the last tool call
                 ctx.stop("timeout")
                 return
             k = len(trace.steps) + 1
             if pad.budget is not None:
-                for fold in pad.fit():
+                for fold in (yield from pad.fit()):
                     fold["before_step"] = k
                     trace.meta.setdefault("folds", []).append(fold)
             if (trace.outputs and not plain and (not tools or tools[-1] is not READ_OUTPUT_SCHEMA)
@@ -341,8 +352,7 @@ def _react(
                 continue
 
             if selection is not None and selection.searchable and name == SEARCH_TOOL:  # pure: no tool runs
-                loaded, observation = selection.search(query_of(args))
-                narrow(ctx, selection)
+                loaded, observation = yield from searched(ctx, selection, query_of(args))
                 tools = () if plain else tuple(ctx.schemas)
                 repeats.executed(observation)
                 yield Step(k, "action", raw=raw, thought=parsed.thought, tool=name, args=args,

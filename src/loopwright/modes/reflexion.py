@@ -23,7 +23,7 @@ from loopwright.modes.machine import Evaluate, Machine, StepGen
 from loopwright.modes.react import _react, _Scratchpad
 from loopwright.modes.react import check as react_check
 from loopwright.modes.spec import Evaluator, RunSpec
-from loopwright.modes.toolsearch import ToolSelection, begin
+from loopwright.modes.toolsearch import ToolSelection, begin, chosen
 from loopwright.prompts import REFLEXION_OUTCOMES
 from loopwright.trace import Step
 from loopwright.untrusted import neutralise
@@ -62,7 +62,8 @@ def machine(ctx: RunContext, spec: RunSpec) -> StepGen:
     judge = spec.evaluator if callable(spec.evaluator) else None
     settings = _Settings(spec.setting("dialect"), max_reflections, per_attempt, judge, spec.setting("on_tool_error"),
                          spec.max_tokens, spec.memory, spec.context_tokens, selection)
-    _Scratchpad(ctx, settings.dialect, spec.memory, spec.context_tokens)  # bad options fail now
+    if selection is None:  # bad options fail now (with tool search, once the K tools are chosen)
+        _Scratchpad(ctx, settings.dialect, spec.memory, spec.context_tokens)
     return _reflexion(ctx, settings)
 
 
@@ -80,6 +81,7 @@ class _Settings:
 
 
 def _reflexion(ctx: RunContext, s: _Settings) -> StepGen:
+    yield from chosen(ctx, s.selection)
     trace = ctx.trace
     max_steps = ctx.limits.max_steps
     critiques: list[str] = []

@@ -15,6 +15,7 @@ from loopwright.errors import ParseError
 from loopwright.modes.context import RunContext
 from loopwright.modes.machine import (
     CallTool,
+    CheckClock,
     Finished,
     Machine,
     NextDone,
@@ -23,7 +24,7 @@ from loopwright.modes.machine import (
     StepGen,
 )
 from loopwright.modes.spec import RunSpec
-from loopwright.modes.toolsearch import ToolSelection, begin, load_called
+from loopwright.modes.toolsearch import ToolSelection, begin, chosen, load_called
 from loopwright.parsing.steps import PlanStep, parse_plan, substitute
 from loopwright.policy import ModelRequest, Purpose
 from loopwright.prompts import describe_tools, fill, render_evidence, worked_examples
@@ -41,6 +42,7 @@ def machine(ctx: RunContext, spec: RunSpec) -> StepGen:
 
 
 def _rewoo(ctx: RunContext, max_tokens: int | None, selection: ToolSelection | None = None) -> StepGen:
+    yield from chosen(ctx, selection)
     tools = tuple(ctx.schemas)
     plan_prompt = fill(ctx.prompts.rewoo_planner, "rewoo_planner", tools=describe_tools(tools),
                        task=ctx.task, examples=plan_examples(ctx))
@@ -62,7 +64,7 @@ def _rewoo(ctx: RunContext, max_tokens: int | None, selection: ToolSelection | N
     if any(results[s.id].step.meta.get("substitution_error") for s in plan):
         ctx.stop("error")
         return
-    if ctx.expired():
+    if (yield CheckClock()):
         ctx.stop("timeout")
         return
 

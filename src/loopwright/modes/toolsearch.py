@@ -6,8 +6,9 @@ run's `tools=` scope) is what a run may call: a call by name to a registered, in
 tool that is not loaded loads it and runs it (`load_called`), recorded in its step's
 meta["tools_loaded"] like a search's finds.
 
-The selection is data the machine computes (no I/O): the run's registry is narrowed to the
-loaded tools, so the prompt's tool list, the native tool list and the embedded model's
+The selection is data the machine computes (no I/O): a dense embedder is asked through the
+driver (an `Embed` request: the tools' documents once per registry, then each query), and
+the run's registry is narrowed to the loaded tools, so the prompt's tool list, the native tool list and the embedded model's
 grammar (built from `ModelRequest.tools`) offer the same set. ReAct offers `search_tools`;
 ReWOO, plan-execute, Reflexion and Tree-of-Thoughts plan or branch from the task alone, so
 they get the K tools and no search (and load what their plans or steps name). The index
@@ -35,9 +36,10 @@ window it would take about a thousand tools.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+from loopwright.modes.machine import Embed, Machine, StepGen
 from loopwright.modes.spec import RunSpec, ToolSearchOption
 from loopwright.prompts import describe_tools
 from loopwright.tools.registry import Tool, ToolRegistry
@@ -113,36 +115,53 @@ _NAME: Final = re.compile(r"\w+")
 
 class ToolIndex:
     """A registry's tools, ranked for a query by BM25, fused with dense recall (reciprocal
-    rank fusion) when an embedder is given. Built once: see `tool_index`."""
+    rank fusion) when a dense ranking is given, or an embedder to this index. Built once:
+    see `tool_index`. A run's machine asks its embedder through the driver (`dense_ranking`)."""
 
     def __init__(self, registry: ToolRegistry, embedder: Embedder | None = None) -> None:
         from loopwright.memory.lexical import BM25Memory  # numpy and bm25s: only when searching
 
         self.names = registry.names
-        documents = [tool_document(t) for t in registry]
+        self.documents = [tool_document(t) for t in registry]
         self.lexical = BM25Memory()
-        self.lexical.add_many(documents)
+        self.lexical.add_many(self.documents)
         self.lexical.rebuild()  # one batch index: queries never scan a delta segment
-        self.dense: Any = None
-        if embedder is not None:
-            from loopwright.memory.semantic import SemanticMemory
+        self.dense: dict[str, Any] = {}  # by embedder name: the documents' SemanticMemory
+        self.embedder = embedder
+        if embedder is not None:  # used directly (not by a run): the embedder is called here
+            self.keep_dense(embedder, embedder.embed(self.documents))
 
-            self.dense = SemanticMemory(embedder)
-            self.dense.add_many(documents)
+    def keep_dense(self, embedder: Embedder, vectors: Any) -> Any:
+        """Keep the documents' vectors by `embedder` for dense recall; the memory kept."""
+        from loopwright.memory.embedders import embedder_name
+        from loopwright.memory.semantic import SemanticMemory
+
+        memory = SemanticMemory(embedder)
+        memory.add_embeddings(self.documents, vectors)
+        self.dense[embedder_name(embedder)] = memory
+        return memory
+
+    def depth(self, k: int, exclude: Collection[str] = (), within: Collection[str] | None = None) -> int:
+        """How deep each ranking goes in the fusion for a query of `rank`."""
+        return len(self.names) if within is not None else max(k + len(exclude), _DEPTH)
 
     def rank(self, query: str, k: int, exclude: Collection[str] = (),
-             within: Collection[str] | None = None) -> list[str]:
+             within: Collection[str] | None = None, dense: Sequence[int] | None = None) -> list[str]:
         """The names of the k tools best matching `query` that are not in `exclude` (and
         are in `within`, a run's tool scope), best first; only tools that share a word
-        with it (or any, fused with dense recall)."""
-        depth = len(self.names) if within is not None else max(k + len(exclude), _DEPTH)
+        with it (or any, fused with the `dense` ranking of the documents, or with this
+        index's embedder's recall)."""
+        depth = self.depth(k, exclude, within)
         query = as_words(query)  # the document has the name's words: the query gets them too
         lexical = [i for i, _ in self.lexical.ranked(query, depth)]
-        if self.dense is not None:
+        if dense is None and self.embedder is not None:
+            from loopwright.memory.embedders import embedder_name
+
+            dense = [r.id for r in self.dense[embedder_name(self.embedder)].recall(query, depth)]
+        if dense is not None:
             from loopwright.memory.hybrid import reciprocal_rank_fusion
 
-            dense = [r.id for r in self.dense.recall(query, depth)]
-            order = [i for i, _ in reciprocal_rank_fusion([lexical, dense])]
+            order = [i for i, _ in reciprocal_rank_fusion([lexical, list(dense)])]
         else:
             order = lexical
         names = self.names
@@ -150,12 +169,31 @@ class ToolIndex:
         return [n for n in found if n not in exclude and (within is None or n in within)][:k]
 
 
-def tool_index(registry: ToolRegistry, embedder: Embedder | None = None) -> ToolIndex:
+def tool_index(registry: ToolRegistry) -> ToolIndex:
     """The registry's index, built on first use and kept until the next `register`."""
+    return registry.memo(("tool_index", None), ToolIndex)
+
+
+def dense_ranking(index: ToolIndex, embedder: Embedder | None, query: str, depth: int) -> Machine[list[int] | None]:
+    """The documents' order by `embedder`'s recall of `query` (None without one). The
+    driver calls the embedder (Embed): for the documents once per index, then the query."""
+    if embedder is None:
+        return None
     from loopwright.memory.embedders import embedder_name
 
-    key = ("tool_index", None if embedder is None else embedder_name(embedder))
-    return registry.memo(key, lambda reg: ToolIndex(reg, embedder))
+    memory = index.dense.get(embedder_name(embedder))
+    if memory is None:
+        memory = index.keep_dense(embedder, _vectors((yield Embed(embedder, index.documents))))
+    vector = _vectors((yield Embed(embedder, [as_words(query)])))
+    return [r.id for r in memory.recall(vector, depth)]
+
+
+def _vectors(answer: Any) -> Any:
+    """The vectors an Embed was answered with; what the embedder raised is raised here (a
+    defect in user code: the run ends with an error step)."""
+    if isinstance(answer, Exception):
+        raise answer
+    return answer
 
 
 def _no_direct_call(query: str) -> str:
@@ -181,7 +219,8 @@ def search_tool() -> Tool:
 class ToolSelection:
     """One run's loaded tools: the K chosen for its task, then each search's finds."""
 
-    def __init__(self, registry: ToolRegistry, k: int, index: ToolIndex, *, searchable: bool) -> None:
+    def __init__(self, registry: ToolRegistry, k: int, index: ToolIndex, *, searchable: bool,
+                 embedder: Embedder | None = None) -> None:
         if SEARCH_TOOL in registry and searchable:
             raise ValueError(f"a registry with its own {SEARCH_TOOL!r} tool cannot use tool_search")
         self.full = registry
@@ -190,13 +229,15 @@ class ToolSelection:
         # an index of a larger registry (the one a `tools=` scope was cut from) ranks within the scope
         self.within = None if index.names == registry.names else frozenset(registry.names)
         self.searchable = searchable
+        self.embedder = embedder  # dense recall fused in: asked through the driver (see `chosen`, `searched`)
         self.loaded: list[str] = []
         self._search = search_tool() if searchable else None
 
-    def choose(self, task: str) -> list[str]:
+    def choose(self, task: str, dense: Sequence[int] | None = None) -> list[str]:
         """Load the K tools most relevant to the task (filled in registration order when
-        fewer share a word with it, so a run always starts with K)."""
-        chosen = self.index.rank(task, self.k, within=self.within)
+        fewer share a word with it, so a run always starts with K); `dense`: the
+        embedder's ranking of the tools for it."""
+        chosen = self.index.rank(task, self.k, within=self.within, dense=dense)
         if len(chosen) < self.k:
             taken = set(chosen)
             chosen += [n for n in self.full.names if n not in taken][: self.k - len(chosen)]
@@ -211,10 +252,11 @@ class ToolSelection:
         self.loaded.append(name)
         return True
 
-    def search(self, query: str) -> tuple[list[str], str]:
+    def search(self, query: str, dense: Sequence[int] | None = None) -> tuple[list[str], str]:
         """Load the tools best matching `query` (at most min(K, PER_SEARCH)); return them
-        and the observation that lists them for the model."""
-        found = self.index.rank(query, min(self.k, PER_SEARCH), exclude=set(self.loaded), within=self.within)
+        and the observation that lists them for the model. `dense`: as for `choose`."""
+        found = self.index.rank(query, min(self.k, PER_SEARCH), exclude=set(self.loaded), within=self.within,
+                                dense=dense)
         self.loaded += found
         if not found:
             return [], f"No other tool matches {query!r}; try other words."
@@ -233,16 +275,34 @@ class ToolSelection:
 
 
 def begin(ctx: RunContext, spec: RunSpec, *, searchable: bool) -> ToolSelection | None:
-    """Narrow the run to the K tools most relevant to its task (None, and the run keeps
-    every tool, when search is off for it)."""
+    """The run's tool search (None, and the run keeps every tool, when search is off for
+    it); its machine starts by loading the K tools most relevant to the task (`chosen`)."""
     k = resolve(spec.tool_search, ctx.registry, context_window(ctx.policy))
     if k is None:
         return None
-    index = tool_index(ctx.unscoped, spec.tool_embedder)  # built once, not once per scoped run
-    selection = ToolSelection(ctx.registry, k, index, searchable=searchable)
-    selection.choose(ctx.task)
+    index = tool_index(ctx.unscoped)  # built once, not once per scoped run
+    return ToolSelection(ctx.registry, k, index, searchable=searchable, embedder=spec.tool_embedder)
+
+
+def chosen(ctx: RunContext, selection: ToolSelection | None) -> StepGen:
+    """Narrow the run to the K tools most relevant to its task (nothing when search is off)."""
+    if selection is None:
+        return
+    index = selection.index
+    dense = yield from dense_ranking(index, selection.embedder, ctx.task, index.depth(selection.k, (), selection.within))
+    selection.choose(ctx.task, dense)
     narrow(ctx, selection)
-    return selection
+
+
+def searched(ctx: RunContext, selection: ToolSelection, query: str) -> Machine[tuple[list[str], str]]:
+    """`selection.search(query)`, the embedder asked through the driver, and the run
+    pointed at the tools loaded."""
+    index, loaded = selection.index, selection.loaded
+    depth = index.depth(min(selection.k, PER_SEARCH), loaded, selection.within)
+    dense = yield from dense_ranking(index, selection.embedder, query, depth)
+    found = selection.search(query, dense)
+    narrow(ctx, selection)
+    return found
 
 
 def narrow(ctx: RunContext, selection: ToolSelection) -> None:
@@ -273,5 +333,5 @@ def query_of(args: Any) -> str:
 
 
 __all__ = ["AUTO_K", "AUTO_SHARE", "PER_SEARCH", "SEARCH_TOOL", "ToolIndex", "ToolSelection", "as_words", "begin",
-           "context_window", "list_tokens", "load_called", "narrow", "query_of", "resolve", "search_tool",
-           "tool_document", "tool_index"]
+           "chosen", "context_window", "dense_ranking", "list_tokens", "load_called", "narrow", "query_of",
+           "resolve", "search_tool", "searched", "tool_document", "tool_index"]

@@ -30,7 +30,7 @@ from loopwright.errors import ParseError
 from loopwright.modes.context import RunContext
 from loopwright.modes.machine import CallTool, Machine, ModelCall, PolicyFailed, StepGen
 from loopwright.modes.spec import RunSpec
-from loopwright.modes.toolsearch import ToolSelection, begin, load_called
+from loopwright.modes.toolsearch import ToolSelection, begin, chosen, load_called
 from loopwright.parsing.steps import Action, FinalAnswer, parse_react_step
 from loopwright.policy import ModelRequest, Purpose
 from loopwright.prompts import describe_tools
@@ -253,15 +253,16 @@ def machine(ctx: RunContext, spec: RunSpec) -> StepGen:
     impossible 0.0, n/10 for a number). allow_side_effects: let branches call tools that
     are not idempotent or need approval (see the module docstring)."""
     selection = begin(ctx, spec, searchable=False)  # branches use the K tools the task needs most
-    state = ctx.prompts.tot_state.format(tools=describe_tools(ctx.schemas), task=ctx.task)
     tree = _Search(ctx, spec.setting("search"), spec.setting("branching"), spec.setting("breadth"),
                    spec.setting("depth"), spec.setting("max_nodes"), float(spec.setting("threshold")),
                    spec.setting("allow_side_effects"), spec.max_tokens, selection)
-    return _tot(tree, _Node("n0", None, "", state))
+    return _tot(tree)
 
 
-def _tot(tree: _Search, root: _Node) -> StepGen:
+def _tot(tree: _Search) -> StepGen:
     ctx = tree.ctx
+    yield from chosen(ctx, tree.selection)  # the root state lists the K tools the task needs most
+    root = _Node("n0", None, "", ctx.prompts.tot_state.format(tools=describe_tools(ctx.schemas), task=ctx.task))
     summary: dict[str, Any] = {"search": tree.search, "winner": None, "path": []}
     ctx.trace.meta["tot"] = summary
     try:
