@@ -26,6 +26,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from loopwright.models.grounding import prompt_numbers
 from loopwright.policy import ModelRequest
 
 THOUGHT_MAX_CHARS: Final = 160
@@ -99,11 +100,12 @@ class _Values:
     """Builds value rules for one context: a ReAct action (plain JSON), or step k of a
     plan, where strings may reference E1..E(k-1) and nothing else."""
 
-    def __init__(self, rules: _Rules, step: int | None = None) -> None:
+    def __init__(self, rules: _Rules, step: int | None = None, grounded: frozenset[str] | None = None) -> None:
         self.rules = rules
         self.step = step
         self.string = "json-string"
         self.ref: str | None = None
+        self.grounded = grounded
         if step is not None:
             self.string, self.ref = _plan_strings(rules, step)
 
@@ -119,6 +121,8 @@ class _Values:
 
     def _string(self, schema: Mapping[str, Any], required: bool) -> str:
         low, high = string_bounds(schema, required)
+        if self.grounded is not None and self.step is None and "maxLength" not in schema and low <= 1:
+            return _grounded_string(self.rules, self.grounded, low == 1)
         if self.step is not None:  # a plan's strings: only whether one may be empty
             if low == 0:
                 return self.string
@@ -140,6 +144,8 @@ class _Values:
         low, high = number_bounds(schema, kind == "integer")
         if kind == "integer" and low is not None and high is not None and 0 <= high - low <= 64:
             return self.rules.add(name, " | ".join(f'"{v}"' for v in range(int(low), int(high) + 1)))
+        if self.grounded is not None:
+            return _grounded_number(self.rules, self.grounded, kind, name, low, high)
         digits = "([0-9] | [1-9] [0-9]{1,15})"
         if high is not None and high >= 0 and kind == "integer" and (low is not None and low >= 0):
             width = len(str(int(high)))
@@ -218,6 +224,39 @@ class _Values:
         else:
             return '"{}"'
         return f'"{{" {inner} "}}"'
+
+
+def _grounded_number(
+    rules: _Rules, grounded: frozenset[str], kind: str, name: str, low: float | None, high: float | None
+) -> str:
+    """A number written with one of the grounded numbers' digits (a sign allowed unless the
+    schema is non-negative), within the schema's bounds where they say so; any number of
+    the kind when no grounded one fits (the bounds then matter more than the grounding)."""
+    values = []
+    for text in grounded:
+        if kind == "integer" and ("." in text or (len(text) > 1 and text.startswith("0"))):
+            continue
+        if len(text) > 1 and text.startswith("0") and not text.startswith("0."):
+            continue  # "02" is no JSON number; its "2" is grounded too
+        number = float(text)
+        for value, written in ((number, text), (-number, f"-{text}")):
+            if written == "-0" or (low is not None and value < low) or (high is not None and value > high):
+                continue
+            values.append(written)
+    if not values:
+        return "json-integer" if kind == "integer" else "json-number"
+    return rules.add(f"{name}-g", " | ".join(gbnf_literal(v) for v in sorted(values)))
+
+
+def _grounded_string(rules: _Rules, grounded: frozenset[str], nonempty: bool) -> str:
+    """A JSON string whose every run of digits is a grounded number (a date's "2024",
+    "02" and "25", a formula's "26" and "3"); at most STRING_MAX_CHARS pieces, each a
+    non-digit character or a grounded number and the non-digit after it."""
+    rules.add("g-num", " | ".join(gbnf_literal(v) for v in sorted(grounded, key=lambda v: (len(v), v))))
+    rules.add("g-char", r'[^"\\0-9\x00-\x1f] | json-escape')
+    rules.add("g-seg", "g-char | g-num g-char")
+    body = f"g-seg{{1,{STRING_MAX_CHARS}}} g-num? | g-num" if nonempty else f"g-seg{{0,{STRING_MAX_CHARS}}} g-num?"
+    return rules.add("g-string-nonempty" if nonempty else "g-string", f'"\\"" ({body}) "\\""')
 
 
 def _exclusive_zero(schema: Mapping[str, Any]) -> bool:
@@ -436,6 +475,7 @@ def react_grammar(
     with_thought_label: bool = False,
     avoid: Mapping[str, Mapping[str, Any]] | None = None,
     answer_schema: Mapping[str, Any] | None = None,
+    grounded: frozenset[str] | None = None,
 ) -> str:
     """The GBNF grammar of one ReAct step in `dialect` ("json" or "brackets").
 
@@ -447,10 +487,13 @@ def react_grammar(
     `Observation:` line. `avoid` maps a tool name to arguments whose result is already
     known: that exact call cannot be generated (see `_args_avoiding`). `answer_schema`
     (a typed run's output) holds a json-dialect final answer to one line of JSON in it.
+    `grounded` (grounding.py): the numbers a call's JSON arguments may write, in number
+    values and as the digit runs of strings; the thought and the answer are not held to
+    them, nor a brackets call's bare text.
     """
     named = _named(tools)
     rules = _Rules()
-    values = _Values(rules)
+    values = _Values(rules, grounded=grounded)
     avoid = avoid or {}
     if dialect == "json":
         label = '"Thought: " ' if with_thought_label else ""
@@ -499,18 +542,21 @@ def react_grammar(
     return rules.text()
 
 
-def plan_grammar(tools: Sequence[Mapping[str, Any]], *, max_steps: int = PLAN_MAX_STEPS) -> str:
+def plan_grammar(
+    tools: Sequence[Mapping[str, Any]], *, max_steps: int = PLAN_MAX_STEPS, grounded: frozenset[str] | None = None
+) -> str:
     """The GBNF grammar of a plan: `{"plan": [step, ...]}` with 1..max_steps steps, step k
     being `{"id": "Ek", "tool": <known tool>, "args": <that tool's arguments>}`, where a
     string may use `#E<n>` for an earlier step n < k (whole or embedded), and any other
-    value may be a whole `"#E<n>"` reference."""
+    value may be a whole `"#E<n>"` reference. `grounded` (grounding.py): the numbers a
+    number value may be, unless it is a reference (strings are not held to them)."""
     named = _named(tools)
     if not 1 <= max_steps <= 9:
         raise ValueError(f"max_steps must be between 1 and 9, got {max_steps}")
     rules = _Rules()
     rules.add("root", '" "? "{\\"plan\\": [" step1 "]}" "\\n"?')
     for k in range(1, max_steps + 1):
-        values = _Values(rules, k)
+        values = _Values(rules, k, grounded)
         calls = []
         for i, tool in enumerate(named):
             args = _args_rule(values, tool, f"p{k}-tool{i}-args")
@@ -543,13 +589,17 @@ model writes a run of digits a token each): a 160-character thought plus a 120-c
 `finish[...]` is about 300 tokens, past the 256 this used to be."""
 
 
-def grammar_for(request: ModelRequest, *, plan_max_steps: int = 4, exclude_known: bool = True) -> str | None:
+def grammar_for(
+    request: ModelRequest, *, plan_max_steps: int = 4, exclude_known: bool = True, ground_numbers: bool = False
+) -> str | None:
     """The GBNF text that constrains this request, or None when it is free text.
 
     ReAct steps in the text dialects get react_grammar and plans and replans get
     plan_grammar with at most `plan_max_steps` steps (both need the tools); a solver's
     reply is held to one line; summaries and native tool calling are unconstrained.
-    With `exclude_known`, a ReAct step cannot repeat the request's `known_calls`.
+    With `exclude_known`, a ReAct step cannot repeat the request's `known_calls`; with
+    `ground_numbers`, its call (a plan's number values) writes only numbers the run has
+    seen (grounding.py).
     """
     if request.purpose == "solve":
         return answer_grammar(request.output_schema)
@@ -559,8 +609,10 @@ def grammar_for(request: ModelRequest, *, plan_max_steps: int = 4, exclude_known
         labelled = _THOUGHT_LABEL_AT_END.search(request.prompt[-40:]) is not None
         avoid = dict(request.known_calls) if exclude_known else None
         answer = request.output_schema if request.dialect == "json" else None
+        grounded = prompt_numbers(request.prompt) if ground_numbers else None
         return react_grammar(request.tools, request.dialect, with_thought_label=not labelled, avoid=avoid,
-                             answer_schema=answer)
+                             answer_schema=answer, grounded=grounded)
     if request.purpose in ("plan", "replan"):
-        return plan_grammar(request.tools, max_steps=plan_max_steps)
+        grounded = prompt_numbers(request.prompt) if ground_numbers else None
+        return plan_grammar(request.tools, max_steps=plan_max_steps, grounded=grounded)
     return None

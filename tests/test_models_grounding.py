@@ -1,0 +1,133 @@
+"""Grounded numbers: a ReAct call (or a plan's number value) writes only numbers the run
+has seen, in its question or an observation; the worked examples' numbers and the
+model's own earlier calls do not count."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import loopwright as lw
+from loopwright.models.grammar import grammar_for, plan_grammar, react_grammar
+from loopwright.models.grounding import grounded_numbers, prompt_numbers, task_part
+from loopwright.policy import ModelRequest
+
+RESTOCK = {
+    "name": "restock",
+    "description": "Add units of an item to the stock.",
+    "parameters": {
+        "type": "object",
+        "properties": {"item": {"type": "string"}, "quantity": {"type": "integer"}},
+        "required": ["item", "quantity"],
+    },
+}
+STOCK = {
+    "name": "stock_level",
+    "description": "How many units of an item are in stock.",
+    "parameters": {"type": "object", "properties": {"item": {"type": "string"}}, "required": ["item"]},
+}
+COMPUTE = {
+    "name": "compute",
+    "description": "Work out a formula.",
+    "parameters": {"type": "object", "properties": {"formula": {"type": "string"}}, "required": ["formula"]},
+}
+TOOLS = (STOCK, RESTOCK, COMPUTE)
+
+PROMPT = """\
+Answer the question using the tools below.
+
+Example:
+Question: Add 5 gaskets to the stock. How many are there now?
+Thought: I need to add units, so I use restock
+Action: restock
+Action Input: {"item": "gasket", "quantity": 5}
+Observation: <untrusted source="restock#1">22</untrusted>
+Thought: I know the answer
+Final Answer: 22
+
+Question: Restock bolts by as many units as there are hinges in stock.
+Thought: I need the hinges, and I guess 30
+Action: stock_level
+Action Input: {"item": "hinge", "guess": 77}
+Observation: <untrusted source="stock_level#1">12</untrusted>
+Thought:"""
+
+
+def step(name: str, args: str) -> str:
+    return f" ok\nAction: {name}\nAction Input: {args}\n"
+
+
+# ----------------------------------------------------------------- the text (fast)
+
+
+def test_the_task_part_starts_at_the_question_that_opens_no_example() -> None:
+    part = task_part(PROMPT)
+    assert part is not None and part.startswith("Question: Restock bolts")
+    assert task_part("no question here") is None
+
+
+def test_seen_numbers_are_the_questions_and_the_observations_only() -> None:
+    seen = prompt_numbers(PROMPT)
+    assert seen == {"0", "1", "12"}  # not the example's 5 and 22, the thought's 30, the call's 77
+    assert prompt_numbers("Tools: add 5 and 7") is None  # no question: nothing held
+
+
+def test_numbers_are_kept_as_written_and_as_json_writes_them() -> None:
+    seen = grounded_numbers(["Oslo has 1,418,000 people", "2024-02-25", "2000.0 m", "3.0480 ft"])
+    assert {"1418000", "2024", "02", "2", "25", "2000.0", "2000", "3.0480", "3.048"} <= seen
+    assert "418" not in seen and "000" not in seen  # a thousands group is no number of its own
+
+
+def test_number_words_count_as_seen() -> None:
+    assert {"3", "2", "7", "12"} <= grounded_numbers(["three times, twice, a week, a dozen"])
+
+
+def test_grammar_for_grounds_only_when_asked() -> None:
+    request = ModelRequest(PROMPT, purpose="react", tools=TOOLS)
+    assert "g-num" not in (grammar_for(request) or "")
+    grounded = grammar_for(request, ground_numbers=True) or ""
+    assert 'g-num ::= "0" | "1" | "12"' in grounded
+    plan = ModelRequest("Question: Restock bolts by the hinges.\nPlan:", purpose="plan", tools=TOOLS)
+    assert "-g ::=" in (grammar_for(plan, ground_numbers=True) or "") and "-g ::=" not in (grammar_for(plan) or "")
+
+
+def test_a_prompt_without_a_question_is_not_grounded() -> None:
+    request = ModelRequest("Use the tools.\nThought:", purpose="react", tools=TOOLS)
+    assert grammar_for(request, ground_numbers=True) == grammar_for(request)
+
+
+# --------------------------------------------- what llama.cpp accepts (real vocab)
+
+
+@pytest.fixture(scope="module")
+def model() -> Any:
+    return lw.models.LlamaCpp(n_ctx=256)
+
+
+@pytest.mark.slow
+def test_a_call_writes_seen_numbers_and_no_others(model: Any) -> None:
+    seen = grounded_numbers(["Iron has atomic number 26.", "What is it times 3, on 2024-02-25?"])
+    g = react_grammar(TOOLS, grounded=seen)
+    assert model.grammar_accepts(g, step("compute", '{"formula": "26 * 3"}'))
+    assert model.grammar_accepts(g, step("compute", '{"formula": "2024-02-25"}'))
+    assert model.grammar_accepts(g, step("restock", '{"item": "bolt", "quantity": -26}'))
+    assert model.grammar_accepts(g, step("stock_level", '{"item": "bolt"}'))
+    assert model.grammar_accepts(g, " I know it\nFinal Answer: 795\n")  # the answer is free
+    assert not model.grammar_accepts(g, step("compute", '{"formula": "27 * 3"}'))
+    assert not model.grammar_accepts(g, step("compute", '{"formula": "263"}'))  # "26" then a digit
+    assert not model.grammar_accepts(g, step("compute", '{"formula": "2024-03-25"}'))
+    assert not model.grammar_accepts(g, step("restock", '{"item": "bolt", "quantity": 5}'))
+    free = react_grammar(TOOLS)
+    assert model.grammar_accepts(free, step("restock", '{"item": "bolt", "quantity": 5}'))
+
+
+@pytest.mark.slow
+def test_a_plan_passes_a_result_on_instead_of_an_unseen_number(model: Any) -> None:
+    g = plan_grammar(TOOLS, grounded=frozenset({"0", "1"}))
+    chained = (' {"plan": [{"id": "E1", "tool": "stock_level", "args": {"item": "hinge"}}, '
+               '{"id": "E2", "tool": "restock", "args": {"item": "bolt", "quantity": "#E1"}}]}')
+    invented = ' {"plan": [{"id": "E1", "tool": "restock", "args": {"item": "bolt", "quantity": 12}}]}'
+    assert model.grammar_accepts(g, chained)
+    assert not model.grammar_accepts(g, invented)
+    assert model.grammar_accepts(plan_grammar(TOOLS), invented)
