@@ -414,6 +414,10 @@ def make_model(config: str) -> Any | None:
         if "ground_numbers" not in inspect.signature(lw.models.LlamaCpp).parameters:
             return None
         options["ground_numbers"] = True
+    if "use_all" in parts:  # every number of the question passed to a tool before the answer
+        if "use_question_numbers" not in inspect.signature(lw.models.LlamaCpp).parameters:
+            return None
+        options["use_question_numbers"] = True
     if "state_cache_off" in parts:
         if "state_cache_bytes" not in inspect.signature(lw.models.LlamaCpp).parameters:
             return None
@@ -421,7 +425,28 @@ def make_model(config: str) -> Any | None:
     return lw.models.LlamaCpp(MODEL_PATH[0] if MODEL_PATH else None, **options)
 
 
+# Prompt ideas measured as rows before any becomes a default: the ReAct template with one
+# more instruction after its format lines.
+_PLAN_FIRST = ("When the question needs several values, your first Thought names each one, and you look "
+               "each up with a tool before you use it: never write a number the question or an "
+               "Observation did not give.")
+PROMPT_VARIANTS = {"plan_first": _PLAN_FIRST}
+
+
+def _variant(prompts: Any, config: str) -> Any:
+    for part in config.split("+"):
+        if part in PROMPT_VARIANTS:
+            template = prompts.react_json.replace("\n\nTools:", f"\n{PROMPT_VARIANTS[part]}\n\nTools:", 1)
+            prompts = dataclasses.replace(prompts, react_json=template)
+    return prompts
+
+
 def prompts_for(config: str) -> Any | None:
+    prompts = _prompts_for(config)
+    return None if prompts is None else _variant(prompts, config)
+
+
+def _prompts_for(config: str) -> Any | None:
     for how in ("nearest", "all"):  # whole_runs+runs_nearest: the chosen run after the single-call examples
         if f"runs_{how}" in config.split("+"):
             return dataclasses.replace(lw.prompts.DEFAULT_PROMPTS, run_examples=how)
