@@ -75,7 +75,7 @@ def test_the_task_part_starts_at_the_question_that_opens_no_example() -> None:
 
 def test_seen_numbers_are_the_questions_and_the_observations_only() -> None:
     seen = prompt_numbers(PROMPT)
-    assert seen == {"0", "1", "12"}  # not the example's 5 and 22, the thought's 30, the call's 77
+    assert seen == {"12"}  # not the example's 5 and 22, the thought's 30, the call's 77
     assert prompt_numbers("Tools: add 5 and 7") is None  # no question: nothing held
 
 
@@ -93,9 +93,22 @@ def test_grammar_for_grounds_only_when_asked() -> None:
     request = ModelRequest(PROMPT, purpose="react", tools=TOOLS)
     assert "g-num" not in (grammar_for(request) or "")
     grounded = grammar_for(request, ground_numbers=True) or ""
-    assert 'g-num ::= "0" | "1" | "12"' in grounded
-    plan = ModelRequest("Question: Restock bolts by the hinges.\nPlan:", purpose="plan", tools=TOOLS)
+    assert 'g-num ::= "12"' in grounded
+    plan = ModelRequest("Question: Restock bolts by 12.\nPlan:", purpose="plan", tools=TOOLS)
     assert "-g ::=" in (grammar_for(plan, ground_numbers=True) or "") and "-g ::=" not in (grammar_for(plan) or "")
+
+
+def test_a_call_that_needs_an_unseen_number_is_not_offered() -> None:
+    request = ModelRequest("Question: Restock bolts by the hinges.\nThought:", purpose="react", tools=TOOLS)
+    grounded = grammar_for(request, ground_numbers=True) or ""
+    assert "restock" not in grounded and "stock_level" in grounded
+    assert "restock" in (grammar_for(request) or "")
+    optional = {**RESTOCK, "parameters": {**RESTOCK["parameters"], "required": ["item"]}}
+    assert '"quantity"' not in react_grammar((optional,), grounded=frozenset())  # an optional key is left out
+    plan = plan_grammar(TOOLS, grounded=frozenset())
+    assert '"restock", \\"args\\": "' not in plan.split("step2 ::=")[0].split("step1 ::=")[1]
+    only = plan_grammar((RESTOCK,), grounded=frozenset())
+    assert only == plan_grammar((RESTOCK,))  # no step 1 at all: not held
 
 
 def test_a_prompt_without_a_question_is_not_grounded() -> None:
@@ -167,13 +180,20 @@ def test_a_call_writes_seen_numbers_and_no_others(model: Any) -> None:
 
 @pytest.mark.slow
 def test_a_plan_passes_a_result_on_instead_of_an_unseen_number(model: Any) -> None:
-    g = plan_grammar(TOOLS, grounded=frozenset({"0", "1"}))
+    g = plan_grammar(TOOLS, grounded=frozenset())
     chained = (' {"plan": [{"id": "E1", "tool": "stock_level", "args": {"item": "hinge"}}, '
                '{"id": "E2", "tool": "restock", "args": {"item": "bolt", "quantity": "#E1"}}]}')
     invented = ' {"plan": [{"id": "E1", "tool": "restock", "args": {"item": "bolt", "quantity": 12}}]}'
     assert model.grammar_accepts(g, chained)
     assert not model.grammar_accepts(g, invented)
     assert model.grammar_accepts(plan_grammar(TOOLS), invented)
+
+
+@pytest.mark.slow
+def test_with_no_number_seen_the_step_looks_one_up(model: Any) -> None:
+    g = react_grammar(TOOLS, grounded=frozenset())
+    assert model.grammar_accepts(g, step("stock_level", '{"item": "hinge"}'))
+    assert not model.grammar_accepts(g, step("restock", '{"item": "bolt", "quantity": 1}'))
 
 
 @pytest.mark.slow

@@ -114,7 +114,12 @@ class _Values:
         In a plan, a whole-value `"#E<n>"` reference is accepted in place of any value.
         A required string is non-empty unless the schema allows "" (minLength 0, a ""
         default)."""
-        rule = self._typed(schema, name, required)
+        try:
+            rule = self._typed(schema, name, required)
+        except _Unseen:
+            if self.ref is None:
+                raise
+            return self.ref  # no number seen: only an earlier step's result
         if self.ref is None or rule == self.string:
             return rule
         return self.rules.add(f"{name}-or-ref", f"{rule} | {self.ref}")
@@ -203,11 +208,12 @@ class _Values:
         required_set = set(schema.get("required") or ())
         keys = list(props)
         required = [k for k in keys if k in required_set]
-        optional = [k for k in keys if k not in required_set]
 
         def pair(key: str) -> str:
             value = self.value(props[key], f"{name}-p{keys.index(key)}", key in required_set)
             return f"{_json_literal(key)} {gbnf_literal(': ')} {value}"
+
+        optional = [k for k in keys if k not in required_set and _writable(pair, k)]
 
         if required:
             parts = [pair(required[0])]
@@ -226,12 +232,26 @@ class _Values:
         return f'"{{" {inner} "}}"'
 
 
+class _Unseen(Exception):
+    """A number value with no grounded number to write: its call cannot be made yet."""
+
+
+def _writable(pair: Any, key: str) -> bool:
+    """Whether an optional key's value can be written (one held to unseen numbers cannot)."""
+    try:
+        pair(key)
+    except _Unseen:
+        return False
+    return True
+
+
 def _grounded_number(
     rules: _Rules, grounded: frozenset[str], kind: str, name: str, low: float | None, high: float | None
 ) -> str:
     """A number written with one of the grounded numbers' digits (a sign allowed unless the
-    schema is non-negative), within the schema's bounds where they say so; any number of
-    the kind when no grounded one fits (the bounds then matter more than the grounding)."""
+    schema is non-negative), within the schema's bounds where they say so. Raises _Unseen
+    when none fits: the call (or the optional key) is left out of this step's grammar,
+    so the model has to look the number up first."""
     values = []
     for text in grounded:
         if kind == "integer" and ("." in text or (len(text) > 1 and text.startswith("0"))):
@@ -244,7 +264,7 @@ def _grounded_number(
                 continue
             values.append(written)
     if not values:
-        return "json-integer" if kind == "integer" else "json-number"
+        raise _Unseen(name)
     return rules.add(f"{name}-g", " | ".join(gbnf_literal(v) for v in sorted(values)))
 
 
@@ -252,8 +272,11 @@ def _grounded_string(rules: _Rules, grounded: frozenset[str], nonempty: bool) ->
     """A JSON string whose every run of digits is a grounded number (a date's "2024",
     "02" and "25", a formula's "26" and "3"); at most STRING_MAX_CHARS pieces, each a
     non-digit character or a grounded number and the non-digit after it."""
-    rules.add("g-num", " | ".join(gbnf_literal(v) for v in sorted(grounded, key=lambda v: (len(v), v))))
     rules.add("g-char", r'[^"\\0-9\x00-\x1f] | json-escape')
+    if not grounded:  # no digit at all
+        body = f"g-char{{{int(nonempty)},{STRING_MAX_CHARS}}}"
+        return rules.add("g-string-nonempty" if nonempty else "g-string", f'"\\"" {body} "\\""')
+    rules.add("g-num", " | ".join(gbnf_literal(v) for v in sorted(grounded, key=lambda v: (len(v), v))))
     rules.add("g-seg", "g-char | g-num g-char")
     body = f"g-seg{{1,{STRING_MAX_CHARS}}} g-num? | g-num" if nonempty else f"g-seg{{0,{STRING_MAX_CHARS}}} g-num?"
     return rules.add("g-string-nonempty" if nonempty else "g-string", f'"\\"" ({body}) "\\""')
@@ -502,7 +525,10 @@ def react_grammar(
         rules.add("root", "")  # first, as llama.cpp prints it; its body follows the tools
         alts = []
         for i, tool in enumerate(named):
-            args = _args_avoiding(values, tool, f"tool{i}-args", avoid.get(str(tool["name"])))
+            try:
+                args = _args_avoiding(values, tool, f"tool{i}-args", avoid.get(str(tool["name"])))
+            except _Unseen:
+                continue  # it needs a number the run has not seen
             if args is None:
                 continue  # its only possible call is the known one
             head = gbnf_literal(f"{tool['name']}\nAction Input: ")
@@ -528,7 +554,10 @@ def react_grammar(
                 if text is not None:
                     arg = _text_avoiding(rules, f"tool{i}-text", text, "[^\\[\\]\\n]", "\\[\\]\\n", 1, STRING_MAX_CHARS)
             else:
-                arg = _args_avoiding(values, tool, f"tool{i}-args", known)
+                try:
+                    arg = _args_avoiding(values, tool, f"tool{i}-args", known)
+                except _Unseen:
+                    continue
             if arg is not None:
                 alts.append(rules.add(f"tool{i}", f'{gbnf_literal(str(tool["name"]))} "[" {arg} "]"'))
         step = "final" if not alts else "call" if not answer else "(call | final)"
@@ -562,9 +591,14 @@ def plan_grammar(
         values = _Values(rules, k, grounded)
         calls = []
         for i, tool in enumerate(named):
-            args = _args_rule(values, tool, f"p{k}-tool{i}-args")
+            try:
+                args = _args_rule(values, tool, f"p{k}-tool{i}-args")
+            except _Unseen:
+                continue  # step 1 has no result to pass on; a later step's is a reference
             head = gbnf_literal(f'{json.dumps(str(tool["name"]), ensure_ascii=False)}, "args": ')
             calls.append(f"({head} {args})")
+        if not calls:  # every tool needs a number the question does not give
+            return plan_grammar(tools, max_steps=max_steps)
         more = f' (", " step{k + 1})?' if k < max_steps else ""
         head = gbnf_literal(f'{{"id": "E{k}", "tool": ')
         rules.add(f"step{k}", f'{head} ({" | ".join(calls)}) "}}"{more}')

@@ -8,9 +8,10 @@ grammar may hold the numbers of a call to the ones the run has seen (`grammar.py
 
 Seen means: written in the task's question or in an observation of this run (the
 contents of its <untrusted> fences), not in the worked examples, the tool descriptions,
-or the model's own earlier thoughts and calls. Besides them, 0 and 1, and the number a
-word of the question or an observation names ("three", "twice", "a week", "a dozen"),
-are always allowed.
+or the model's own earlier thoughts and calls, and the number a word of the question or
+an observation names ("three", "twice", "a week", "a dozen"). A call that needs a number
+none of those gives cannot be made at that step (not even 0 or 1: given them, the 0.5B
+model restocked by 1 instead of looking the amount up).
 
 The other way round, a small model often answers after the first call, leaving part of
 the question unused ("10 days after 2024-02-25": it asks the weekday of 2024-02-25 and
@@ -24,7 +25,6 @@ from __future__ import annotations
 import re
 from typing import Final
 
-ALWAYS: Final = ("0", "1")
 WORDS: Final = {
     "zero": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6",
     "seven": "7", "eight": "8", "nine": "9", "ten": "10", "eleven": "11", "twelve": "12",
@@ -94,8 +94,8 @@ def unused_numbers(prompt: str) -> frozenset[str]:
 def grounded_numbers(texts: list[str]) -> frozenset[str]:
     """The numbers `texts` write, as written (thousands separators dropped) and as a JSON
     number writes them ("02" also as "2", "2000.0" also as "2000"), the numbers their
-    words name (WORDS), and ALWAYS."""
-    found = set(ALWAYS)
+    words name (WORDS)."""
+    found: set[str] = set()
     for text in texts:
         for number in _NUMBER.findall(text):
             plain = number.replace(",", "")
