@@ -2,15 +2,17 @@
 
     .venv/bin/python benchmarks/quality.py [--split heldout|dev|all] [--modes react,rewoo]
         [--configs default,whole_runs,examples_off,exclusion_off,grammar_off,state_cache_off,
-                   echoes,invented,bootstrap,bootstrap_only,server_off,server_grammar]
+                   echoes,invented,bootstrap,bootstrap_only,server_off,server_grammar,
+                   grounded,use_all,plan_first]
         [--sets units,inventory,facts] [--model PATH.gguf] [--questions both|single|multi]
         [--max-steps 4] [--markdown out.md] [--show]
 
 Each set has 21 labelled single-call questions; every third is held out (7 per set):
-develop on the rest, report the held-out figures. Each set also has 5 held-out
-multi-call questions (two calls, the second using the first's result, and a
-computation), reported apart, and 5 development ones of the same kind (`--split dev`
-runs those; `--split all` both). `whole_runs` declares one whole-run example per kind of
+develop on the rest, report the held-out figures. Each set also has 9 held-out
+multi-call questions, reported apart: 5 of two calls, the second using the first's
+result, and a computation, and 4 of other kinds (sums of two and three values, a
+difference, a date shifted across a leap day); and 7 development ones of those kinds
+(`--split dev` runs those; `--split all` both). `whole_runs` declares one whole-run example per kind of
 chain the dev questions show (`ToolRegistry(tools, examples=[...])`; ReAct shows the nearest
 alone when it fits, `whole_runs+runs_nearest` after the single-call examples,
 `whole_runs+runs_all` every one); `state_cache_off` runs the model without its
@@ -25,7 +27,11 @@ with no switch in the library, the old behaviour patched back in for the row: `e
 (examples end with the observation pasted whole: answers-not-echoes off) and `invented`
 (a tool with no real value to show gets arguments made from its parameters' names: no
 invented values off; it matters with `examples_off`, as `examples_off+invented`); join
-configurations with `+` to switch several off. `--show` prints each question's answer
+configurations with `+` to switch several off. Techniques measured before they became
+defaults, switched on: `grounded` (`LlamaCpp(ground_numbers=True)`: a call writes only
+numbers the question or an observation gave), `use_all` (`use_question_numbers=True`: no
+answer while a number of the question has not been passed to a tool) and `plan_first`
+(one more ReAct instruction: name the values needed and look each up first). `--show` prints each question's answer
 and calls. And `bootstrap` (not in the
 default list): `lw.bootstrap_examples` on the set's dev questions with the same model and
 mode, the kept calls added before each tool's declared examples (the prompt's budget
