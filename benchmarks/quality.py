@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/quality.py [--split heldout|dev|all] [--modes react,rewoo]
         [--configs default,whole_runs,examples_off,exclusion_off,grammar_off,state_cache_off,
                    echoes,invented,bootstrap,bootstrap_only,server_off,server_grammar,
-                   grounded,use_all,plan_first]
+                   grounded]
         [--sets units,inventory,facts] [--model PATH.gguf] [--questions both|single|multi]
         [--max-steps 4] [--markdown out.md] [--show]
 
@@ -27,11 +27,9 @@ with no switch in the library, the old behaviour patched back in for the row: `e
 (examples end with the observation pasted whole: answers-not-echoes off) and `invented`
 (a tool with no real value to show gets arguments made from its parameters' names: no
 invented values off; it matters with `examples_off`, as `examples_off+invented`); join
-configurations with `+` to switch several off. Techniques measured before they became
-defaults, switched on: `grounded` (`LlamaCpp(ground_numbers=True)`: a call writes only
-numbers the question or an observation gave), `use_all` (`use_question_numbers=True`: no
-answer while a number of the question has not been passed to a tool) and `plan_first`
-(one more ReAct instruction: name the values needed and look each up first). `--show` prints each question's answer
+configurations with `+` to switch several off. And one technique
+switched on: `grounded` (`LlamaCpp(ground_numbers=True)`: a call writes only numbers the
+question or an observation gave). `--show` prints each question's answer
 and calls. And `bootstrap` (not in the
 default list): `lw.bootstrap_examples` on the set's dev questions with the same model and
 mode, the kept calls added before each tool's declared examples (the prompt's budget
@@ -420,10 +418,6 @@ def make_model(config: str) -> Any | None:
         if "ground_numbers" not in inspect.signature(lw.models.LlamaCpp).parameters:
             return None
         options["ground_numbers"] = True
-    if "use_all" in parts:  # every number of the question passed to a tool before the answer
-        if "use_question_numbers" not in inspect.signature(lw.models.LlamaCpp).parameters:
-            return None
-        options["use_question_numbers"] = True
     if "state_cache_off" in parts:
         if "state_cache_bytes" not in inspect.signature(lw.models.LlamaCpp).parameters:
             return None
@@ -431,28 +425,7 @@ def make_model(config: str) -> Any | None:
     return lw.models.LlamaCpp(MODEL_PATH[0] if MODEL_PATH else None, **options)
 
 
-# Prompt ideas measured as rows before any becomes a default: the ReAct template with one
-# more instruction after its format lines.
-_PLAN_FIRST = ("When the question needs several values, your first Thought names each one, and you look "
-               "each up with a tool before you use it: never write a number the question or an "
-               "Observation did not give.")
-PROMPT_VARIANTS = {"plan_first": _PLAN_FIRST}
-
-
-def _variant(prompts: Any, config: str) -> Any:
-    for part in config.split("+"):
-        if part in PROMPT_VARIANTS:
-            template = prompts.react_json.replace("\n\nTools:", f"\n{PROMPT_VARIANTS[part]}\n\nTools:", 1)
-            prompts = dataclasses.replace(prompts, react_json=template)
-    return prompts
-
-
 def prompts_for(config: str) -> Any | None:
-    prompts = _prompts_for(config)
-    return None if prompts is None else _variant(prompts, config)
-
-
-def _prompts_for(config: str) -> Any | None:
     for how in ("nearest", "all"):  # whole_runs+runs_nearest: the chosen run after the single-call examples
         if f"runs_{how}" in config.split("+"):
             return dataclasses.replace(lw.prompts.DEFAULT_PROMPTS, run_examples=how)

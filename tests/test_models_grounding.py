@@ -11,11 +11,9 @@ import pytest
 import loopwright as lw
 from loopwright.models.grammar import grammar_for, plan_grammar, react_grammar
 from loopwright.models.grounding import (
-    HOLD_CALLS,
     grounded_numbers,
     prompt_numbers,
     task_part,
-    unused_numbers,
 )
 from loopwright.policy import ModelRequest
 
@@ -116,43 +114,6 @@ def test_a_prompt_without_a_question_is_not_grounded() -> None:
     assert grammar_for(request, ground_numbers=True) == grammar_for(request)
 
 
-DATES = """\
-Example:
-Question: What day of the week is 3 days after 2023-01-30?
-Action Input: {"date": "2023-01-30", "days": 3}
-
-Question: What day of the week is 10 days after 2024-02-25, on K2?
-Thought: I look up the day
-Action: day_of_week
-Action Input: {"date": "2024-02-25"}
-Observation: <untrusted source="day_of_week#1">Sunday</untrusted>
-Thought:"""
-SHIFT = {
-    "name": "shift_date",
-    "description": "A date some days later.",
-    "parameters": {"type": "object", "properties": {"date": {"type": "string"}, "days": {"type": "integer"}},
-                   "required": ["date", "days"]},
-}
-
-
-def test_unused_numbers_are_the_questions_own_that_no_call_wrote() -> None:
-    assert unused_numbers(DATES) == {"10"}  # not the date's parts (used), K2's 2, the example's 3
-    shifted = DATES.replace('{"date": "2024-02-25"}', '{"date": "2024-02-25", "days": 10}')
-    assert unused_numbers(shifted) == frozenset()
-    assert unused_numbers("no question") == frozenset()
-
-
-def test_the_answer_waits_for_the_questions_numbers_only_when_asked() -> None:
-    request = ModelRequest(DATES, purpose="react", tools=(SHIFT,))
-    assert "final)" in (grammar_for(request) or "")
-    held = grammar_for(request, use_question_numbers=True) or ""
-    assert "root ::= thought \"\\n\" action\n" in held
-    calls = "".join(f'Action: shift_date\nAction Input: {{"date": "2024-02-2{k}"}}\nObservation: x\n'
-                    for k in range(HOLD_CALLS))
-    late = ModelRequest(DATES.removesuffix("Thought:") + calls + "Thought:", purpose="react", tools=(SHIFT,))
-    assert "final)" in (grammar_for(late, use_question_numbers=True) or "")  # never held past HOLD_CALLS calls
-
-
 # --------------------------------------------- what llama.cpp accepts (real vocab)
 
 
@@ -194,15 +155,3 @@ def test_with_no_number_seen_the_step_looks_one_up(model: Any) -> None:
     g = react_grammar(TOOLS, grounded=frozenset())
     assert model.grammar_accepts(g, step("stock_level", '{"item": "hinge"}'))
     assert not model.grammar_accepts(g, step("restock", '{"item": "bolt", "quantity": 1}'))
-
-
-@pytest.mark.slow
-def test_a_held_step_cannot_answer_but_can_call(model: Any) -> None:
-    args = '{"date": "2024-02-25", "days": 10}'
-    cases = (("json", " done\nFinal Answer: Sunday\n", step("shift_date", args)),
-             ("brackets", " done\nAction 2: finish[Sunday]\n", f" go\nAction 2: shift_date[{args}]"))
-    for dialect, answer, call in cases:
-        held = react_grammar((SHIFT,), dialect, answer=False)
-        assert not model.grammar_accepts(held, answer)
-        assert model.grammar_accepts(held, call)
-        assert model.grammar_accepts(react_grammar((SHIFT,), dialect), answer)

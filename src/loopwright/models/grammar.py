@@ -26,7 +26,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from loopwright.models.grounding import HOLD_CALLS, calls_in, prompt_numbers, unused_numbers
+from loopwright.models.grounding import prompt_numbers
 from loopwright.policy import ModelRequest
 
 THOUGHT_MAX_CHARS: Final = 160
@@ -499,7 +499,6 @@ def react_grammar(
     avoid: Mapping[str, Mapping[str, Any]] | None = None,
     answer_schema: Mapping[str, Any] | None = None,
     grounded: frozenset[str] | None = None,
-    answer: bool = True,
 ) -> str:
     """The GBNF grammar of one ReAct step in `dialect` ("json" or "brackets").
 
@@ -513,8 +512,7 @@ def react_grammar(
     (a typed run's output) holds a json-dialect final answer to one line of JSON in it.
     `grounded` (grounding.py): the numbers a call's JSON arguments may write, in number
     values and as the digit runs of strings; the thought and the answer are not held to
-    them, nor a brackets call's bare text. `answer` False: the step must be a call (when
-    some call is left to make).
+    them, nor a brackets call's bare text.
     """
     named = _named(tools)
     rules = _Rules()
@@ -533,8 +531,7 @@ def react_grammar(
                 continue  # its only possible call is the known one
             head = gbnf_literal(f"{tool['name']}\nAction Input: ")
             alts.append(rules.add(f"tool{i}", f'{head} {args} "\\n"?'))
-        step = "action" if alts and not answer else f'({"action | " if alts else ""}final)'
-        rules.add("root", f'{label}thought "\\n" {step}')
+        rules.add("root", f'{label}thought "\\n" ({"action | " if alts else ""}final)')
         if alts:
             rules.add("action", '"Action: " (' + " | ".join(alts) + ")")
         rules.add("final", '"Final Answer: " answer "\\n"?')
@@ -560,7 +557,7 @@ def react_grammar(
                     continue
             if arg is not None:
                 alts.append(rules.add(f"tool{i}", f'{gbnf_literal(str(tool["name"]))} "[" {arg} "]"'))
-        step = "final" if not alts else "call" if not answer else "(call | final)"
+        step = "(call | final)" if alts else "final"
         rules.add("root", f'{label}thought "\\n" "Action " [0-9]{{1,2}} ": " {step}')
         if alts:
             rules.add("call", " | ".join(alts))
@@ -632,7 +629,7 @@ def grammar_for(
     plan_max_steps: int = 4,
     exclude_known: bool = True,
     ground_numbers: bool = False,
-    use_question_numbers: bool = False,
+
 ) -> str | None:
     """The GBNF text that constrains this request, or None when it is free text.
 
@@ -641,8 +638,7 @@ def grammar_for(
     reply is held to one line; summaries and native tool calling are unconstrained.
     With `exclude_known`, a ReAct step cannot repeat the request's `known_calls`; with
     `ground_numbers`, its call (a plan's number values) writes only numbers the run has
-    seen (grounding.py); with `use_question_numbers`, a ReAct step cannot answer while a
-    number the question writes has not been passed to a tool (for up to HOLD_CALLS calls).
+    seen (grounding.py).
     """
     if request.purpose == "solve":
         return answer_grammar(request.output_schema)
@@ -653,10 +649,8 @@ def grammar_for(
         avoid = dict(request.known_calls) if exclude_known else None
         answer = request.output_schema if request.dialect == "json" else None
         grounded = prompt_numbers(request.prompt) if ground_numbers else None
-        hold = use_question_numbers and len(calls_in(request.prompt)) < HOLD_CALLS and bool(
-            unused_numbers(request.prompt))
         return react_grammar(request.tools, request.dialect, with_thought_label=not labelled, avoid=avoid,
-                             answer_schema=answer, grounded=grounded, answer=not hold)
+                             answer_schema=answer, grounded=grounded)
     if request.purpose in ("plan", "replan"):
         grounded = prompt_numbers(request.prompt) if ground_numbers else None
         return plan_grammar(request.tools, max_steps=plan_max_steps, grounded=grounded)

@@ -13,11 +13,6 @@ an observation names ("three", "twice", "a week", "a dozen"). A call that needs 
 none of those gives cannot be made at that step (not even 0 or 1: given them, the 0.5B
 model restocked by 1 instead of looking the amount up).
 
-The other way round, a small model often answers after the first call, leaving part of
-the question unused ("10 days after 2024-02-25": it asks the weekday of 2024-02-25 and
-answers). `unused_numbers` is what the question writes that no call of the run has
-passed to a tool yet; a grammar may hold the answer back until there is none
-(`use_question_numbers`), for at most HOLD_CALLS calls.
 """
 
 from __future__ import annotations
@@ -38,11 +33,6 @@ _NUMBER: Final = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?")
 _WORD: Final = re.compile(r"[a-z]+")
 _FENCED: Final = re.compile(r"<untrusted[^>]*>(.*?)</untrusted>", re.S)
 _QUESTION: Final = re.compile(r"(?m)^Question: ")
-_STANDALONE: Final = re.compile(r"(?<![A-Za-z\d.,])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?![A-Za-z\d])")
-_CALL: Final = re.compile(r"(?m)^(?:Action Input: (.*)|Action \d+: [^\[\n]*\[(.*)\])$")
-HOLD_CALLS: Final = 3
-"""After this many calls an answer is allowed whatever the question's numbers: a number
-the question writes that no tool needs must not keep a run from answering."""
 
 
 def task_part(prompt: str) -> str | None:
@@ -61,34 +51,6 @@ def seen_texts(prompt: str) -> list[str] | None:
         return None
     question = re.split(r"\nThought|\nAction|\nPlan:", part, maxsplit=1)[0]
     return [question, *_FENCED.findall(part)]
-
-
-def _forms(number: str) -> set[str]:
-    plain = number.replace(",", "")
-    whole, _, fraction = plain.partition(".")
-    return {plain, str(int(whole)) if not fraction.strip("0") else f"{int(whole)}.{fraction.rstrip('0')}"}
-
-
-def calls_in(prompt: str) -> list[str]:
-    """The arguments of each call the run in a ReAct `prompt` has made, as written there."""
-    part = task_part(prompt) or ""
-    return [a or b for a, b in _CALL.findall(part)]
-
-
-def unused_numbers(prompt: str) -> frozenset[str]:
-    """The numbers the task's question writes on their own (a date's parts, "3 km"; not
-    the 2 of "K2") that no call of the run has written yet, in the form JSON writes them."""
-    texts = seen_texts(prompt)
-    if not texts:
-        return frozenset()
-    asked = set()
-    for number in _STANDALONE.findall(texts[0]):
-        asked |= {min(_forms(number), key=len)}
-    used: set[str] = set()
-    for args in calls_in(prompt):
-        for number in _NUMBER.findall(args):
-            used |= _forms(number)
-    return frozenset(n for n in asked if not _forms(n) & used)
 
 
 def grounded_numbers(texts: list[str]) -> frozenset[str]:
