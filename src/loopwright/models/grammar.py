@@ -629,7 +629,6 @@ def grammar_for(
     plan_max_steps: int = 4,
     exclude_known: bool = True,
     ground_numbers: bool = False,
-
 ) -> str | None:
     """The GBNF text that constrains this request, or None when it is free text.
 
