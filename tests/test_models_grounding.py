@@ -155,3 +155,19 @@ def test_with_no_number_seen_the_step_looks_one_up(model: Any) -> None:
     g = react_grammar(TOOLS, grounded=frozenset())
     assert model.grammar_accepts(g, step("stock_level", '{"item": "hinge"}'))
     assert not model.grammar_accepts(g, step("restock", '{"item": "bolt", "quantity": 1}'))
+
+
+@pytest.mark.slow
+def test_the_embedded_model_grounds_its_steps_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[str] = []
+
+    def spy(self: Any, text: str) -> Any:
+        seen.append(text)
+        raise StopIteration  # the grammar is what is checked: no tokens generated
+
+    monkeypatch.setattr(lw.models.LlamaCpp, "compiled_grammar", spy)
+    request = ModelRequest(PROMPT, purpose="react", tools=TOOLS)
+    for ground in (False, True):
+        with pytest.raises(StopIteration):
+            lw.models.LlamaCpp(n_ctx=1024, ground_numbers=ground).complete(request)
+    assert "g-num" not in seen[0] and 'g-num ::= "12"' in seen[1]
