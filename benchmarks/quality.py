@@ -2,15 +2,17 @@
 
     .venv/bin/python benchmarks/quality.py [--split heldout|dev|all] [--modes react,rewoo]
         [--configs default,whole_runs,examples_off,exclusion_off,grammar_off,state_cache_off,
-                   echoes,invented,bootstrap,bootstrap_only,server_off,server_grammar]
+                   echoes,invented,bootstrap,bootstrap_only,server_off,server_grammar,
+                   grounded]
         [--sets units,inventory,facts] [--model PATH.gguf] [--questions both|single|multi]
         [--max-steps 4] [--markdown out.md] [--show]
 
 Each set has 21 labelled single-call questions; every third is held out (7 per set):
-develop on the rest, report the held-out figures. Each set also has 5 held-out
-multi-call questions (two calls, the second using the first's result, and a
-computation), reported apart, and 5 development ones of the same kind (`--split dev`
-runs those; `--split all` both). `whole_runs` declares one whole-run example per kind of
+develop on the rest, report the held-out figures. Each set also has 9 held-out
+multi-call questions, reported apart: 5 of two calls, the second using the first's
+result, and a computation, and 4 of other kinds (sums of two and three values, a
+difference, a date shifted across a leap day); and 7 development ones of those kinds
+(`--split dev` runs those; `--split all` both). `whole_runs` declares one whole-run example per kind of
 chain the dev questions show (`ToolRegistry(tools, examples=[...])`; ReAct shows the nearest
 alone when it fits, `whole_runs+runs_nearest` after the single-call examples,
 `whole_runs+runs_all` every one); `state_cache_off` runs the model without its
@@ -25,7 +27,9 @@ with no switch in the library, the old behaviour patched back in for the row: `e
 (examples end with the observation pasted whole: answers-not-echoes off) and `invented`
 (a tool with no real value to show gets arguments made from its parameters' names: no
 invented values off; it matters with `examples_off`, as `examples_off+invented`); join
-configurations with `+` to switch several off. `--show` prints each question's answer
+configurations with `+` to switch several off. And one technique
+switched on: `grounded` (`LlamaCpp(ground_numbers=True)`: a call writes only numbers the
+question or an observation gave). `--show` prints each question's answer
 and calls. And `bootstrap` (not in the
 default list): `lw.bootstrap_examples` on the set's dev questions with the same model and
 mode, the kept calls added before each tool's declared examples (the prompt's budget
@@ -144,6 +148,11 @@ UNITS_MULTI = [
     ("What day of the week is 100 days after 2024-01-01?", "Wednesday"),
     ("What day of the week was 3 days after 2023-12-30?", "Tuesday"),
     ("What day of the week is 14 days after 2025-06-20?", "Friday"),
+    # sums, a difference, a sum of three and a date (issue 38: kinds the first five lack)
+    ("How many metres are 3 km and 5 mi together?", "11046.72"),
+    ("How many metres longer is 1 mi than 1 km?", "609.344"),
+    ("How many metres are 1 km, 1 mi and 100 ft together?", "2639.824"),
+    ("What day of the week was 2 days before 2024-03-01?", "Wednesday"),
 ]
 
 # Development questions of the same kind (to develop on; the held-out ones above are not).
@@ -153,6 +162,8 @@ UNITS_MULTI_DEV = [
     ("What day of the week is 45 days after 2025-01-10?", "Monday"),
     ("What day of the week was 2 days after 2024-12-30?", "Wednesday"),
     ("What day of the week is 60 days after 2024-03-01?", "Tuesday"),
+    ("How many metres are 2 km and 3 mi together?", "6828.032"),
+    ("What day of the week was 4 days before 2023-03-02?", "Sunday"),
 ]
 
 # --- an inventory with lookup and update -------------------------------------------------
@@ -219,6 +230,10 @@ INVENTORY_MULTI = [
     ("Restock washers by the number of bolts in stock. What is the new stock level of washers?", "115"),
     ("Add as many hinges as there are brackets in stock. How many hinges are there now?", "20"),
     ("Restock brackets by the number of hinges in stock. How many brackets are there now?", "20"),
+    ("How many bolts and nuts are in stock together?", "160"),
+    ("How many more screws than washers are in stock?", "225"),
+    ("How many hinges, brackets and bolts are in stock in total?", "60"),
+    ("Restock nuts by 10 and bolts by 5. How many nuts and bolts are there now in total?", "175"),
 ]
 
 INVENTORY_MULTI_DEV = [
@@ -227,6 +242,8 @@ INVENTORY_MULTI_DEV = [
     ("Restock bolts by the number of washers in stock. What is the new stock level of bolts?", "115"),
     ("Add as many screws as there are brackets in stock. How many screws are there now?", "308"),
     ("Restock washers by the number of hinges in stock. How many washers are there now?", "87"),
+    ("How many washers and hinges are in stock together?", "87"),
+    ("How many more nuts than brackets are in stock?", "112"),
 ]
 
 # --- facts and arithmetic, other names and docstrings ------------------------------------
@@ -297,6 +314,10 @@ FACTS_MULTI = [
     ("How high is K2 in metres, divided by 1000?", "8.611"),
     ("What is the atomic number of gold plus 21?", "100"),
     ("How long is the Amazon in km, times 2?", "12800"),
+    ("How much higher is Mount Everest than K2, in metres?", "238"),
+    ("How much longer is the Nile than the Amazon, in km?", "250"),
+    ("What is the sum of the atomic numbers of carbon, oxygen and iron?", "40"),
+    ("How many moons do Mars, Earth and Jupiter have in total?", "98"),
 ]
 
 FACTS_MULTI_DEV = [
@@ -305,6 +326,8 @@ FACTS_MULTI_DEV = [
     ("How long is the Nile in km, divided by 2?", "3325"),
     ("How high is Mount Everest in metres, minus 849?", "8000"),
     ("What is the atomic number of carbon plus 14?", "20"),
+    ("How many moons do Earth and Mars have in total?", "3"),
+    ("What is the atomic number of gold minus that of oxygen?", "71"),
 ]
 
 Questions = list[tuple[str, str]]
@@ -391,6 +414,10 @@ def make_model(config: str) -> Any | None:
         if "exclude_known" not in inspect.signature(lw.models.LlamaCpp).parameters:
             return None
         options["exclude_known"] = False
+    if "grounded" in parts:
+        if "ground_numbers" not in inspect.signature(lw.models.LlamaCpp).parameters:
+            return None
+        options["ground_numbers"] = True
     if "state_cache_off" in parts:
         if "state_cache_bytes" not in inspect.signature(lw.models.LlamaCpp).parameters:
             return None

@@ -26,6 +26,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from loopwright.models.grounding import prompt_numbers
 from loopwright.policy import ModelRequest
 
 THOUGHT_MAX_CHARS: Final = 160
@@ -99,11 +100,12 @@ class _Values:
     """Builds value rules for one context: a ReAct action (plain JSON), or step k of a
     plan, where strings may reference E1..E(k-1) and nothing else."""
 
-    def __init__(self, rules: _Rules, step: int | None = None) -> None:
+    def __init__(self, rules: _Rules, step: int | None = None, grounded: frozenset[str] | None = None) -> None:
         self.rules = rules
         self.step = step
         self.string = "json-string"
         self.ref: str | None = None
+        self.grounded = grounded
         if step is not None:
             self.string, self.ref = _plan_strings(rules, step)
 
@@ -112,13 +114,20 @@ class _Values:
         In a plan, a whole-value `"#E<n>"` reference is accepted in place of any value.
         A required string is non-empty unless the schema allows "" (minLength 0, a ""
         default)."""
-        rule = self._typed(schema, name, required)
+        try:
+            rule = self._typed(schema, name, required)
+        except _Unseen:
+            if self.ref is None:
+                raise
+            return self.ref  # no number seen: only an earlier step's result
         if self.ref is None or rule == self.string:
             return rule
         return self.rules.add(f"{name}-or-ref", f"{rule} | {self.ref}")
 
     def _string(self, schema: Mapping[str, Any], required: bool) -> str:
         low, high = string_bounds(schema, required)
+        if self.grounded is not None and self.step is None and "maxLength" not in schema and low <= 1:
+            return _grounded_string(self.rules, self.grounded, low == 1)
         if self.step is not None:  # a plan's strings: only whether one may be empty
             if low == 0:
                 return self.string
@@ -140,6 +149,8 @@ class _Values:
         low, high = number_bounds(schema, kind == "integer")
         if kind == "integer" and low is not None and high is not None and 0 <= high - low <= 64:
             return self.rules.add(name, " | ".join(f'"{v}"' for v in range(int(low), int(high) + 1)))
+        if self.grounded is not None:
+            return _grounded_number(self.rules, self.grounded, kind, name, low, high)
         digits = "([0-9] | [1-9] [0-9]{1,15})"
         if high is not None and high >= 0 and kind == "integer" and (low is not None and low >= 0):
             width = len(str(int(high)))
@@ -197,11 +208,12 @@ class _Values:
         required_set = set(schema.get("required") or ())
         keys = list(props)
         required = [k for k in keys if k in required_set]
-        optional = [k for k in keys if k not in required_set]
 
         def pair(key: str) -> str:
             value = self.value(props[key], f"{name}-p{keys.index(key)}", key in required_set)
             return f"{_json_literal(key)} {gbnf_literal(': ')} {value}"
+
+        optional = [k for k in keys if k not in required_set and _writable(pair, k)]
 
         if required:
             parts = [pair(required[0])]
@@ -218,6 +230,56 @@ class _Values:
         else:
             return '"{}"'
         return f'"{{" {inner} "}}"'
+
+
+class _Unseen(Exception):
+    """A number value with no grounded number to write: its call cannot be made yet."""
+
+
+def _writable(pair: Any, key: str) -> bool:
+    """Whether an optional key's value can be written (one held to unseen numbers cannot)."""
+    try:
+        pair(key)
+    except _Unseen:
+        return False
+    return True
+
+
+def _grounded_number(
+    rules: _Rules, grounded: frozenset[str], kind: str, name: str, low: float | None, high: float | None
+) -> str:
+    """A number written with one of the grounded numbers' digits (a sign allowed unless the
+    schema is non-negative), within the schema's bounds where they say so. Raises _Unseen
+    when none fits: the call (or the optional key) is left out of this step's grammar,
+    so the model has to look the number up first."""
+    values = []
+    for text in grounded:
+        if kind == "integer" and ("." in text or (len(text) > 1 and text.startswith("0"))):
+            continue
+        if len(text) > 1 and text.startswith("0") and not text.startswith("0."):
+            continue  # "02" is no JSON number; its "2" is grounded too
+        number = float(text)
+        for value, written in ((number, text), (-number, f"-{text}")):
+            if written == "-0" or (low is not None and value < low) or (high is not None and value > high):
+                continue
+            values.append(written)
+    if not values:
+        raise _Unseen(name)
+    return rules.add(f"{name}-g", " | ".join(gbnf_literal(v) for v in sorted(values)))
+
+
+def _grounded_string(rules: _Rules, grounded: frozenset[str], nonempty: bool) -> str:
+    """A JSON string whose every run of digits is a grounded number (a date's "2024",
+    "02" and "25", a formula's "26" and "3"); at most STRING_MAX_CHARS pieces, each a
+    non-digit character or a grounded number and the non-digit after it."""
+    rules.add("g-char", r'[^"\\0-9\x00-\x1f] | json-escape')
+    if not grounded:  # no digit at all
+        body = f"g-char{{{int(nonempty)},{STRING_MAX_CHARS}}}"
+        return rules.add("g-string-nonempty" if nonempty else "g-string", f'"\\"" {body} "\\""')
+    rules.add("g-num", " | ".join(gbnf_literal(v) for v in sorted(grounded, key=lambda v: (len(v), v))))
+    rules.add("g-seg", "g-char | g-num g-char")
+    body = f"g-seg{{1,{STRING_MAX_CHARS}}} g-num? | g-num" if nonempty else f"g-seg{{0,{STRING_MAX_CHARS}}} g-num?"
+    return rules.add("g-string-nonempty" if nonempty else "g-string", f'"\\"" ({body}) "\\""')
 
 
 def _exclusive_zero(schema: Mapping[str, Any]) -> bool:
@@ -436,6 +498,7 @@ def react_grammar(
     with_thought_label: bool = False,
     avoid: Mapping[str, Mapping[str, Any]] | None = None,
     answer_schema: Mapping[str, Any] | None = None,
+    grounded: frozenset[str] | None = None,
 ) -> str:
     """The GBNF grammar of one ReAct step in `dialect` ("json" or "brackets").
 
@@ -447,17 +510,23 @@ def react_grammar(
     `Observation:` line. `avoid` maps a tool name to arguments whose result is already
     known: that exact call cannot be generated (see `_args_avoiding`). `answer_schema`
     (a typed run's output) holds a json-dialect final answer to one line of JSON in it.
+    `grounded` (grounding.py): the numbers a call's JSON arguments may write, in number
+    values and as the digit runs of strings; the thought and the answer are not held to
+    them, nor a brackets call's bare text.
     """
     named = _named(tools)
     rules = _Rules()
-    values = _Values(rules)
+    values = _Values(rules, grounded=grounded)
     avoid = avoid or {}
     if dialect == "json":
         label = '"Thought: " ' if with_thought_label else ""
         rules.add("root", "")  # first, as llama.cpp prints it; its body follows the tools
         alts = []
         for i, tool in enumerate(named):
-            args = _args_avoiding(values, tool, f"tool{i}-args", avoid.get(str(tool["name"])))
+            try:
+                args = _args_avoiding(values, tool, f"tool{i}-args", avoid.get(str(tool["name"])))
+            except _Unseen:
+                continue  # it needs a number the run has not seen
             if args is None:
                 continue  # its only possible call is the known one
             head = gbnf_literal(f"{tool['name']}\nAction Input: ")
@@ -482,7 +551,10 @@ def react_grammar(
                 if text is not None:
                     arg = _text_avoiding(rules, f"tool{i}-text", text, "[^\\[\\]\\n]", "\\[\\]\\n", 1, STRING_MAX_CHARS)
             else:
-                arg = _args_avoiding(values, tool, f"tool{i}-args", known)
+                try:
+                    arg = _args_avoiding(values, tool, f"tool{i}-args", known)
+                except _Unseen:
+                    continue
             if arg is not None:
                 alts.append(rules.add(f"tool{i}", f'{gbnf_literal(str(tool["name"]))} "[" {arg} "]"'))
         step = "(call | final)" if alts else "final"
@@ -499,23 +571,31 @@ def react_grammar(
     return rules.text()
 
 
-def plan_grammar(tools: Sequence[Mapping[str, Any]], *, max_steps: int = PLAN_MAX_STEPS) -> str:
+def plan_grammar(
+    tools: Sequence[Mapping[str, Any]], *, max_steps: int = PLAN_MAX_STEPS, grounded: frozenset[str] | None = None
+) -> str:
     """The GBNF grammar of a plan: `{"plan": [step, ...]}` with 1..max_steps steps, step k
     being `{"id": "Ek", "tool": <known tool>, "args": <that tool's arguments>}`, where a
     string may use `#E<n>` for an earlier step n < k (whole or embedded), and any other
-    value may be a whole `"#E<n>"` reference."""
+    value may be a whole `"#E<n>"` reference. `grounded` (grounding.py): the numbers a
+    number value may be, unless it is a reference (strings are not held to them)."""
     named = _named(tools)
     if not 1 <= max_steps <= 9:
         raise ValueError(f"max_steps must be between 1 and 9, got {max_steps}")
     rules = _Rules()
     rules.add("root", '" "? "{\\"plan\\": [" step1 "]}" "\\n"?')
     for k in range(1, max_steps + 1):
-        values = _Values(rules, k)
+        values = _Values(rules, k, grounded)
         calls = []
         for i, tool in enumerate(named):
-            args = _args_rule(values, tool, f"p{k}-tool{i}-args")
+            try:
+                args = _args_rule(values, tool, f"p{k}-tool{i}-args")
+            except _Unseen:
+                continue  # step 1 has no result to pass on; a later step's is a reference
             head = gbnf_literal(f'{json.dumps(str(tool["name"]), ensure_ascii=False)}, "args": ')
             calls.append(f"({head} {args})")
+        if not calls:  # every tool needs a number the question does not give
+            return plan_grammar(tools, max_steps=max_steps)
         more = f' (", " step{k + 1})?' if k < max_steps else ""
         head = gbnf_literal(f'{{"id": "E{k}", "tool": ')
         rules.add(f"step{k}", f'{head} ({" | ".join(calls)}) "}}"{more}')
@@ -543,13 +623,21 @@ model writes a run of digits a token each): a 160-character thought plus a 120-c
 `finish[...]` is about 300 tokens, past the 256 this used to be."""
 
 
-def grammar_for(request: ModelRequest, *, plan_max_steps: int = 4, exclude_known: bool = True) -> str | None:
+def grammar_for(
+    request: ModelRequest,
+    *,
+    plan_max_steps: int = 4,
+    exclude_known: bool = True,
+    ground_numbers: bool = False,
+) -> str | None:
     """The GBNF text that constrains this request, or None when it is free text.
 
     ReAct steps in the text dialects get react_grammar and plans and replans get
     plan_grammar with at most `plan_max_steps` steps (both need the tools); a solver's
     reply is held to one line; summaries and native tool calling are unconstrained.
-    With `exclude_known`, a ReAct step cannot repeat the request's `known_calls`.
+    With `exclude_known`, a ReAct step cannot repeat the request's `known_calls`; with
+    `ground_numbers`, its call (a plan's number values) writes only numbers the run has
+    seen (grounding.py).
     """
     if request.purpose == "solve":
         return answer_grammar(request.output_schema)
@@ -559,8 +647,10 @@ def grammar_for(request: ModelRequest, *, plan_max_steps: int = 4, exclude_known
         labelled = _THOUGHT_LABEL_AT_END.search(request.prompt[-40:]) is not None
         avoid = dict(request.known_calls) if exclude_known else None
         answer = request.output_schema if request.dialect == "json" else None
+        grounded = prompt_numbers(request.prompt) if ground_numbers else None
         return react_grammar(request.tools, request.dialect, with_thought_label=not labelled, avoid=avoid,
-                             answer_schema=answer)
+                             answer_schema=answer, grounded=grounded)
     if request.purpose in ("plan", "replan"):
-        return plan_grammar(request.tools, max_steps=plan_max_steps)
+        grounded = prompt_numbers(request.prompt) if ground_numbers else None
+        return plan_grammar(request.tools, max_steps=plan_max_steps, grounded=grounded)
     return None

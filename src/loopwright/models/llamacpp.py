@@ -152,7 +152,9 @@ class LlamaCpp:
     not llama-cpp-python's save_state, which also copies the whole logits matrix
     (50 MB for this model, whatever the prompt). exclude_known: a ReAct step's grammar cannot
     repeat the latest call of each tool whose result the prompt already holds (the
-    request's `known_calls`), so a greedy model stuck on one call must change it. The
+    request's `known_calls`), so a greedy model stuck on one call must change it.
+    ground_numbers: a ReAct step's call may write only numbers the run has seen, in its
+    question or an observation (models/grounding.py). The
     model loads on first use, once per instance; calls are serialised by a lock, so runs
     may share one instance (`run_many`, `arun`, threads): they take turns on its single context.
     """
@@ -171,6 +173,7 @@ class LlamaCpp:
         prefix_cache: bool = True,
         state_cache_bytes: int = STATE_CACHE_BYTES,
         exclude_known: bool = True,
+        ground_numbers: bool = False,
         verbose: bool = False,
     ) -> None:
         if isinstance(state_cache_bytes, bool) or not isinstance(state_cache_bytes, int) or state_cache_bytes < 0:
@@ -191,6 +194,7 @@ class LlamaCpp:
         self.peak_state_bytes = 0
         """The most bytes the saved states held at once since the model was made."""
         self.exclude_known = exclude_known
+        self.ground_numbers = ground_numbers
         self.verbose = verbose
         self.name = self.model_path.name
         self._llm: Llama | None = None
@@ -456,7 +460,8 @@ class LlamaCpp:
         """A call's grammar (its text and compiled), prompt tokens and max_tokens, with the
         KV cache (or a saved state) made ready for the tokens. Called holding the lock."""
         gbnf = (
-            grammar_for(request, plan_max_steps=self.plan_max_steps, exclude_known=self.exclude_known)
+            grammar_for(request, plan_max_steps=self.plan_max_steps, exclude_known=self.exclude_known,
+                        ground_numbers=self.ground_numbers)
             if self.grammar
             else None
         )
