@@ -26,7 +26,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from loopwright.models.grounding import prompt_numbers
+from loopwright.models import grounding
 from loopwright.policy import ModelRequest
 
 THOUGHT_MAX_CHARS: Final = 160
@@ -116,7 +116,7 @@ class _Values:
         default)."""
         try:
             rule = self._typed(schema, name, required)
-        except _Unseen:
+        except grounding.Unseen:
             if self.ref is None:
                 raise
             return self.ref  # no number seen: only an earlier step's result
@@ -127,7 +127,7 @@ class _Values:
     def _string(self, schema: Mapping[str, Any], required: bool) -> str:
         low, high = string_bounds(schema, required)
         if self.grounded is not None and self.step is None and "maxLength" not in schema and low <= 1:
-            return _grounded_string(self.rules, self.grounded, low == 1)
+            return grounding.grounded_string(self.rules, gbnf_literal, STRING_MAX_CHARS, self.grounded, low == 1)
         if self.step is not None:  # a plan's strings: only whether one may be empty
             if low == 0:
                 return self.string
@@ -150,7 +150,7 @@ class _Values:
         if kind == "integer" and low is not None and high is not None and 0 <= high - low <= 64:
             return self.rules.add(name, " | ".join(f'"{v}"' for v in range(int(low), int(high) + 1)))
         if self.grounded is not None:
-            return _grounded_number(self.rules, self.grounded, kind, name, low, high)
+            return grounding.grounded_number(self.rules, gbnf_literal, self.grounded, kind, name, low, high)
         digits = "([0-9] | [1-9] [0-9]{1,15})"
         if high is not None and high >= 0 and kind == "integer" and (low is not None and low >= 0):
             width = len(str(int(high)))
@@ -213,7 +213,7 @@ class _Values:
             value = self.value(props[key], f"{name}-p{keys.index(key)}", key in required_set)
             return f"{_json_literal(key)} {gbnf_literal(': ')} {value}"
 
-        optional = [k for k in keys if k not in required_set and _writable(pair, k)]
+        optional = [k for k in keys if k not in required_set and grounding.writable(pair, k)]
 
         if required:
             parts = [pair(required[0])]
@@ -230,56 +230,6 @@ class _Values:
         else:
             return '"{}"'
         return f'"{{" {inner} "}}"'
-
-
-class _Unseen(Exception):
-    """A number value with no grounded number to write: its call cannot be made yet."""
-
-
-def _writable(pair: Any, key: str) -> bool:
-    """Whether an optional key's value can be written (one held to unseen numbers cannot)."""
-    try:
-        pair(key)
-    except _Unseen:
-        return False
-    return True
-
-
-def _grounded_number(
-    rules: _Rules, grounded: frozenset[str], kind: str, name: str, low: float | None, high: float | None
-) -> str:
-    """A number written with one of the grounded numbers' digits (a sign allowed unless the
-    schema is non-negative), within the schema's bounds where they say so. Raises _Unseen
-    when none fits: the call (or the optional key) is left out of this step's grammar,
-    so the model has to look the number up first."""
-    values = []
-    for text in grounded:
-        if kind == "integer" and ("." in text or (len(text) > 1 and text.startswith("0"))):
-            continue
-        if len(text) > 1 and text.startswith("0") and not text.startswith("0."):
-            continue  # "02" is no JSON number; its "2" is grounded too
-        number = float(text)
-        for value, written in ((number, text), (-number, f"-{text}")):
-            if written == "-0" or (low is not None and value < low) or (high is not None and value > high):
-                continue
-            values.append(written)
-    if not values:
-        raise _Unseen(name)
-    return rules.add(f"{name}-g", " | ".join(gbnf_literal(v) for v in sorted(values)))
-
-
-def _grounded_string(rules: _Rules, grounded: frozenset[str], nonempty: bool) -> str:
-    """A JSON string whose every run of digits is a grounded number (a date's "2024",
-    "02" and "25", a formula's "26" and "3"); at most STRING_MAX_CHARS pieces, each a
-    non-digit character or a grounded number and the non-digit after it."""
-    rules.add("g-char", r'[^"\\0-9\x00-\x1f] | json-escape')
-    if not grounded:  # no digit at all
-        body = f"g-char{{{int(nonempty)},{STRING_MAX_CHARS}}}"
-        return rules.add("g-string-nonempty" if nonempty else "g-string", f'"\\"" {body} "\\""')
-    rules.add("g-num", " | ".join(gbnf_literal(v) for v in sorted(grounded, key=lambda v: (len(v), v))))
-    rules.add("g-seg", "g-char | g-num g-char")
-    body = f"g-seg{{1,{STRING_MAX_CHARS}}} g-num? | g-num" if nonempty else f"g-seg{{0,{STRING_MAX_CHARS}}} g-num?"
-    return rules.add("g-string-nonempty" if nonempty else "g-string", f'"\\"" ({body}) "\\""')
 
 
 def _exclusive_zero(schema: Mapping[str, Any]) -> bool:
@@ -354,16 +304,17 @@ def _args_rule(values: _Values, tool: Mapping[str, Any], name: str) -> str:
     )
 
 
-def _args_avoiding(
-    values: _Values, tool: Mapping[str, Any], name: str, known: Mapping[str, Any] | None
-) -> str | None:
+def _args_avoiding(values: _Values, tool: Mapping[str, Any], name: str, known: Mapping[str, Any] | None) -> str | None:
     """The tool's arguments rule without the one call `known` (its result is already in
     the scratchpad): some required argument differs, written as "the same values up to
     key i, then a different value at key i". String, enum and boolean values can be
     excluded this way; a call that differs only in numbers or nested values, or in
     optional arguments when `known` has some, is left possible (validation and the
-    repeat guard still see it). None when the known call is the tool's only call."""
-    rule = _args_rule(values, tool, name)
+    repeat guard still see it). None when the known call is the only call, or needs unseen numbers."""
+    try:
+        rule = _args_rule(values, tool, name)
+    except grounding.Unseen:
+        return None
     params = tool.get("parameters")
     if known is None or not isinstance(params, Mapping) or not isinstance(params.get("properties"), Mapping):
         return rule
@@ -371,7 +322,6 @@ def _args_avoiding(
     required_set = set(params.get("required") or ())
     keys = list(props)
     required = [k for k in keys if k in required_set]
-    optional = [k for k in keys if k not in required_set]
     if set(known) - set(keys) or any(k not in known for k in required):
         return rule  # a call this grammar never generates anyway
     rules = values.rules
@@ -382,6 +332,7 @@ def _args_avoiding(
     def pair(key: str, value: str) -> str:
         return f"{_json_literal(key)} {gbnf_literal(': ')} {value}"
 
+    optional = [k for k in keys if k not in required_set and grounding.writable(free, k)]
     alternatives = []
     for i, key in enumerate(required):
         other = _value_avoiding(rules, props[key], known[key], f"{name}-x{i}")
@@ -523,12 +474,9 @@ def react_grammar(
         rules.add("root", "")  # first, as llama.cpp prints it; its body follows the tools
         alts = []
         for i, tool in enumerate(named):
-            try:
-                args = _args_avoiding(values, tool, f"tool{i}-args", avoid.get(str(tool["name"])))
-            except _Unseen:
-                continue  # it needs a number the run has not seen
+            args = _args_avoiding(values, tool, f"tool{i}-args", avoid.get(str(tool["name"])))
             if args is None:
-                continue  # its only possible call is the known one
+                continue  # its only possible call is the known one, or it needs an unseen number
             head = gbnf_literal(f"{tool['name']}\nAction Input: ")
             alts.append(rules.add(f"tool{i}", f'{head} {args} "\\n"?'))
         rules.add("root", f'{label}thought "\\n" ({"action | " if alts else ""}final)')
@@ -551,10 +499,7 @@ def react_grammar(
                 if text is not None:
                     arg = _text_avoiding(rules, f"tool{i}-text", text, "[^\\[\\]\\n]", "\\[\\]\\n", 1, STRING_MAX_CHARS)
             else:
-                try:
-                    arg = _args_avoiding(values, tool, f"tool{i}-args", known)
-                except _Unseen:
-                    continue
+                arg = _args_avoiding(values, tool, f"tool{i}-args", known)
             if arg is not None:
                 alts.append(rules.add(f"tool{i}", f'{gbnf_literal(str(tool["name"]))} "[" {arg} "]"'))
         step = "(call | final)" if alts else "final"
@@ -590,7 +535,7 @@ def plan_grammar(
         for i, tool in enumerate(named):
             try:
                 args = _args_rule(values, tool, f"p{k}-tool{i}-args")
-            except _Unseen:
+            except grounding.Unseen:
                 continue  # step 1 has no result to pass on; a later step's is a reference
             head = gbnf_literal(f'{json.dumps(str(tool["name"]), ensure_ascii=False)}, "args": ')
             calls.append(f"({head} {args})")
@@ -643,14 +588,13 @@ def grammar_for(
         return answer_grammar(request.output_schema)
     if not request.tools:
         return None
+    grounded = grounding.prompt_numbers(request.prompt) if ground_numbers else None
     if request.purpose == "react" and request.dialect in ("json", "brackets"):
         labelled = _THOUGHT_LABEL_AT_END.search(request.prompt[-40:]) is not None
         avoid = dict(request.known_calls) if exclude_known else None
         answer = request.output_schema if request.dialect == "json" else None
-        grounded = prompt_numbers(request.prompt) if ground_numbers else None
         return react_grammar(request.tools, request.dialect, with_thought_label=not labelled, avoid=avoid,
                              answer_schema=answer, grounded=grounded)
     if request.purpose in ("plan", "replan"):
-        grounded = prompt_numbers(request.prompt) if ground_numbers else None
         return plan_grammar(request.tools, max_steps=plan_max_steps, grounded=grounded)
     return None

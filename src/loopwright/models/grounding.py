@@ -18,7 +18,14 @@ model restocked by 1 instead of looking the amount up).
 from __future__ import annotations
 
 import re
-from typing import Final
+from collections.abc import Callable
+from typing import Any, Final, Protocol
+
+
+class Rules(Protocol):
+    """grammar.py's rule set (it imports this module, so it is passed in)."""
+
+    def add(self, name: str, body: str) -> str: ...
 
 WORDS: Final = {
     "zero": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6",
@@ -76,3 +83,54 @@ def prompt_numbers(prompt: str) -> frozenset[str] | None:
     be found (then nothing is held to them)."""
     texts = seen_texts(prompt)
     return None if texts is None else grounded_numbers(texts)
+
+
+class Unseen(Exception):
+    """A number value with no grounded number to write: its call cannot be made yet."""
+
+
+def writable(pair: Any, key: str) -> bool:
+    """Whether an optional key's value can be written (one held to unseen numbers cannot)."""
+    try:
+        pair(key)
+    except Unseen:
+        return False
+    return True
+
+
+def grounded_number(rules: Rules, literal: Callable[[str], str], grounded: frozenset[str], kind: str, name: str,
+                    low: float | None, high: float | None) -> str:
+    """A number written with one of the grounded numbers' digits (a sign allowed unless the
+    schema is non-negative), within the schema's bounds where they say so; `literal` is
+    grammar.py's GBNF quoting (it imports this module). Raises Unseen
+    when none fits: the call (or the optional key) is left out of this step's grammar,
+    so the model has to look the number up first."""
+    values = []
+    for text in grounded:
+        if kind == "integer" and ("." in text or (len(text) > 1 and text.startswith("0"))):
+            continue
+        if len(text) > 1 and text.startswith("0") and not text.startswith("0."):
+            continue  # "02" is no JSON number; its "2" is grounded too
+        number = float(text)
+        for value, written in ((number, text), (-number, f"-{text}")):
+            if written == "-0" or (low is not None and value < low) or (high is not None and value > high):
+                continue
+            values.append(written)
+    if not values:
+        raise Unseen(name)
+    return rules.add(f"{name}-g", " | ".join(literal(v) for v in sorted(values)))
+
+
+def grounded_string(rules: Rules, literal: Callable[[str], str], max_chars: int, grounded: frozenset[str],
+                    nonempty: bool) -> str:
+    """A JSON string whose every run of digits is a grounded number (a date's "2024",
+    "02" and "25", a formula's "26" and "3"); at most max_chars pieces, each a
+    non-digit character or a grounded number and the non-digit after it."""
+    rules.add("g-char", r'[^"\\0-9\x00-\x1f] | json-escape')
+    if not grounded:  # no digit at all
+        body = f"g-char{{{int(nonempty)},{max_chars}}}"
+        return rules.add("g-string-nonempty" if nonempty else "g-string", f'"\\"" {body} "\\""')
+    rules.add("g-num", " | ".join(literal(v) for v in sorted(grounded, key=lambda v: (len(v), v))))
+    rules.add("g-seg", "g-char | g-num g-char")
+    body = f"g-seg{{1,{max_chars}}} g-num? | g-num" if nonempty else f"g-seg{{0,{max_chars}}} g-num?"
+    return rules.add("g-string-nonempty" if nonempty else "g-string", f'"\\"" ({body}) "\\""')
