@@ -219,6 +219,7 @@ class RunServer:
         finally:
             for approval in live.pending.values():
                 approval.future.cancel()  # the approver's thread sees a denial
+            live.pending.clear()  # an ended run waits for nothing, whether or not its loop runs on to hear the denial
             live.close()
             self._keep(live)
 
