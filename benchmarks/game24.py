@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import loopwright as lw
-from loopwright.prompts import REACT_JSON, with_examples
+from loopwright.prompting.templates import REACT_JSON, with_examples
 from served import llama_server
 
 # Solvable puzzles of the kind the ToT paper uses (checked by `solvable` at start).

@@ -207,7 +207,7 @@ def against(other_src: str, repeats: int) -> None:
 def events_cost(registry: lw.ToolRegistry, repeats: int, n: int = 200) -> None:
     """A run nobody watches against the same run watched (a sink that drops each event;
     lw.iter_events), alternating round by round: per-step ratios and µs per event."""
-    from loopwright.modes.front import start
+    from loopwright.runtime.front import start
 
     counted = {"events": 0}
 

@@ -68,6 +68,7 @@ from unittest import mock
 
 import loopwright as lw
 from loopwright.interfaces.demo_tools import evaluate, is_correct
+from loopwright.prompting import templates
 from loopwright.tools.results import render_observation
 from served import llama_server
 
@@ -342,7 +343,7 @@ SETS: dict[str, tuple[Callable[[], list[lw.Tool]] | None, Questions, Questions, 
 # Whole-run examples per set (the `whole_runs` configuration): one run per kind of chain the
 # development questions show, each using a result in the next call and answering the
 # question, with the single-call examples' own values (2023-01-30, gaskets, the Danube).
-# A run shows with a question only when it is the example nearest it (loopwright/nearest_run.py).
+# A run shows with a question only when it is the example nearest it (loopwright/prompting/nearest_run.py).
 def _facts_run(word: str, formula: str, value: int) -> dict[str, Any]:
     return {"question": f"How long is the Danube, {word}?",
             "calls": [{"tool": "encyclopedia", "args": {"topic": "Danube"}, "result": "The Danube is about 2850 km long."},
@@ -428,12 +429,12 @@ def make_model(config: str) -> Any | None:
 def prompts_for(config: str) -> Any | None:
     for how in ("nearest", "all"):  # whole_runs+runs_nearest: the chosen run after the single-call examples
         if f"runs_{how}" in config.split("+"):
-            return dataclasses.replace(lw.prompts.DEFAULT_PROMPTS, run_examples=how)
+            return dataclasses.replace(templates.DEFAULT_PROMPTS, run_examples=how)
     if "examples_off" not in config.split("+"):  # the server configurations use the default prompts
-        return lw.prompts.DEFAULT_PROMPTS
-    if not hasattr(lw.prompts.DEFAULT_PROMPTS, "tool_examples"):
+        return templates.DEFAULT_PROMPTS
+    if not hasattr(templates.DEFAULT_PROMPTS, "tool_examples"):
         return None
-    return dataclasses.replace(lw.prompts.DEFAULT_PROMPTS, tool_examples=False)
+    return dataclasses.replace(templates.DEFAULT_PROMPTS, tool_examples=False)
 
 
 def _invented_args(parameters: dict[str, Any]) -> dict[str, Any]:
@@ -452,8 +453,8 @@ def _echo(question: str, result: Any) -> str:
 # Techniques with no switch in the library, switched off in this process for one row:
 # the old behaviour patched back in while the row runs.
 PATCHES: dict[str, tuple[str, Any]] = {
-    "invented": ("loopwright.prompts.synthesise_args", _invented_args),  # "no invented values" off
-    "echoes": ("loopwright.prompts.short_answer", _echo),  # "answers, not echoes" off
+    "invented": ("loopwright.tools.examples.synthesise_args", _invented_args),  # "no invented values" off
+    "echoes": ("loopwright.prompting.examples.short_answer", _echo),  # "answers, not echoes" off
 }
 
 
@@ -533,7 +534,7 @@ def _run_questions(row: dict[str, Any], name: str, mode: str, config: str, which
 def _shown_run(registry: lw.ToolRegistry, question: str, prompts: Any) -> str:
     """For --show: the question of the whole-run example the prompt showed, if any."""
     try:
-        from loopwright.nearest_run import chosen_blocks
+        from loopwright.prompting.nearest_run import chosen_blocks
     except ImportError:  # a checkout before the nearest run
         return ""
     blocks = chosen_blocks(registry, question, prompts, "json")

@@ -1,7 +1,7 @@
 """Run mutmut over named modules of src/ with the fast tests, in a copy of the tree.
 
     .venv/bin/python scripts/mutmut.py src/loopwright/events.py --tests tests/test_events.py
-    .venv/bin/python scripts/mutmut.py src/loopwright/agents.py src/loopwright/events.py
+    .venv/bin/python scripts/mutmut.py src/loopwright/runtime/agents.py src/loopwright/events.py
     .venv/bin/python scripts/mutmut.py src/loopwright/events.py --only 'loopwright.events.x_tool*'
 
 The files git knows (tracked, and untracked ones it does not ignore), as they are in the

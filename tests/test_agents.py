@@ -1,5 +1,5 @@
 """Agents, and agents as tools: a child run is nested in its parent's trace, budgets,
-journal, approvals, cancellation and spans (loopwright/agents.py)."""
+journal, approvals, cancellation and spans (loopwright/runtime/agents.py)."""
 
 from __future__ import annotations
 
@@ -393,7 +393,7 @@ def test_child_invoke_agent_span_is_under_the_parents_execute_tool_span():
 
 
 def test_child_events_go_to_the_parents_sinks_tagged_with_the_agents_name():
-    from loopwright.modes.front import start
+    from loopwright.runtime.front import start
 
     events: list = []
     spec = lw.RunSpec("2 + 3?", "react")
@@ -781,7 +781,7 @@ def test_a_task_with_no_context_reaches_the_child_as_it_is():
 def test_instructions_are_stripped_and_their_braces_taken_literally_in_every_prompt_that_states_the_task():
     import dataclasses
 
-    from loopwright.prompts import DEFAULT_PROMPTS
+    from loopwright.prompting.templates import DEFAULT_PROMPTS
 
     agent = lw.Agent("a", lw.ScriptedPolicy([final("1")]), lw.ToolRegistry([add]),
                      instructions="  Add {numbers}.\nOnly add.  ")
@@ -796,7 +796,7 @@ def test_instructions_are_stripped_and_their_braces_taken_literally_in_every_pro
 
 
 def test_an_agent_checks_its_name_and_instructions_when_made():
-    from loopwright.prompts import DEFAULT_PROMPTS
+    from loopwright.prompting.templates import DEFAULT_PROMPTS
 
     for name in ("", None, 3):
         with pytest.raises(TypeError, match="an agent's name must be a non-empty str"):
@@ -1016,7 +1016,7 @@ def test_an_agent_run_alone_names_the_agent_on_its_invoke_agent_span():
 def test_an_agents_own_prompt_set_gets_its_instructions_too():
     import dataclasses
 
-    from loopwright.prompts import DEFAULT_PROMPTS
+    from loopwright.prompting.templates import DEFAULT_PROMPTS
 
     own = dataclasses.replace(DEFAULT_PROMPTS, react_json="Be brief.\n" + DEFAULT_PROMPTS.react_json)
     agent = lw.Agent("a", lw.ScriptedPolicy([final("1")]), lw.ToolRegistry([add]), prompts=own,

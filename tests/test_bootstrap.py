@@ -22,6 +22,7 @@ from loopwright.batch.bootstrap import FORMAT, VERSION, kept_calls
 from loopwright.interfaces import cli
 from loopwright.interfaces.common import apply_examples, load_tools
 from loopwright.interfaces.demo_tools import demo_registry
+from loopwright.prompting import templates
 
 LOOPWRIGHT = Path(sys.executable).with_name("loopwright")
 
@@ -354,7 +355,7 @@ def test_whole_runs_travel_in_the_file_and_apply_as_the_registry_examples(tmp_pa
     registry = loaded.apply(demo_registry())
     assert registry.examples == result.runs
     policy = lw.ScriptedPolicy([final("x")])
-    every = dataclasses.replace(lw.prompts.DEFAULT_PROMPTS, run_examples="all")  # not only the nearest
+    every = dataclasses.replace(templates.DEFAULT_PROMPTS, run_examples="all")  # not only the nearest
     lw.run("What is 3 ** 3?", policy, registry, prompts=every)
     assert policy.prompts[0].rsplit("\n\nExample:\n", 1)[1].startswith("Question: What is 2 ** 10?\n")
     assert policy.prompts[0].endswith("Final Answer: 1024\n\nQuestion: What is 3 ** 3?\nThought:")

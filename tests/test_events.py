@@ -18,7 +18,7 @@ import loopwright as lw
 from conftest import act, final, make_registry
 from helpers.durable import comparable
 from loopwright.events import Emitter
-from loopwright.modes.front import start
+from loopwright.runtime.front import start
 
 PLAN = '[{"id": "E1", "tool": "add", "args": {"x": 2, "y": 3}}, {"id": "E2", "tool": "multiply", "args": {"x": 4, "y": 5}}]'
 

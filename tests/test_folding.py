@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from loopwright.memory import BufferMemory, TieredMemory
-from loopwright.modes.driver import user_call
 from loopwright.modes.folding import MEMORY_OVERHEAD, Folding, step_block
+from loopwright.runtime.driver import user_call
 from loopwright.trace import estimate_tokens
 
 HEAD = "h" * 300  # 100 tokens: the instructions and tools

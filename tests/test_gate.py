@@ -1,4 +1,4 @@
-"""modes/gate.py, what stands between a proposed tool call and the tool: what a call that
+"""runtime/gate.py, what stands between a proposed tool call and the tool: what a call that
 needs approval is told and records, replayed results, exactly-once, the built-in
 read_output. (Approvals as a whole: tests/test_safety.py; calls in doubt:
 tests/test_in_doubt.py; results past the cap: tests/test_handles.py.)"""

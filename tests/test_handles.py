@@ -1,5 +1,5 @@
 """Results past max_observation_chars are kept whole under a handle, shown as head and tail,
-and read back with the built-in read_output (modes/handles.py, the gate, ReAct)."""
+and read back with the built-in read_output (tools/handles.py, the gate, ReAct)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import loopwright as lw
 from conftest import STORE_KINDS, open_journal
 from loopwright.durable.base import StoreBase
-from loopwright.modes.handles import (
+from loopwright.tools.handles import (
     READ_OUTPUT_SCHEMA,
     keep_output,
     keep_text,

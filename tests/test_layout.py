@@ -107,37 +107,67 @@ def test_cycle_detection_finds_a_planted_circle():
     assert any("loopwright.tools.registry" in c and "loopwright.durable.sqlite" in c for c in _cycles(graph))
 
 
-# A room may import only the rooms listed after it (and the top-level records).
+# What each room may not import: the rooms above it. From the top: interfaces (and ui,
+# batch), then durable and runtime (the run plumbing), then modes (the machines), then
+# prompting, memory, models, tools and parsing, and the top-level records.
+_ABOVE_MACHINES = ("loopwright.modes", "loopwright.runtime", "loopwright.durable", "loopwright.interfaces",
+                   "loopwright.ui", "loopwright.batch", "loopwright.mcp")
 _FORBIDDEN = {
-    "loopwright.parsing": ("loopwright.tools", "loopwright.modes", "loopwright.models", "loopwright.memory",
-                           "loopwright.durable", "loopwright.interfaces", "loopwright.session"),
-    "loopwright.tools": ("loopwright.parsing", "loopwright.modes", "loopwright.models", "loopwright.memory",
-                         "loopwright.durable", "loopwright.interfaces", "loopwright.session"),
-    "loopwright.models": ("loopwright.modes", "loopwright.durable", "loopwright.interfaces",
-                          "loopwright.session"),
-    "loopwright.memory": ("loopwright.modes", "loopwright.durable", "loopwright.interfaces",
-                          "loopwright.session"),
-    "loopwright.modes": ("loopwright.durable", "loopwright.interfaces", "loopwright.session"),
-    "loopwright.durable": ("loopwright.interfaces",),
-    "loopwright.batch": ("loopwright.interfaces", "loopwright.session"),
-    "loopwright.trace": ("loopwright.tools", "loopwright.parsing", "loopwright.modes", "loopwright.durable",
-                         "loopwright.interfaces"),
-    "loopwright.errors": ("loopwright.tools", "loopwright.parsing", "loopwright.modes", "loopwright.durable",
-                          "loopwright.interfaces"),
+    "loopwright.parsing": ("loopwright.tools", "loopwright.prompting", "loopwright.models", "loopwright.memory",
+                           *_ABOVE_MACHINES),
+    "loopwright.tools": ("loopwright.parsing", "loopwright.prompting", "loopwright.models", "loopwright.memory",
+                         *_ABOVE_MACHINES),
+    "loopwright.models": _ABOVE_MACHINES,
+    "loopwright.memory": _ABOVE_MACHINES,
+    "loopwright.prompting": ("loopwright.models", *_ABOVE_MACHINES),
+    "loopwright.modes": _ABOVE_MACHINES[1:],  # the machines never import the plumbing that drives them
+    "loopwright.runtime": ("loopwright.interfaces", "loopwright.ui", "loopwright.batch", "loopwright.mcp"),
+    "loopwright.durable": ("loopwright.interfaces", "loopwright.ui", "loopwright.batch"),
+    "loopwright.batch": ("loopwright.interfaces", "loopwright.ui"),
+    "loopwright.trace": ("loopwright.tools", "loopwright.parsing", "loopwright.prompting", *_ABOVE_MACHINES),
+    "loopwright.errors": ("loopwright.tools", "loopwright.parsing", "loopwright.prompting", *_ABOVE_MACHINES),
 }
 
 
-def test_imports_run_one_way_from_interfaces_down_to_the_wire():
+def _upward(graph: dict[str, set[str]]) -> list[str]:
     wrong = []
-    for module, deps in _import_graph().items():
+    for module, deps in graph.items():
         for room, forbidden in _FORBIDDEN.items():
             if module == room or module.startswith(room + "."):
                 wrong += [f"{module} -> {d}" for d in deps if d.startswith(forbidden)]
-    assert wrong == []
+    return wrong
+
+
+def test_imports_run_one_way_from_interfaces_down_to_the_wire():
+    assert _upward(_import_graph()) == []
+
+
+def test_the_plumbing_imports_the_machines_and_never_the_reverse():
+    graph = _import_graph()
+    assert "loopwright.modes.react" in graph["loopwright.runtime.front"]
+    machines = [name for name in graph if name.startswith("loopwright.modes.")]
+    assert len(machines) >= 6
+    assert [f"{m} -> {d}" for m in machines for d in graph[m] if d.startswith("loopwright.runtime")] == []
+    graph["loopwright.modes.react"].add("loopwright.runtime.context")  # a planted reach upward is caught
+    assert "loopwright.modes.react -> loopwright.runtime.context" in _upward(graph)
+
+
+def test_the_top_level_holds_at_most_twelve_modules():
+    """Counted: every .py file directly under src/loopwright except __init__.py (the facade)
+    and __main__.py (`python -m loopwright`); the rooms (subpackages) are not counted."""
+    top = sorted(p.name for p in SRC.glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
+    assert len(top) <= 12, top
+
+
+def test_the_modes_room_holds_only_the_machines_and_what_they_share():
+    assert sorted(p.stem for p in (SRC / "modes").glob("*.py")) == [
+        "__init__", "_critique", "folding", "machine", "plan_execute", "react", "reflexion", "rewoo",
+        "toolsearch", "tot"]
 
 
 def test_each_subpackage_init_says_what_lives_there():
-    for pkg in ("tools", "parsing", "durable", "interfaces", "modes", "models", "memory", "batch", "mcp"):
+    for pkg in ("tools", "parsing", "durable", "interfaces", "modes", "runtime", "prompting", "models", "memory",
+                "batch", "mcp"):
         doc = importlib.import_module(f"loopwright.{pkg}").__doc__ or ""
         assert len(doc.strip().splitlines()) >= 2, pkg
 
@@ -209,6 +239,9 @@ def test_importing_every_module_keeps_the_facades_names():
 
 
 # The modes are pure step machines: they yield requests and Steps, and the drivers do the I/O.
+# toolsearch.py is left out: its ToolIndex builds the tools' BM25 index in-process, and used
+# directly (a benchmark's index) calls an embedder it is given; a machine's embedder queries
+# go through the driver (Embed), which test_machines' structural purity test checks.
 _MODE_MODULES = ("react", "rewoo", "plan_execute", "reflexion", "tot", "_critique", "machine", "folding")
 _NO_IO_IMPORTS = ("threading", "asyncio", "concurrent", "time", "multiprocessing", "socket", "subprocess")
 # what only a driver may call: the policy, a tool, the registry's execution, a thread or a clock
@@ -291,7 +324,7 @@ def test_a_new_option_is_one_field_of_run_spec_and_needs_no_other_list():
     from loopwright.durable.resume import OVERRIDES
 
     assert OVERRIDES == set(loopwright.ResumeOptions.__annotations__)
-    for module in ("modes/front.py", "batch/runner.py", "agents.py", "durable/resume.py", "durable/fork.py"):
+    for module in ("runtime/front.py", "batch/runner.py", "runtime/agents.py", "durable/resume.py", "durable/fork.py"):
         text = (SRC / module).read_text("utf-8")
         assert "max_nudges" not in text, module  # no option is spelled out where options pass through
 
@@ -332,4 +365,4 @@ def test_the_layout_check_catches_a_module_left_out():
     readme = (SRC.parents[1] / "README.md").read_text("utf-8")
     assert "tot.py" in readme_layout(readme)["modes"]
     assert "tot.py" not in readme_layout(readme.replace("tot.py", "tot"))["modes"]
-    assert "calls.py" in readme_layout(readme)[""]
+    assert "trace.py" in readme_layout(readme)[""]

@@ -18,7 +18,6 @@ import pytest
 import loopwright as lw
 from conftest import act, final, make_registry
 from loopwright.memory import HashingEmbedder
-from loopwright.modes.front import start
 from loopwright.modes.machine import (
     CallTool,
     CheckClock,
@@ -33,6 +32,7 @@ from loopwright.modes.machine import (
     StartTool,
 )
 from loopwright.policy import ModelRequest
+from loopwright.runtime.front import start
 from loopwright.tools.registry import ToolResult
 from loopwright.trace import Usage
 from test_react_context_budget import LONG_THOUGHT, _page_registry

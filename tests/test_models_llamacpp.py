@@ -14,6 +14,8 @@ import pytest
 import loopwright as lw
 from loopwright.interfaces.demo_tools import DEMO_TASKS, demo_registry
 from loopwright.models.llamacpp import common_prefix, default_threads
+from loopwright.prompting import templates
+from loopwright.prompting.examples import worked_examples
 
 
 def test_default_model_path_finds_the_gguf_inside_the_installed_package() -> None:
@@ -105,11 +107,11 @@ def test_a_prompt_longer_than_the_context_is_a_model_error() -> None:
 @pytest.mark.slow
 def test_a_constrained_step_closes_even_when_max_tokens_is_too_small(model: Any) -> None:
     schemas = tuple(demo_registry().schemas())
-    prompt = lw.prompts.REACT_JSON.format(
-        tools=lw.prompts.describe_tools(schemas), task="When was Alan Turing born?",
-        examples=lw.prompts.worked_examples(list(demo_registry())),
+    prompt = templates.REACT_JSON.format(
+        tools=templates.describe_tools(schemas), task="When was Alan Turing born?",
+        examples=worked_examples(list(demo_registry())),
     )
-    request = lw.ModelRequest(prompt, lw.prompts.STOP_JSON, "react", tools=schemas, max_tokens=4)
+    request = lw.ModelRequest(prompt, templates.STOP_JSON, "react", tools=schemas, max_tokens=4)
     out = model.complete(request)
     assert out.meta["grammar"] is True and out.meta["finish_reason"] == "stop"
     assert out.usage is not None and out.usage.completion_tokens > 4
@@ -157,7 +159,7 @@ REUSE_TASK = "What are the populations of Paris, Berlin, Tokyo and London?"
 
 
 def _four_lookups(model: Any) -> lw.Trace:
-    prompts = dataclasses.replace(lw.prompts.DEFAULT_PROMPTS, react_json=FOUR_LOOKUPS)
+    prompts = dataclasses.replace(templates.DEFAULT_PROMPTS, react_json=FOUR_LOOKUPS)
     return lw.run_react(REUSE_TASK, model, demo_registry(), prompts=prompts, max_steps=6)
 
 

@@ -49,7 +49,7 @@ class Counted:
 
 
 def test_off_by_default_a_run_has_no_span_recorder():
-    from loopwright.modes import iter_react
+    from loopwright.runtime import iter_react
 
     run = iter_react("t", lw.ScriptedPolicy([final("1")]), make_registry())
     assert not any(isinstance(o, otel.RunSpans) for o in run._ctx.observers)

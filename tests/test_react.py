@@ -444,8 +444,8 @@ def test_a_tool_call_cut_off_by_the_run_timeout_is_recorded_with_its_tool_and_ar
 
 
 def test_the_clock_is_judged_by_the_driver_and_a_machine_stops_on_its_answer(registry, monkeypatch):
-    from loopwright.modes.front import start
     from loopwright.modes.machine import CheckClock
+    from loopwright.runtime.front import start
 
     run = start(lw.RunSpec("t", "react", timeout_s=60), lw.ScriptedPolicy([final("1")]), registry)
     monkeypatch.setattr(time, "monotonic", lambda: pytest.fail("a machine read the clock"))

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from loopwright.modes.spec import RunSpec
 from loopwright.parsing.steps import Action, FinalAnswer
 from loopwright.policy import ModelRequest
+from loopwright.runtime.spec import RunSpec
 from loopwright.tools.registry import ToolError, ToolResult
 from loopwright.trace import Step, Usage
 

@@ -11,6 +11,7 @@ import pytest
 
 import loopwright as lw
 from loopwright.models.grammar import plan_grammar, react_grammar
+from loopwright.prompting import templates
 
 LOOKUP = {"name": "lookup", "description": "Look up a fact.",
           "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}  # fmt: skip
@@ -174,7 +175,7 @@ def test_a_greedy_model_stuck_on_a_call_is_made_to_change_it(model: Any) -> None
         "Answer with the tool.\nQuestion: q\nThought: look\nAction: lookup\nAction Input: "
         '{"query": "Mountain"}\nObservation: nothing\nThought: look again\nAction: lookup\n'
         'Action Input: {"query": "Mountain"}\nObservation: nothing\nThought:',
-        lw.prompts.STOP_JSON, "react", tools=tuple(registry.schemas()),
+        templates.STOP_JSON, "react", tools=tuple(registry.schemas()),
     )
     free = lw.parse_react_step(policy.complete(repeat).text)
     constrained = lw.parse_react_step(

@@ -8,7 +8,7 @@ import pytest
 
 import loopwright as lw
 from loopwright.memory import BufferMemory, HashingEmbedder, SemanticMemory, TieredMemory
-from loopwright.session import Session
+from loopwright.runtime.session import Session
 from loopwright.trace import estimate_tokens
 
 ACCOUNT = "80-4471-2390"

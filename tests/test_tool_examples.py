@@ -11,7 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import loopwright as lw
-from loopwright.prompts import with_examples, worked_examples
+from loopwright.prompting import templates
+from loopwright.prompting.examples import worked_examples
+from loopwright.prompting.templates import with_examples
 from loopwright.tools.examples import eg_value, short_answer, synthesise_args
 
 
@@ -402,7 +404,7 @@ def test_the_example_budget_keeps_at_least_one_example_and_drops_the_rest() -> N
 
 
 def test_registry_examples_off_uses_schema_calls_only() -> None:
-    prompts = dataclasses.replace(lw.prompts.DEFAULT_PROMPTS, tool_examples=False)
+    prompts = dataclasses.replace(templates.DEFAULT_PROMPTS, tool_examples=False)
     policy = lw.ScriptedPolicy(["Thought: t\nFinal Answer: x"])
     lw.run("q", policy, lw.ToolRegistry(_tools()), prompts=prompts)
     assert "How many km is 10 mi?" not in policy.prompts[0]
@@ -418,8 +420,8 @@ def test_braces_in_examples_and_in_with_examples_text_are_safe() -> None:
     lw.run("Render {x}", policy, lw.ToolRegistry([tool]))
     assert 'Action Input: {"template": "{name} }{"}' in policy.prompts[0]
     assert "Question: Render {x}\nThought:" in policy.prompts[0]
-    custom = with_examples(lw.prompts.REACT_JSON, 'Example:\nAction Input: {"a": {"b": 1}}\nFinal Answer: }{')
-    lw.run("q", policy, lw.ToolRegistry([tool]), prompts=dataclasses.replace(lw.prompts.DEFAULT_PROMPTS, react_json=custom))
+    custom = with_examples(templates.REACT_JSON, 'Example:\nAction Input: {"a": {"b": 1}}\nFinal Answer: }{')
+    lw.run("q", policy, lw.ToolRegistry([tool]), prompts=dataclasses.replace(templates.DEFAULT_PROMPTS, react_json=custom))
     assert 'Example:\nAction Input: {"a": {"b": 1}}\nFinal Answer: }{\n\nQuestion: q\nThought:' in policy.prompts[1]
 
 
@@ -427,8 +429,8 @@ def test_the_filled_prompt_is_reused_across_runs_but_every_task_placement_is_fil
     # the template is filled once per registry and split at the task; a template naming
     # {task} twice (or never) is filled per run
     registry = lw.ToolRegistry([_weekday])
-    twice = dataclasses.replace(lw.prompts.DEFAULT_PROMPTS, react_json="{tools}\nTask: {task}\nAgain: {task}\nThought:")
-    never = dataclasses.replace(lw.prompts.DEFAULT_PROMPTS, react_json="{tools}\nThought:")
+    twice = dataclasses.replace(templates.DEFAULT_PROMPTS, react_json="{tools}\nTask: {task}\nAgain: {task}\nThought:")
+    never = dataclasses.replace(templates.DEFAULT_PROMPTS, react_json="{tools}\nThought:")
     policy = lw.ScriptedPolicy(["Thought: t\nFinal Answer: x"] * 5)
     for task in ("first", "second"):
         lw.run(task, policy, registry)
@@ -443,7 +445,7 @@ def test_the_filled_prompt_is_reused_across_runs_but_every_task_placement_is_fil
 
 
 def test_a_template_with_a_lone_brace_is_a_clear_error_not_a_key_error() -> None:
-    bad = dataclasses.replace(lw.prompts.DEFAULT_PROMPTS, react_json="Tools: {tools}\nUse {json}\n{task}")
+    bad = dataclasses.replace(templates.DEFAULT_PROMPTS, react_json="Tools: {tools}\nUse {json}\n{task}")
     with pytest.raises(ValueError, match=r"prompt template 'react_json' cannot be filled .*'json'.*doubled"):
         lw.run("q", lw.ScriptedPolicy([]), lw.ToolRegistry([_weekday]), prompts=bad)
 
@@ -453,7 +455,7 @@ def test_older_templates_with_single_example_fields_still_fill() -> None:
     policy = lw.ScriptedPolicy(["Thought: t\nFinal Answer: x"])
     weekday = lw.Tool.from_schema("weekday", "The day of a date.", {"type": "object", "properties": {
         "date": {"type": "string", "examples": ["2024-03-15"]}}, "required": ["date"]}, _weekday)
-    lw.run("q", policy, lw.ToolRegistry([weekday]), prompts=dataclasses.replace(lw.prompts.DEFAULT_PROMPTS, react_json=old))
+    lw.run("q", policy, lw.ToolRegistry([weekday]), prompts=dataclasses.replace(templates.DEFAULT_PROMPTS, react_json=old))
     assert 'Example: weekday {"date": "2024-03-15"}' in policy.prompts[0]
 
 
@@ -511,7 +513,7 @@ def test_the_worked_example_thought_reads_as_a_sentence(description: str, though
         return x
 
     t.__doc__ = description
-    prompt = lw.prompts.worked_examples([lw.tool(examples=[{"args": {"x": "a"}, "question": "Q?", "result": "r"}])(t)])
+    prompt = worked_examples([lw.tool(examples=[{"args": {"x": "a"}, "question": "Q?", "result": "r"}])(t)])
     assert f"Thought: {thought}\n" in prompt
 
 
@@ -672,11 +674,11 @@ def test_the_nearest_whole_run_is_shown_alone_or_after_the_default_head_and_only
     singles = worked_examples(_km_tools(), "json")
     assert singles and head.endswith(singles)
     prefix = head.removesuffix(singles)  # instructions and tools
-    near = dataclasses.replace(lw.prompts.DEFAULT_PROMPTS, run_examples="nearest")
+    near = dataclasses.replace(templates.DEFAULT_PROMPTS, run_examples="nearest")
     assert _first_prompt(chained, with_run) == f"{prefix}{KM_BLOCK}\n\nQuestion: {chained}\nThought:"
     assert _first_prompt(chained, with_run, prompts=near) == f"{head}{KM_BLOCK}\n\nQuestion: {chained}\nThought:"
     for unrelated in ("Convert 100 kilometres to miles.", "What is the capital of France?"):
-        for prompts in (lw.prompts.DEFAULT_PROMPTS, near):
+        for prompts in (templates.DEFAULT_PROMPTS, near):
             assert _first_prompt(unrelated, with_run, prompts=prompts) == _first_prompt(unrelated, plain)
         assert "Paris to Lyon and back" not in _first_prompt(unrelated, with_run)
 
@@ -690,7 +692,7 @@ def test_of_several_whole_runs_only_the_nearest_is_shown_and_all_shows_every_one
     one_way = _first_prompt("How many miles is it from Paris to Nice, one way?", registry)
     assert "to Lyon and back?" in back and "to Lyon, one way?" not in back
     assert "to Lyon, one way?" in one_way and "to Lyon and back?" not in one_way
-    every = dataclasses.replace(lw.prompts.DEFAULT_PROMPTS, run_examples="all")
+    every = dataclasses.replace(templates.DEFAULT_PROMPTS, run_examples="all")
     shown = _first_prompt("What is the capital of France?", registry, prompts=every)
     assert shown.index("to Lyon, one way?") < shown.index("to Lyon and back?") < shown.index("capital of France")
     with pytest.raises(ValueError, match="run_examples must be one of"):
@@ -699,7 +701,7 @@ def test_of_several_whole_runs_only_the_nearest_is_shown_and_all_shows_every_one
 
 @pytest.mark.parametrize("mode", ["react", "reflexion"])
 def test_a_bad_run_examples_value_fails_before_the_run_is_journaled(tmp_path, mode) -> None:
-    bad = dataclasses.replace(lw.prompts.DEFAULT_PROMPTS, run_examples="some")
+    bad = dataclasses.replace(templates.DEFAULT_PROMPTS, run_examples="some")
     with lw.SQLiteStore(tmp_path / "runs.db") as store:
         with pytest.raises(ValueError, match="run_examples must be one of"):
             lw.run("q", lambda prompt: "Final Answer: x", _km_registry([KM_RUN]), mode, prompts=bad, store=store)
@@ -715,7 +717,7 @@ def test_the_chosen_run_is_written_in_the_runs_dialect() -> None:
 
 
 def test_the_choice_ignores_numbers_and_keeps_the_small_words_that_say_how_a_question_chains() -> None:
-    from loopwright.nearest_run import choose_run
+    from loopwright.prompting.nearest_run import choose_run
 
     registry = _km_registry([KM_RUN])
     choice = choose_run(registry, "json")

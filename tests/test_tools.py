@@ -859,7 +859,7 @@ def test_truncation_marker_and_bound() -> None:
 
 def test_execute_renders_a_result_past_the_cap_whole() -> None:
     """The registry never cuts: a run keeps a result past max_observation_chars under a
-    handle and shows head and tail (modes/handles.py); cutting here would lose the rest."""
+    handle and shows head and tail (tools/handles.py); cutting here would lose the rest."""
     reg = ToolRegistry([Tool(lambda: list(range(5000)), name="big")], max_observation_chars=100)
     result = reg.execute("big", {})
     assert result.ok and len(result.value) == 5000

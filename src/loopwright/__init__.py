@@ -10,9 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from loopwright.agents import Agent
 from loopwright.batch import PolicyFactory, arun_many, policy_factory, run_many
-from loopwright.calls import CallInfo, current_call
 from loopwright.durable.fork import fork
 from loopwright.durable.postgres import PostgresStore
 from loopwright.durable.resume import resume
@@ -43,7 +41,18 @@ from loopwright.events import (
     ToolStarted,
 )
 from loopwright.guards import Limits
-from loopwright.modes import (
+from loopwright.parsing import (
+    Action,
+    FinalAnswer,
+    PlanStep,
+    parse_plan,
+    parse_react_step,
+    parse_tool_calls,
+    substitute,
+)
+from loopwright.policy import Completion, Model, ModelRequest, Policy, ScriptedPolicy, ToolCall
+from loopwright.prompting.templates import PromptSet
+from loopwright.runtime import (
     AsyncEvents,
     AsyncRun,
     Events,
@@ -68,7 +77,9 @@ from loopwright.modes import (
     run_spec,
     run_tot,
 )
-from loopwright.modes.spec import (
+from loopwright.runtime.agents import Agent
+from loopwright.runtime.calls import CallInfo, current_call
+from loopwright.runtime.spec import (
     PlanExecuteSettings,
     ReActSettings,
     ReflexionSettings,
@@ -76,17 +87,6 @@ from loopwright.modes.spec import (
     RunOptions,
     ToTSettings,
 )
-from loopwright.parsing import (
-    Action,
-    FinalAnswer,
-    PlanStep,
-    parse_plan,
-    parse_react_step,
-    parse_tool_calls,
-    substitute,
-)
-from loopwright.policy import Completion, Model, ModelRequest, Policy, ScriptedPolicy, ToolCall
-from loopwright.prompts import PromptSet
 from loopwright.safety import ApprovalPending, ApprovalRequest, Decision
 from loopwright.tools import (
     Tool,
@@ -121,7 +121,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(bootstrap, name)
     if name == "Session":  # imports memory (numpy)
-        from loopwright.session import Session
+        from loopwright.runtime.session import Session
 
         return Session
     raise AttributeError(f"module 'loopwright' has no attribute {name!r}")

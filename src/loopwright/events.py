@@ -192,7 +192,7 @@ class Emitter:
     def approval(self, request: ApprovalRequest) -> None:
         self.emit(ApprovalRequested(self.run_id, self.agent, request))
 
-    # -- the Observer side (modes/observers.py) ----------------------------------------
+    # -- the Observer side (runtime/observers.py) ----------------------------------------
 
     def model(self, n: int, request: ModelRequest, completion: Completion, usage: Usage, start: float) -> None:
         pass  # the text went out as deltas while it was produced

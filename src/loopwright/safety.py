@@ -76,7 +76,7 @@ class ApprovalRequest:
             "description": self.description,
             "run_id": self.run_id,
         }
-        if self.meta:  # e.g. {"agent": name}: a child agent's call (loopwright.agents)
+        if self.meta:  # e.g. {"agent": name}: a child agent's call (loopwright.runtime.agents)
             out["meta"] = json.loads(json.dumps(self.meta, default=str))
         return out
 

@@ -9,7 +9,7 @@ from typing import Final
 
 from loopwright.parsing.steps import FORMAT_HELP_BRACKETS, FORMAT_HELP_JSON, FORMAT_HELP_PLAN
 
-__all__ = ["escape_untrusted", "fence", "neutralise"]
+__all__ = ["escape_untrusted", "fence", "first_line", "neutralise"]
 
 
 def escape_untrusted(text: str) -> str:
@@ -63,3 +63,10 @@ def fence(text: str, source: str) -> str:
 
 def _attribute(source: str) -> str:
     return escape_untrusted(source).replace('"', "&quot;")
+
+
+def first_line(text: str, limit: int = 500) -> str:
+    """Text stripped and cut to `limit` characters (with an ellipsis): how an error quotes
+    a reply or a verdict."""
+    text = text.strip()
+    return text if len(text) <= limit else text[:limit] + "…"

@@ -24,8 +24,8 @@ from typing import Any, Final
 from loopwright.batch.evaluation import is_correct as default_is_correct
 from loopwright.batch.evaluation import load_dataset
 from loopwright.errors import ExamplesError, ToolDefinitionError
-from loopwright.modes import run
 from loopwright.policy import Policy
+from loopwright.runtime import run
 from loopwright.tools.examples import CallExample, RunExample, ToolExample
 from loopwright.tools.registry import ToolRegistry
 from loopwright.tools.toolset import Tools, as_registry

@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, Unpack, cast
 
 from loopwright.errors import StoreError
-from loopwright.modes import AsyncRun, arun
-from loopwright.modes.spec import RunOptions
 from loopwright.offload import run_until_complete
 from loopwright.policy import Policy
+from loopwright.runtime import AsyncRun, arun
+from loopwright.runtime.spec import RunOptions
 from loopwright.tools.registry import ToolRegistry
 from loopwright.tools.toolset import Tools, as_registry
 from loopwright.trace import Step, Trace

@@ -33,8 +33,8 @@ from loopwright.durable.journal import (
     verify,
 )
 from loopwright.errors import StoreError, describe
-from loopwright.modes.handles import handle_for
 from loopwright.safety import ApprovalRequest, Decision
+from loopwright.tools.handles import handle_for
 from loopwright.tools.results import ToolError, render_observation
 from loopwright.trace import Step, Trace, Usage
 
@@ -367,7 +367,7 @@ class StoreBase:
                     "SELECT count(*) FROM steps WHERE run_id = ? AND kind = 'replan'", (run_id,))[0])
                 if record.mode == "react" and record.llm_calls:
                     trace.scratchpad = self.prompt(run_id, record.llm_calls)
-        for step in steps:  # child agents' runs, journaled in this store (loopwright.agents)
+        for step in steps:  # child agents' runs, journaled in this store (loopwright.runtime.agents)
             child = step.meta.get("child_run_id")
             if isinstance(child, str) and child not in trace.children:
                 try:
@@ -381,7 +381,7 @@ class StoreBase:
         return Step.from_dict(loads(row[3], self.path))
 
     def _outputs(self, run_id: str, steps: list[Step], meta: Mapping[str, Any]) -> dict[str, str]:
-        """The results a run kept under a handle (modes/handles.py), from the tool calls'
+        """The results a run kept under a handle (tools/handles.py), from the tool calls'
         rows, which hold them whole: those past the cap (the step names the handle) and
         those a ReAct fold stubbed (the fold names the step)."""
         handles = {s.meta["output"] for s in steps if isinstance(s.meta.get("output"), str)}

@@ -16,10 +16,10 @@ from typing import Unpack
 from loopwright.durable.base import StoreBase
 from loopwright.durable.resume import overrides, recorded_approver
 from loopwright.errors import StoreError, describe
-from loopwright.modes import Run
-from loopwright.modes.front import start
-from loopwright.modes.spec import ResumeOptions, RunSpec, spread
 from loopwright.policy import Policy
+from loopwright.runtime import Run
+from loopwright.runtime.front import start
+from loopwright.runtime.spec import ResumeOptions, RunSpec, spread
 from loopwright.safety import Approver, Decision
 from loopwright.tools.toolset import Tools, as_registry, tool_set
 from loopwright.trace import Trace

@@ -1,7 +1,7 @@
 """The journal of one run on a store (SQLite or PostgreSQL): what the loops record and
 replay through.
 
-RunJournal implements `loopwright.modes._core.Journal`: each model call, tool call,
+RunJournal implements `loopwright.modes.machine.Journal`: each model call, tool call,
 approval and step is written (see `store` for the tables and durability) before the run
 uses it, and a resumed run's journal answers lookups from what was recorded. A fork's
 journal also answers from its source run for the steps it replays, copying each answer
@@ -47,7 +47,7 @@ class JournalStore(Protocol):
 
 @dataclass(eq=False)
 class RunJournal:
-    """The Journal of one run (see `loopwright.modes._core.Journal`). A resumed run's
+    """The Journal of one run (see `loopwright.modes.machine.Journal`). A resumed run's
     journal is preloaded with everything recorded, so lookups cost a dict access."""
 
     store: JournalStore

@@ -34,10 +34,10 @@ from typing import Any, Final, Unpack
 
 from loopwright.durable.base import RunRecord, StoreBase
 from loopwright.errors import ToolSetChangedError
-from loopwright.modes import Run
-from loopwright.modes.front import start
-from loopwright.modes.spec import ResumeOptions, RunSpec
 from loopwright.policy import Policy
+from loopwright.runtime import Run
+from loopwright.runtime.front import start
+from loopwright.runtime.spec import ResumeOptions, RunSpec
 from loopwright.safety import Approver, Decision, decisions_approver
 from loopwright.tools.registry import ToolRegistry
 from loopwright.tools.toolset import (

@@ -39,7 +39,7 @@ from loopwright.interfaces.common import (
     make_model,
     output_path,
 )
-from loopwright.modes import MODES
+from loopwright.runtime import MODES
 from loopwright.trace import Trace
 
 BATCH_HELP = "run every task of a JSONL file, N at a time, with progress and resumption"

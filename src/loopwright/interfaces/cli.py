@@ -61,8 +61,8 @@ from loopwright.interfaces.common import (
     serve_access,
 )
 from loopwright.interfaces.live import LiveLine, ModelText, describe_in_flight
-from loopwright.modes import MODES
-from loopwright.modes.front import start
+from loopwright.runtime import MODES
+from loopwright.runtime.front import start
 from loopwright.safety import NO_APPROVER
 from loopwright.trace import Step, Trace, clip
 

@@ -21,7 +21,7 @@ from typing import Any, Final, NoReturn
 import loopwright as lw
 from loopwright.errors import LoopwrightError
 from loopwright.httpguard import TOKEN_ENV, Access, is_loopback
-from loopwright.prompts import DEFAULT_PROMPTS, PromptSet
+from loopwright.prompting.templates import DEFAULT_PROMPTS, PromptSet
 
 EXIT_ANSWERED = 0
 EXIT_NO_ANSWER = 1

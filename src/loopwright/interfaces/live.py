@@ -18,7 +18,7 @@ from rich.spinner import Spinner
 from rich.text import Text
 
 from loopwright.events import Event, ModelDelta, StepEvent
-from loopwright.modes import Run
+from loopwright.runtime import Run
 
 TEXT_LINES = 6  # lines of the model's text the live display keeps
 REFRESH_S = 1 / 30  # a delta redraws at most this often (the display also redraws 8 times a second)

@@ -21,7 +21,7 @@ from loopwright.memory.semantic import Recalled, SemanticMemory
 from loopwright.memory.sqlite import MemoryStore, SQLiteMemoryStore, StoredMemory
 from loopwright.memory.summary import SummaryMemory, summarize_memory
 from loopwright.memory.tiered import Archive, Memory, TieredMemory, context_within
-from loopwright.prompts import SUMMARIZE_PROMPT
+from loopwright.prompting.templates import SUMMARIZE_PROMPT
 
 __all__ = [
     "SUMMARIZE_PROMPT",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from loopwright.policy import ModelRequest, Policy, call_policy
-from loopwright.prompts import SUMMARIZE_PROMPT
+from loopwright.prompting.templates import SUMMARIZE_PROMPT
 from loopwright.untrusted import fence
 
 NO_SUMMARY = "(none)"

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from loopwright.modes.context import RunContext
-from loopwright.modes.machine import Machine, PolicyFailed
+from loopwright.modes.machine import Machine, PolicyFailed, RunView
 from loopwright.policy import ModelRequest
 from loopwright.trace import Step
 
@@ -26,7 +25,7 @@ def clean_critique(text: str) -> str:
     return flat or "(no critique written)"
 
 
-def reflect(ctx: RunContext, prompt: str, max_tokens: int | None, meta: dict[str, Any]) -> Machine[str | None]:
+def reflect(ctx: RunView, prompt: str, max_tokens: int | None, meta: dict[str, Any]) -> Machine[str | None]:
     """Ask for a critique (use with `yield from`): one model call, one `reflection` step.
 
     Returns the cleaned critique, or None when the run was stopped here (the policy

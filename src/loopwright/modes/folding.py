@@ -2,7 +2,7 @@
 
 When the next prompt would pass the budget, older steps fold in this order, each only when
 the one before is not enough: (1) old tool results become one-line stubs (the text kept
-whole under a handle for read_output, modes/handles.py, and filed in memory); (2) old
+whole under a handle for read_output, tools/handles.py, and filed in memory); (2) old
 thoughts are dropped; (3) the oldest steps go into memory (its summary tier, when it has
 one) and the prompt gets what memory recalls for the task and the latest thought, leaving
 out the steps the prompt still holds, plus a line naming the kept results whose steps it
@@ -19,8 +19,8 @@ from collections.abc import MutableMapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from loopwright.modes.handles import handle_for, keep_text, stub
 from loopwright.modes.machine import Machine, Recall, Remember
+from loopwright.tools.handles import handle_for, keep_text, stub
 from loopwright.trace import estimate_tokens
 from loopwright.untrusted import fence, neutralise
 

@@ -7,7 +7,7 @@ through `send`: a ModelCall for a ModelRequest (the model call is requested by y
 the request itself), an Executed for CallTool, a Finished for NextDone, None for a Step
 or a StartTool, True or False for CheckClock. Failures are thrown in: PolicyFailed where the model call failed (a mode
 catches it and records why), StopRun where the run must end (nothing catches it). The
-drivers dispatch on the type (modes/driver.py, modes/adriver.py).
+drivers dispatch on the type (runtime/driver.py, runtime/adriver.py).
 
 The requests and results here are messages between a mode and its driver, a few made
 every step and never kept: plain slotted dataclasses, not frozen ones. A frozen
@@ -19,17 +19,91 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from loopwright.policy import Completion, ModelRequest
 from loopwright.safety import ApprovalRequest, Decision
-from loopwright.tools.registry import ToolResult
+from loopwright.tools.registry import ToolRegistry, ToolResult
 from loopwright.trace import Step, Trace, Usage
 
 if TYPE_CHECKING:
+    from loopwright.guards import RunLimits
     from loopwright.memory.embedders import Embedder
+    from loopwright.outputs import OutputSpec
+    from loopwright.prompting.templates import PromptSet
 
 R = TypeVar("R")
+
+Evaluator = Callable[[str, Trace], "tuple[bool, str] | bool"]
+"""Judges a Reflexion attempt's answer: `evaluator(task, trace)` with `trace.final_answer`
+set; returns (ok, feedback) or a bool. Feedback reaches the critique prompt."""
+ToolSearchOption = int | Literal["auto", "off"]
+"""`tool_search=`: K tools a step, "auto" (on when the tool list would not fit the model's
+context window) or "off" (modes/toolsearch.py)."""
+
+# -- what a machine sees of its run ---------------------------------------------------
+
+
+class RunView(Protocol):
+    """What a machine reads of its run (the runtime's RunContext is one): the task, the
+    prompts, the tools loaded now, the limits and the trace so far. A machine changes the
+    run only through `stop` (its stop reason and answer), `use_registry` (the tools tool
+    search loaded) and the trace's `output` and `meta` it records; everything else it asks
+    of the driver by yielding a request."""
+
+    @property
+    def task(self) -> str: ...
+    @property
+    def prompts(self) -> PromptSet: ...
+    @property
+    def registry(self) -> ToolRegistry:
+        """The tools the run may call now (tool search narrows them)."""
+    @property
+    def unscoped(self) -> ToolRegistry:
+        """What a `tools=` scope was cut from (tool search indexes it once)."""
+    @property
+    def schemas(self) -> list[dict[str, Any]]: ...
+    @property
+    def limits(self) -> RunLimits: ...
+    @property
+    def trace(self) -> Trace: ...
+    @property
+    def output(self) -> OutputSpec | None:
+        """The typed final answer asked for (`output_type=`), or None."""
+    @property
+    def prompt_only(self) -> bool:
+        """A plain callable policy: it gets the prompt alone, no tool schemas."""
+    @property
+    def context_window(self) -> int | None:
+        """The model's context window in tokens, as the policy reports it, or None."""
+    @property
+    def next_index(self) -> int: ...
+    def stop(self, reason: str, answer: str | None = None) -> None: ...
+    def use_registry(self, registry: ToolRegistry) -> None: ...
+
+
+class Settings(Protocol):
+    """What a machine reads of its run's options (the runtime's RunSpec is one): a mode
+    setting by name, its default filled in, and the options the machines use."""
+
+    def setting(self, name: str) -> Any: ...
+    @property
+    def max_tokens(self) -> int | None: ...
+    @property
+    def prompts(self) -> PromptSet | None: ...
+    @property
+    def memory(self) -> Any: ...
+    @property
+    def context_tokens(self) -> int | None: ...
+    @property
+    def evaluator(self) -> Evaluator | bool | None: ...
+    @property
+    def attempt_steps(self) -> int | None: ...
+    @property
+    def tool_search(self) -> ToolSearchOption | None: ...
+    @property
+    def tool_embedder(self) -> Embedder | None: ...
+
 
 # -- requests -------------------------------------------------------------------------
 
@@ -198,6 +272,9 @@ class Journal(Protocol):
 
 __all__ = [
     "CallTool",
+    "Evaluator",
+    "RunView",
+    "Settings",
     "CheckClock",
     "Embed",
     "Evaluate",
@@ -214,4 +291,5 @@ __all__ = [
     "StartTool",
     "StepGen",
     "StopRun",
+    "ToolSearchOption",
 ]

@@ -13,22 +13,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from loopwright.modes.context import RunContext
-from loopwright.modes.machine import CallTool, CheckClock, Machine, StepGen
+from loopwright.modes.machine import CallTool, CheckClock, Machine, RunView, Settings, StepGen
 from loopwright.modes.rewoo import plan_call, plan_examples
-from loopwright.modes.spec import RunSpec
 from loopwright.modes.toolsearch import ToolSelection, begin, chosen, searched
 from loopwright.parsing.steps import PlanStep, substitute
-from loopwright.prompts import describe_tools, fill, render_evidence
+from loopwright.prompting.templates import describe_tools, fill, render_evidence
 from loopwright.trace import Step
 from loopwright.untrusted import fence, neutralise
 
 
-def check(spec: RunSpec) -> None:
+def check(spec: Settings) -> None:
     """Plan-execute has nothing to check beyond its setting (PlanExecuteSettings checks it)."""
 
 
-def machine(ctx: RunContext, spec: RunSpec) -> StepGen:
+def machine(ctx: RunView, spec: Settings) -> StepGen:
     # tool search: the plan gets the K tools the task needs most; a plan that names a registered
     # tool not loaded loads it (plan_call); each replan also loads the tools that best match the
     # failure (a step that named a tool that does not exist finds its kin)
@@ -36,7 +34,7 @@ def machine(ctx: RunContext, spec: RunSpec) -> StepGen:
     return _plan_execute(ctx, spec.max_tokens, selection)
 
 
-def _plan_execute(ctx: RunContext, max_tokens: int | None, selection: ToolSelection | None = None) -> StepGen:
+def _plan_execute(ctx: RunView, max_tokens: int | None, selection: ToolSelection | None = None) -> StepGen:
     yield from chosen(ctx, selection)
     tools_text = describe_tools(ctx.schemas)
     task = ctx.task if ctx.output is None else f"{ctx.task}\n{ctx.output.instruction()}"
@@ -86,7 +84,7 @@ def _plan_execute(ctx: RunContext, max_tokens: int | None, selection: ToolSelect
 
 
 def _execute(
-    ctx: RunContext, plan: list[PlanStep], history: list[tuple[str, str, str]], attempt: int
+    ctx: RunView, plan: list[PlanStep], history: list[tuple[str, str, str]], attempt: int
 ) -> Machine[tuple[str, str, Any, bool] | None]:
     """Run the plan in order. Returns (failed_step, error, last_value, done) or None if
     the wall clock ran out."""

@@ -13,11 +13,16 @@ from typing import Any
 from loopwright.errors import ParseError
 from loopwright.guards import RepeatDetector
 from loopwright.modes._critique import reflect
-from loopwright.modes.context import RunContext, first_line
 from loopwright.modes.folding import MEMORY_OVERHEAD, Folding, step_block
-from loopwright.modes.handles import READ_OUTPUT, READ_OUTPUT_SCHEMA
-from loopwright.modes.machine import CallTool, CheckClock, Machine, PolicyFailed, StepGen
-from loopwright.modes.spec import RunSpec
+from loopwright.modes.machine import (
+    CallTool,
+    CheckClock,
+    Machine,
+    PolicyFailed,
+    RunView,
+    Settings,
+    StepGen,
+)
 from loopwright.modes.toolsearch import (
     SEARCH_TOOL,
     ToolSelection,
@@ -27,14 +32,16 @@ from loopwright.modes.toolsearch import (
     query_of,
     searched,
 )
-from loopwright.nearest_run import check_run_examples, with_run_example
 from loopwright.parsing.steps import Action, FinalAnswer, parse_react_step
 from loopwright.parsing.toolcalls import parse_tool_calls
 from loopwright.policy import ModelRequest
-from loopwright.prompts import describe_tools, example_call, fill, worked_examples
+from loopwright.prompting.examples import worked_examples
+from loopwright.prompting.nearest_run import check_run_examples, with_run_example
+from loopwright.prompting.templates import describe_tools, example_call, fill
+from loopwright.tools.handles import READ_OUTPUT, READ_OUTPUT_SCHEMA
 from loopwright.tools.registry import ToolRegistry
 from loopwright.trace import Step, estimate_tokens
-from loopwright.untrusted import fence, neutralise
+from loopwright.untrusted import fence, first_line, neutralise
 
 
 class _Scratchpad:
@@ -46,7 +53,7 @@ class _Scratchpad:
     """
 
     def __init__(
-        self, ctx: RunContext, dialect: str, memory: Any = None, context_tokens: int | None = None, notes: str = ""
+        self, ctx: RunView, dialect: str, memory: Any = None, context_tokens: int | None = None, notes: str = ""
     ) -> None:
         self.dialect = dialect
         prompts = ctx.prompts
@@ -174,14 +181,14 @@ def _render_action(dialect: str, action: Action) -> str:
     return neutralise(f"Action: {action.name}\nAction Input: {args}")
 
 
-def check(spec: RunSpec) -> None:
+def check(spec: Settings) -> None:
     """What ReAct checks before anything is journaled beyond its settings (ReActSettings
     checks those): the whole-run examples of its prompts."""
     if spec.prompts is not None:
         check_run_examples(spec.prompts)
 
 
-def machine(ctx: RunContext, spec: RunSpec) -> StepGen:
+def machine(ctx: RunView, spec: Settings) -> StepGen:
     """The ReAct machine for a run (its scratchpad made now: bad memory options fail here).
 
     on_tool_error="reflect": after a tool's ERROR observation, one more model call writes
@@ -196,7 +203,7 @@ def machine(ctx: RunContext, spec: RunSpec) -> StepGen:
     return _searching(ctx, selection, dialect, spec, on_tool_error)
 
 
-def _searching(ctx: RunContext, selection: ToolSelection, dialect: str, spec: RunSpec, on_tool_error: str) -> StepGen:
+def _searching(ctx: RunView, selection: ToolSelection, dialect: str, spec: Settings, on_tool_error: str) -> StepGen:
     """ReAct with tool search: the prompt is made once the K tools are chosen."""
     yield from chosen(ctx, selection)
     pad = _Scratchpad(ctx, dialect, spec.memory, spec.context_tokens)
@@ -204,7 +211,7 @@ def _searching(ctx: RunContext, selection: ToolSelection, dialect: str, spec: Ru
 
 
 def _react(
-    ctx: RunContext,
+    ctx: RunView,
     pad: _Scratchpad,
     max_tokens: int | None,
     *,
@@ -228,13 +235,13 @@ def _react(
     known: dict[str, dict[str, Any]] = {}  # the latest executed call of each tool
     parse_errors = 0
     tools = () if plain else tuple(ctx.schemas)  # a plain policy only gets the prompt
-    guarded = limits.token_budget is not None or limits.timeout_s is not None or ctx.cost is not None
+    timed = limits.timeout_s is not None  # else the clock cannot run out
     on_repeat, threshold = limits.on_repeat, limits.repeat_threshold
     native = dialect == "native"
     trace = ctx.trace
     try:
         while trace.llm_calls - first_call < cap:  # one call a step (and a reflection)
-            if guarded and (yield CheckClock()):  # the clock ran out during the last tool call
+            if timed and (yield CheckClock()):  # the clock ran out during the last tool call
                 ctx.stop("timeout")
                 return
             k = len(trace.steps) + 1

@@ -18,15 +18,13 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from loopwright.modes._critique import reflect
-from loopwright.modes.context import RunContext, first_line
-from loopwright.modes.machine import Evaluate, Machine, StepGen
+from loopwright.modes.machine import Evaluate, Evaluator, Machine, RunView, Settings, StepGen
 from loopwright.modes.react import _react, _Scratchpad
 from loopwright.modes.react import check as react_check
-from loopwright.modes.spec import Evaluator, RunSpec
 from loopwright.modes.toolsearch import ToolSelection, begin, chosen
-from loopwright.prompts import REFLEXION_OUTCOMES
+from loopwright.prompting.templates import REFLEXION_OUTCOMES
 from loopwright.trace import Step
-from loopwright.untrusted import neutralise
+from loopwright.untrusted import first_line, neutralise
 
 _OPEN_LABEL: Final = re.compile(r"\s*Thought(?: \d+)?:\s*$")
 """The scratchpad's open `Thought:` label, cut before the critique instruction: the
@@ -37,7 +35,7 @@ RETRIED: Final = frozenset({"final", "max_steps", "error", "repeated_call"})
 an `error` only from unusable replies, not from the policy raising)."""
 
 
-def check(spec: RunSpec) -> None:
+def check(spec: Settings) -> None:
     """What Reflexion checks before anything is journaled beyond its settings
     (ReflexionSettings checks those): ReAct's checks, and an evaluator the journal recorded
     (True) given again."""
@@ -46,7 +44,7 @@ def check(spec: RunSpec) -> None:
         raise TypeError("this run was made with an evaluator; pass evaluator=... again to resume it")
 
 
-def machine(ctx: RunContext, spec: RunSpec) -> StepGen:
+def machine(ctx: RunView, spec: Settings) -> StepGen:
     """The Reflexion machine for a run.
 
     max_steps: model calls of the whole run (attempt steps and critiques).
@@ -80,7 +78,7 @@ class _Settings:
     selection: ToolSelection | None
 
 
-def _reflexion(ctx: RunContext, s: _Settings) -> StepGen:
+def _reflexion(ctx: RunView, s: _Settings) -> StepGen:
     yield from chosen(ctx, s.selection)
     trace = ctx.trace
     max_steps = ctx.limits.max_steps
@@ -157,14 +155,14 @@ def _judge(evaluator: Evaluator | None) -> Machine[tuple[bool, str] | str]:
     return f"evaluator must return (ok: bool, feedback: str) or a bool, got {first_line(repr(verdict), 200)}"
 
 
-def _policy_failed(ctx: RunContext, first_step: int) -> bool:
+def _policy_failed(ctx: RunView, first_step: int) -> bool:
     """Whether the attempt ended on an `error` step (the policy raised or timed out, a
     side effect of unknown outcome): not something a critique can fix."""
     steps = ctx.trace.steps
     return len(steps) >= first_step and steps[-1].kind == "error"
 
 
-def _outcome(ctx: RunContext, reason: str | None, answer: str | None, feedback: str, cap: int,
+def _outcome(ctx: RunView, reason: str | None, answer: str | None, feedback: str, cap: int,
              first_step: int) -> str:
     if reason == "final":
         return REFLEXION_OUTCOMES["rejected"].format(answer=neutralise(repr(answer)),

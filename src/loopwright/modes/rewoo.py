@@ -12,7 +12,6 @@ import json
 from typing import Any
 
 from loopwright.errors import ParseError
-from loopwright.modes.context import RunContext
 from loopwright.modes.machine import (
     CallTool,
     CheckClock,
@@ -20,28 +19,30 @@ from loopwright.modes.machine import (
     Machine,
     NextDone,
     PolicyFailed,
+    RunView,
+    Settings,
     StartTool,
     StepGen,
 )
-from loopwright.modes.spec import RunSpec
 from loopwright.modes.toolsearch import ToolSelection, begin, chosen, load_called
 from loopwright.parsing.steps import PlanStep, parse_plan, substitute
 from loopwright.policy import ModelRequest, Purpose
-from loopwright.prompts import describe_tools, fill, render_evidence, worked_examples
+from loopwright.prompting.examples import worked_examples
+from loopwright.prompting.templates import describe_tools, fill, render_evidence
 from loopwright.trace import Step
 from loopwright.untrusted import neutralise
 
 
-def check(spec: RunSpec) -> None:
+def check(spec: Settings) -> None:
     """ReWOO has no settings of its own."""
 
 
-def machine(ctx: RunContext, spec: RunSpec) -> StepGen:
+def machine(ctx: RunView, spec: Settings) -> StepGen:
     selection = begin(ctx, spec, searchable=False)  # the plan is made from the K tools the task needs most
     return _rewoo(ctx, spec.max_tokens, selection)
 
 
-def _rewoo(ctx: RunContext, max_tokens: int | None, selection: ToolSelection | None = None) -> StepGen:
+def _rewoo(ctx: RunView, max_tokens: int | None, selection: ToolSelection | None = None) -> StepGen:
     yield from chosen(ctx, selection)
     tools = tuple(ctx.schemas)
     plan_prompt = fill(ctx.prompts.rewoo_planner, "rewoo_planner", tools=describe_tools(tools),
@@ -106,7 +107,7 @@ def _rewoo(ctx: RunContext, max_tokens: int | None, selection: ToolSelection | N
     ctx.stop("error")
 
 
-def plan_examples(ctx: RunContext) -> str:
+def plan_examples(ctx: RunView) -> str:
     """The planner prompt's worked examples, from the run's tools (memoised on the registry)."""
     budget, from_tools = ctx.prompts.example_tokens, ctx.prompts.tool_examples
     return ctx.registry.memo(
@@ -117,7 +118,7 @@ def plan_examples(ctx: RunContext) -> str:
 
 
 def plan_call(
-    ctx: RunContext, prompt: str, kind: str, max_tokens: int | None, selection: ToolSelection | None = None
+    ctx: RunView, prompt: str, kind: str, max_tokens: int | None, selection: ToolSelection | None = None
 ) -> Machine[tuple[list[PlanStep] | None, str | None]]:
     """Ask for a plan (use with `yield from`). Returns (plan, None) on success,
     (None, message) when the reply is not a usable plan, and (None, None) after the run
@@ -161,7 +162,7 @@ class WorkerOutcome:
         self.ok = ok
 
 
-def run_plan(ctx: RunContext, plan: list[PlanStep]) -> Machine[dict[str, WorkerOutcome]]:
+def run_plan(ctx: RunView, plan: list[PlanStep]) -> Machine[dict[str, WorkerOutcome]]:
     """Execute every plan step as soon as its references are done (use with `yield
     from`); never raises for tool behaviour. A step whose reference failed is not
     executed and says why."""
@@ -197,7 +198,7 @@ def run_plan(ctx: RunContext, plan: list[PlanStep]) -> Machine[dict[str, WorkerO
     return outcomes
 
 
-def _ready(ctx: RunContext, step: PlanStep, outcomes: dict[str, WorkerOutcome]) -> CallTool | WorkerOutcome:
+def _ready(ctx: RunView, step: PlanStep, outcomes: dict[str, WorkerOutcome]) -> CallTool | WorkerOutcome:
     """The call of a step whose references are done, or its outcome when it cannot run."""
     refs = sorted(step.refs)
     failed = [ref for ref in refs if not outcomes[ref].ok]

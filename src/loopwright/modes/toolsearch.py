@@ -39,15 +39,13 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from loopwright.modes.machine import Embed, Machine, StepGen
-from loopwright.modes.spec import RunSpec, ToolSearchOption
-from loopwright.prompts import describe_tools
+from loopwright.modes.machine import Embed, Machine, RunView, Settings, StepGen, ToolSearchOption
+from loopwright.prompting.templates import describe_tools
 from loopwright.tools.registry import Tool, ToolRegistry
 from loopwright.trace import estimate_tokens
 
 if TYPE_CHECKING:
     from loopwright.memory.embedders import Embedder
-    from loopwright.modes.context import RunContext
 
 SEARCH_TOOL: Final = "search_tools"
 AUTO_K: Final = 10
@@ -56,6 +54,14 @@ AUTO_SHARE: Final = 0.5
 PER_SEARCH: Final = 5
 """Tools one `search_tools` call loads at most (fewer when K is smaller)."""
 _DEPTH: Final = 50  # each ranking's depth in the fusion, as HybridMemory's default
+
+
+def check_option(value: object) -> None:
+    """Raise for a `tool_search` value that is not an int >= 1, "auto" or "off"."""
+    if value in ("auto", "off"):
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"tool_search must be an integer >= 1, 'auto' or 'off', got {value!r}")
 
 
 def context_window(policy: object) -> int | None:
@@ -274,17 +280,17 @@ class ToolSelection:
         return {"k": self.k, "tools": len(self.full), "loaded": list(self.loaded)}
 
 
-def begin(ctx: RunContext, spec: RunSpec, *, searchable: bool) -> ToolSelection | None:
+def begin(ctx: RunView, spec: Settings, *, searchable: bool) -> ToolSelection | None:
     """The run's tool search (None, and the run keeps every tool, when search is off for
     it); its machine starts by loading the K tools most relevant to the task (`chosen`)."""
-    k = resolve(spec.tool_search, ctx.registry, context_window(ctx.policy))
+    k = resolve(spec.tool_search, ctx.registry, ctx.context_window)
     if k is None:
         return None
     index = tool_index(ctx.unscoped)  # built once, not once per scoped run
     return ToolSelection(ctx.registry, k, index, searchable=searchable, embedder=spec.tool_embedder)
 
 
-def chosen(ctx: RunContext, selection: ToolSelection | None) -> StepGen:
+def chosen(ctx: RunView, selection: ToolSelection | None) -> StepGen:
     """Narrow the run to the K tools most relevant to its task (nothing when search is off)."""
     if selection is None:
         return
@@ -294,7 +300,7 @@ def chosen(ctx: RunContext, selection: ToolSelection | None) -> StepGen:
     narrow(ctx, selection)
 
 
-def searched(ctx: RunContext, selection: ToolSelection, query: str) -> Machine[tuple[list[str], str]]:
+def searched(ctx: RunView, selection: ToolSelection, query: str) -> Machine[tuple[list[str], str]]:
     """`selection.search(query)`, the embedder asked through the driver, and the run
     pointed at the tools loaded."""
     index, loaded = selection.index, selection.loaded
@@ -305,13 +311,13 @@ def searched(ctx: RunContext, selection: ToolSelection, query: str) -> Machine[t
     return found
 
 
-def narrow(ctx: RunContext, selection: ToolSelection) -> None:
+def narrow(ctx: RunView, selection: ToolSelection) -> None:
     """Point the run at the loaded tools (its prompt list, schemas and execution)."""
     ctx.use_registry(selection.registry())
     ctx.trace.meta["tool_search"] = selection.record()
 
 
-def load_called(ctx: RunContext, selection: ToolSelection | None, name: str) -> list[str]:
+def load_called(ctx: RunView, selection: ToolSelection | None, name: str) -> list[str]:
     """Before a call of `name`: load it for the rest of the run when it is a registered,
     in-scope tool that is not loaded (the run's tools then include it); the tools loaded,
     for the step's meta["tools_loaded"] (empty when nothing was)."""
@@ -332,6 +338,6 @@ def query_of(args: Any) -> str:
     return str(args)
 
 
-__all__ = ["AUTO_K", "AUTO_SHARE", "PER_SEARCH", "SEARCH_TOOL", "ToolIndex", "ToolSelection", "as_words", "begin",
-           "chosen", "context_window", "dense_ranking", "list_tokens", "load_called", "narrow", "query_of",
+__all__ = ["AUTO_K", "AUTO_SHARE", "PER_SEARCH", "SEARCH_TOOL", "ToolIndex", "ToolSearchOption", "ToolSelection", "as_words",
+           "begin", "check_option", "chosen", "context_window", "dense_ranking", "list_tokens", "load_called", "narrow", "query_of",
            "resolve", "search_tool", "searched", "tool_document", "tool_index"]

@@ -27,13 +27,19 @@ import re
 from typing import Any, Final
 
 from loopwright.errors import ParseError
-from loopwright.modes.context import RunContext
-from loopwright.modes.machine import CallTool, Machine, ModelCall, PolicyFailed, StepGen
-from loopwright.modes.spec import RunSpec
+from loopwright.modes.machine import (
+    CallTool,
+    Machine,
+    ModelCall,
+    PolicyFailed,
+    RunView,
+    Settings,
+    StepGen,
+)
 from loopwright.modes.toolsearch import ToolSelection, begin, chosen, load_called
 from loopwright.parsing.steps import Action, FinalAnswer, parse_react_step
 from loopwright.policy import ModelRequest, Purpose
-from loopwright.prompts import describe_tools
+from loopwright.prompting.templates import describe_tools
 from loopwright.tools.registry import ToolRegistry
 from loopwright.trace import Step
 from loopwright.untrusted import fence, neutralise
@@ -104,7 +110,7 @@ class _Node:
 class _Search:
     """The search's settings and counters, and the calls that grow the tree."""
 
-    def __init__(self, ctx: RunContext, search: str, branching: int, breadth: int, depth: int,
+    def __init__(self, ctx: RunView, search: str, branching: int, breadth: int, depth: int,
                  max_nodes: int, threshold: float, allow_side_effects: bool, max_tokens: int | None,
                  selection: ToolSelection | None = None) -> None:
         self.ctx = ctx
@@ -241,11 +247,11 @@ class _Search:
         return node.answer is not None and node.score is not None and node.score >= self.threshold
 
 
-def check(spec: RunSpec) -> None:
+def check(spec: Settings) -> None:
     """The search has nothing to check beyond its settings (ToTSettings checks those)."""
 
 
-def machine(ctx: RunContext, spec: RunSpec) -> StepGen:
+def machine(ctx: RunView, spec: Settings) -> StepGen:
     """The search for a run. max_steps: model calls of the whole search (proposals and
     values). branching: candidates per expanded node. breadth: nodes BFS keeps per level.
     depth: the longest path. max_nodes: nodes the search may make. threshold: the least

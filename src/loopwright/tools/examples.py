@@ -11,7 +11,7 @@ ToolDefinitionError naming it, never a worked example the validator would reject
 `synthesise_args` takes arguments from a schema alone, only from values written in it
 (JSON Schema examples, enums, `e.g.` values, defaults, bounds). A worked example needs
 more than arguments: the result the call gave, and an answer; a call without them is
-never shown (see loopwright/prompts.py).
+never shown (see loopwright/prompting/templates.py).
 
 `RunExample` is a worked example of a whole run: a question, the calls made with their
 results in order, and the answer (`ToolRegistry(tools, examples=[...])`, checked by

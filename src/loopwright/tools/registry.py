@@ -379,7 +379,7 @@ class ToolRegistry:
         """examples: whole runs, `[{"question", "calls": [{"tool", "args", "result"}, ...],
         "answer"}]`, checked now against the tools' schemas; every mode's prompts show them.
         max_observation_chars: the most of one result a run's prompt shows; a longer result
-        is rendered whole here and kept whole by the run under a handle (modes/handles.py)."""
+        is rendered whole here and kept whole by the run under a handle (tools/handles.py)."""
         from loopwright.tools.examples import check_run_examples
         self._tools: dict[str, Tool] = {}
         self._names: tuple[str, ...] = ()

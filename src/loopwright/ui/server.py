@@ -54,8 +54,8 @@ from starlette.routing import Route
 
 import loopwright as lw
 from loopwright.httpguard import MAX_BODY, Access, Guard
-from loopwright.modes import MODES
 from loopwright.policy import Policy
+from loopwright.runtime import MODES
 from loopwright.safety import ApprovalRequest, Approver, Decision
 from loopwright.tools import ToolRegistry
 from loopwright.tools.toolset import Tools, as_registry

@@ -26,7 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from loopwright.prompts import PromptSet, run_block, worked_examples
+from loopwright.prompting.examples import run_block, worked_examples
+from loopwright.prompting.templates import PromptSet
 from loopwright.tools.registry import ToolRegistry
 
 __all__ = ["RunChoice", "check_run_examples", "choose_run", "chosen_blocks", "likeness", "with_run_example"]

@@ -7,7 +7,7 @@ the trace records (nothing is hidden from the model's record).
 
 A run of the agent started inside another run's tool call (through `as_tool`, or by a tool
 body calling `agent.run`) is that run's child. It finds its parent through the tool call in
-progress (`loopwright.calls.bound_call`: both drivers bind each tool call) and takes
+progress (`loopwright.runtime.calls.bound_call`: both drivers bind each tool call) and takes
 from it:
 - what is left of the parent's token budget, cost budget and wall clock: the child stops
   within them, and its usage and cost are added to the parent's when it ends (a parent
@@ -33,19 +33,19 @@ from functools import partial
 from typing import Any, Unpack
 
 from loopwright import otel
-from loopwright.calls import bound_call
 from loopwright.durable.base import StoreBase
 from loopwright.durable.resume import iter_resume
 from loopwright.errors import StoreError
 from loopwright.events import EventSink
-from loopwright.modes.adriver import AsyncRun
-from loopwright.modes.context import RunContext
-from loopwright.modes.driver import Run
-from loopwright.modes.front import MODES, start
-from loopwright.modes.spec import RunOptions, RunSpec
-from loopwright.modes.watch import AsyncEvents, Events
 from loopwright.policy import Policy
-from loopwright.prompts import DEFAULT_PROMPTS, PromptSet
+from loopwright.prompting.templates import DEFAULT_PROMPTS, PromptSet
+from loopwright.runtime.adriver import AsyncRun
+from loopwright.runtime.calls import bound_call
+from loopwright.runtime.context import RunContext
+from loopwright.runtime.driver import Run
+from loopwright.runtime.front import MODES, start
+from loopwright.runtime.spec import RunOptions, RunSpec
+from loopwright.runtime.watch import AsyncEvents, Events
 from loopwright.tools.registry import SideEffects, Tool, ToolError, ToolRegistry
 from loopwright.tools.toolset import Tools, as_registry
 from loopwright.trace import Trace

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from loopwright.errors import RunInterrupted
 from loopwright.events import Event, EventSink, RunFinished
-from loopwright.modes.adriver import AsyncRun
-from loopwright.modes.driver import Run
+from loopwright.runtime.adriver import AsyncRun
+from loopwright.runtime.driver import Run
 from loopwright.trace import Trace
 
 if TYPE_CHECKING:  # imported where used: a sync run never loads asyncio

@@ -16,10 +16,7 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
-from loopwright.calls import bind_call, unbind_call
 from loopwright.errors import RunInterrupted, StoreError
-from loopwright.modes.context import RunContext
-from loopwright.modes.gate import Admitted
 from loopwright.modes.machine import (
     CallTool,
     CheckClock,
@@ -35,9 +32,12 @@ from loopwright.modes.machine import (
     StepGen,
     StopRun,
 )
-from loopwright.modes.observers import store_failed
 from loopwright.offload import call_in_thread, capture
 from loopwright.policy import ModelRequest, policy_reply, stream_reply
+from loopwright.runtime.calls import bind_call, unbind_call
+from loopwright.runtime.context import RunContext
+from loopwright.runtime.gate import Admitted
+from loopwright.runtime.observers import store_failed
 from loopwright.tools.registry import ToolResult
 from loopwright.trace import Step, Trace
 

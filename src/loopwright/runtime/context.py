@@ -10,17 +10,18 @@ from types import FunctionType
 from typing import Any, Literal
 
 from loopwright import otel
-from loopwright.calls import ephemeral_run_id
 from loopwright.events import Emitter, EventSink
 from loopwright.guards import Deadline, RunLimits
-from loopwright.modes.gate import ToolGate
 from loopwright.modes.machine import Journal, ModelCall, PolicyFailed, StopRun
-from loopwright.modes.observers import CostMeter, JournalObserver, Observer, cost_meter
-from loopwright.modes.spec import RunSpec
+from loopwright.modes.toolsearch import context_window
 from loopwright.offload import Timeout
 from loopwright.outputs import output_spec
 from loopwright.policy import Completion, ModelRequest, Policy
-from loopwright.prompts import DEFAULT_PROMPTS, PromptSet
+from loopwright.prompting.templates import DEFAULT_PROMPTS, PromptSet
+from loopwright.runtime.calls import ephemeral_run_id
+from loopwright.runtime.gate import ToolGate
+from loopwright.runtime.observers import CostMeter, JournalObserver, Observer, cost_meter
+from loopwright.runtime.spec import RunSpec
 from loopwright.safety import Approver
 from loopwright.tools.registry import ToolRegistry
 from loopwright.tools.toolset import tool_set
@@ -106,6 +107,11 @@ class RunContext:
         if self._schemas is None:
             self._schemas = self.registry.schemas()
         return self._schemas
+
+    @property
+    def context_window(self) -> int | None:
+        """The model's context window in tokens, as the policy reports it, or None."""
+        return context_window(self.policy)
 
     def use_registry(self, registry: ToolRegistry) -> None:
         """Run on these tools from now on (tool search narrows and grows the run's set)."""
@@ -247,9 +253,4 @@ def _retries(completion: Completion) -> Any:
     return completion.meta.get("retries") if completion.meta else None
 
 
-def first_line(text: str, limit: int = 500) -> str:
-    text = text.strip()
-    return text if len(text) <= limit else text[:limit] + "…"
-
-
-__all__ = ["RunContext", "first_line", "open_context"]
+__all__ = ["RunContext", "open_context"]

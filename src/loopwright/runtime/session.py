@@ -14,8 +14,8 @@ from typing import Any
 from loopwright.memory import Memory, SQLiteMemoryStore, TieredMemory, context_within
 from loopwright.memory import default_memory as _default_memory
 from loopwright.memory.sqlite import MemoryStore
-from loopwright.modes import MODES, run
 from loopwright.policy import Policy
+from loopwright.runtime import MODES, run
 from loopwright.tools.toolset import Tools, as_registry
 from loopwright.trace import Trace, estimate_tokens
 from loopwright.untrusted import fence

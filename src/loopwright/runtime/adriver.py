@@ -18,10 +18,6 @@ import time
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from loopwright.calls import bind_call, unbind_call
-from loopwright.modes.context import RunContext
-from loopwright.modes.driver import USER_CODE, Run, user_call
-from loopwright.modes.gate import Admitted
 from loopwright.modes.machine import (
     CallTool,
     CheckClock,
@@ -41,6 +37,10 @@ from loopwright.policy import (
     policy_reply,
     stream_reply,
 )
+from loopwright.runtime.calls import bind_call, unbind_call
+from loopwright.runtime.context import RunContext
+from loopwright.runtime.driver import USER_CODE, Run, user_call
+from loopwright.runtime.gate import Admitted
 from loopwright.tools.registry import ToolResult
 from loopwright.trace import Step, Trace
 

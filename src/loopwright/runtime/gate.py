@@ -8,7 +8,7 @@ a side effect started before a crash with no recorded outcome is refused, and on
 outlived its deadline stops the run (both in doubt: they may have taken effect); the
 call is journaled before and after it runs. A result past the registry's
 `max_observation_chars` is journaled whole and placed as head and tail under a handle
-(modes/handles.py); the built-in `read_output` is answered here from the kept results,
+(tools/handles.py); the built-in `read_output` is answered here from the kept results,
 with no approval and no journal row (it reads what a replay rebuilds). The driver runs
 the tool itself between `begin` and `finish`, on a thread or the event loop, and holds
 `lock(ledger key)` around a side effect so two identical concurrent ones run once.
@@ -24,9 +24,8 @@ from typing import Any, Literal, Protocol
 
 from loopwright.events import Emitter
 from loopwright.guards import call_key
-from loopwright.modes.handles import READ_OUTPUT, keep_output, read_output
 from loopwright.modes.machine import CallTool, Executed, Journal, StopRun
-from loopwright.modes.observers import Observer
+from loopwright.runtime.observers import Observer
 from loopwright.safety import (
     NO_APPROVER,
     ApprovalPending,
@@ -37,6 +36,7 @@ from loopwright.safety import (
     ask,
     denial_observation,
 )
+from loopwright.tools.handles import READ_OUTPUT, keep_output, read_output
 from loopwright.tools.registry import Tool, ToolError, ToolRegistry, ToolResult
 from loopwright.trace import Step, Trace
 
@@ -115,7 +115,7 @@ class ToolGate:
             if tool is not None and not tool.idempotent and result.error is None:
                 self._ledger[self._ledger_key(tool, call.args)] = (call.key, result)
             meta: dict[str, Any] = {"replayed": True, **(kept or {})}
-            recorded_child = getattr(tool, "recorded_child", None)  # an agent tool (loopwright.agents)
+            recorded_child = getattr(tool, "recorded_child", None)  # an agent tool (loopwright.runtime.agents)
             if recorded_child is not None:
                 child = recorded_child(ctx, call.key)
                 if child is not None:

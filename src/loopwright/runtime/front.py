@@ -16,13 +16,13 @@ from typing import Final, Unpack
 
 from loopwright.events import EventSink
 from loopwright.modes import plan_execute, react, reflexion, rewoo, tot
-from loopwright.modes.adriver import AsyncRun
-from loopwright.modes.context import RunContext, open_context
-from loopwright.modes.driver import Run
 from loopwright.modes.machine import Journal, StepGen
-from loopwright.modes.spec import RunOptions, RunSpec
-from loopwright.modes.watch import AsyncEvents, Events
 from loopwright.policy import Policy
+from loopwright.runtime.adriver import AsyncRun
+from loopwright.runtime.context import RunContext, open_context
+from loopwright.runtime.driver import Run
+from loopwright.runtime.spec import RunOptions, RunSpec
+from loopwright.runtime.watch import AsyncEvents, Events
 from loopwright.tools.toolset import Tools, as_registry
 from loopwright.trace import Trace
 
@@ -83,7 +83,7 @@ async def arun(task: str, policy: Policy, registry: Tools, mode: str = "react",
                **options: Unpack[RunOptions]) -> Trace:
     """`run`, awaited on this event loop: async policies and tools are awaited here, sync
     ones run in threads, so the loop is never blocked. Same arguments and trace as `run`;
-    cancelling the awaiting task ends the run "interrupted" (see modes/adriver.py)."""
+    cancelling the awaiting task ends the run "interrupted" (see runtime/adriver.py)."""
     return await AsyncRun(start(RunSpec(task, mode, **options), policy, registry)).run()
 
 

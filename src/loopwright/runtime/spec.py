@@ -20,12 +20,13 @@ from dataclasses import KW_ONLY, InitVar, dataclass, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, Protocol, TypedDict, cast, get_args
 
 from loopwright.guards import Limits, OnParseError, OnRepeat, RunLimits, check_limit
-from loopwright.modes.machine import Journal
+from loopwright.modes.machine import Evaluator, Journal, ToolSearchOption
+from loopwright.modes.toolsearch import check_option
 from loopwright.pricing import Prices
-from loopwright.prompts import PromptSet
+from loopwright.prompting.templates import PromptSet
 from loopwright.safety import Approver
 from loopwright.tools.toolset import Scope, tool_names
-from loopwright.trace import Trace, Usage
+from loopwright.trace import Usage
 
 if TYPE_CHECKING:  # memory imports numpy: only a run with a context budget loads it
     from loopwright.memory.embedders import Embedder
@@ -36,20 +37,7 @@ Dialect = Literal["json", "brackets", "native"]
 OnToolError = Literal["observe", "reflect"]
 OnDeny = Literal["observe", "stop"]
 Search = Literal["bfs", "dfs"]
-Evaluator = Callable[[str, Trace], "tuple[bool, str] | bool"]
-"""Judges a Reflexion attempt's answer: `evaluator(task, trace)` with `trace.final_answer`
-set; returns (ok, feedback) or a bool. Feedback reaches the critique prompt."""
 PriceSpec = Prices | Callable[[Usage], float]
-ToolSearchOption = int | Literal["auto", "off"]
-"""`tool_search=`: K tools a step, "auto" (on when the tool list would not fit the model's context window) or "off"; see modes/toolsearch.py."""
-
-
-def check_option(value: object) -> None:
-    """Raise for a `tool_search` value that is not an int >= 1, "auto" or "off"."""
-    if value in ("auto", "off"):
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"tool_search must be an integer >= 1, 'auto' or 'off', got {value!r}")
 
 
 def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
