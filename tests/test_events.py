@@ -152,7 +152,7 @@ def test_a_final_completion_that_contradicts_the_deltas_is_a_policy_error() -> N
 def test_a_run_nobody_watches_never_streams_and_builds_no_emitter() -> None:
     model = Streams(["Thought: ok\n", "Final Answer: yes"])
     run = lw.iter_run("q", model, make_registry())
-    assert run._ctx.events is None
+    assert run.context.events is None
     assert run.run().final_answer == "yes" and model.streamed == 0
     assert lw.run("q", model, make_registry()).final_answer == "yes" and model.streamed == 0
 

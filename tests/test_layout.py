@@ -366,3 +366,45 @@ def test_the_layout_check_catches_a_module_left_out():
     assert "tot.py" in readme_layout(readme)["modes"]
     assert "tot.py" not in readme_layout(readme.replace("tot.py", "tot"))["modes"]
     assert "trace.py" in readme_layout(readme)[""]
+
+
+def _run_private_names() -> set[str]:
+    """The private attributes and methods of Run (runtime/driver.py)."""
+    tree = ast.parse((SRC / "runtime" / "driver.py").read_text("utf-8"))
+    run = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Run")
+    names = {n.name for n in run.body if isinstance(n, ast.FunctionDef) and n.name.startswith("_")
+             and not n.name.endswith("__")}
+    for node in ast.walk(run):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"
+                and node.attr.startswith("_") and not node.attr.endswith("__")):
+            names.add(node.attr)
+    return names
+
+
+def _reach_ins(source: str, private: set[str]) -> list[str]:
+    """`something._x` in `source` where _x is one of Run's private names and something is
+    not `self`: "line: ._x" for each."""
+    return [f"{node.lineno}: .{node.attr}" for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Attribute) and node.attr in private
+            and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))]
+
+
+def test_no_module_but_runs_own_reaches_into_a_runs_private_state():
+    """AsyncRun, the watchers and agents use Run's public lifecycle (context, machine,
+    finished, end, interrupt, close). Checked: every module that can reach a Run (it
+    imports loopwright.runtime, or is in it); a module outside them (a model backend with a
+    `_ctx` of its own) cannot hold one."""
+    private = _run_private_names()
+    assert {"_ctx", "_machine", "_finished"} <= private
+    modules = _modules()
+    reach = [name for name, deps in _import_graph().items()
+             if name.startswith("loopwright.runtime") or any(d.startswith("loopwright.runtime") for d in deps)]
+    assert len(reach) > 10
+    found = [f"{name}:{hit}" for name in reach if name != "loopwright.runtime.driver"
+             for hit in _reach_ins(modules[name].read_text("utf-8"), private)]
+    assert found == []
+
+
+def test_the_reach_in_check_finds_a_planted_one():
+    planted = "def f(run):\n    return run._machine.send(None), self._machine, run.machine\n"
+    assert _reach_ins(planted, _run_private_names()) == ["2: ._machine"]

@@ -95,7 +95,7 @@ def _scripted(replies: Callable[[str], str], evaluator_says: Any = True) -> Call
 
 
 def _drive(run: lw.Run, serve: Callable[[Any], Any], monkeypatch: pytest.MonkeyPatch) -> lw.Trace:
-    ctx, machine = run._ctx, run._machine
+    ctx, machine = run.context, run.machine
     value: Any = None
     with _nothing_reachable(monkeypatch):
         while True:

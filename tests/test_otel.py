@@ -52,7 +52,7 @@ def test_off_by_default_a_run_has_no_span_recorder():
     from loopwright.runtime import iter_react
 
     run = iter_react("t", lw.ScriptedPolicy([final("1")]), make_registry())
-    assert not any(isinstance(o, otel.RunSpans) for o in run._ctx.observers)
+    assert not any(isinstance(o, otel.RunSpans) for o in run.context.observers)
     run.run()
 
 

@@ -449,8 +449,8 @@ def test_the_clock_is_judged_by_the_driver_and_a_machine_stops_on_its_answer(reg
 
     run = start(lw.RunSpec("t", "react", timeout_s=60), lw.ScriptedPolicy([final("1")]), registry)
     monkeypatch.setattr(time, "monotonic", lambda: pytest.fail("a machine read the clock"))
-    asked = run._machine.send(None)
+    asked = run.machine.send(None)
     assert isinstance(asked, CheckClock)  # before the first model call: the machine asks, the driver reads
     with pytest.raises(StopIteration):
-        run._machine.send(True)  # the driver says the clock ran out
+        run.machine.send(True)  # the driver says the clock ran out
     assert run.trace.stopped_reason == "timeout" and run.trace.steps == [] and run.trace.llm_calls == 0

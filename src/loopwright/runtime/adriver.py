@@ -84,7 +84,7 @@ class AsyncRun:
 
     def __init__(self, run: Run) -> None:
         self._run = run
-        self._ctx = run._ctx
+        self._ctx = run.context
         self._ctx.asynchronous = True
         self._tasks: set[asyncio.Task[Finished]] = set()
         self._locks: dict[str, asyncio.Lock] = {}
@@ -96,7 +96,7 @@ class AsyncRun:
     async def _advance(self) -> Step | None:
         """Serve the machine's requests until it yields its next Step (recorded here);
         None when the machine returned."""
-        machine, ctx = self._run._machine, self._ctx
+        machine, ctx = self._run.machine, self._ctx
         value: Any = None
         thrown: BaseException | None = None
         while True:
@@ -115,7 +115,7 @@ class AsyncRun:
                 elif type(item) is StartTool:
                     import asyncio
 
-                    self._tasks.add(asyncio.ensure_future(self._finished(item.call)))
+                    self._tasks.add(asyncio.ensure_future(self._started_call(item.call)))
                     value = None
                 elif isinstance(item, USER_CODE):  # on a thread: user code never blocks the loop
                     value = (await acall_in_thread(user_call(ctx, item), None, type(item).__name__))[1]
@@ -182,7 +182,7 @@ class AsyncRun:
             events.tool_finished(step, call.key, result)
         return result
 
-    async def _finished(self, call: CallTool) -> Finished:
+    async def _started_call(self, call: CallTool) -> Finished:
         return Finished(call.key, await self._execute(call))
 
     async def _step(self) -> Step | None:
@@ -190,7 +190,7 @@ class AsyncRun:
         import asyncio
 
         run = self._run
-        if run._finished:
+        if run.finished:
             return None
         try:
             step = await self._advance()
@@ -198,24 +198,18 @@ class AsyncRun:
             self._interrupt()
             raise
         except BaseException as exc:
-            run._end(exc)
+            run.end(exc)
             return None
         if step is None:
-            run._finish()
+            run.close()
         return step
 
     def _interrupt(self) -> None:
-        """End the run as "interrupted": what was cut off goes in the trace, the started
-        calls are cancelled, the journal is closed (the run can be resumed)."""
-        run, ctx = self._run, self._ctx
+        """End the run as "interrupted": the started calls are cancelled, what was cut off
+        goes in the trace, the journal is closed (the run can be resumed)."""
         for task in self._tasks:
             task.cancel()
-        if ctx.in_flight:
-            run.trace.meta["in_flight"] = run.in_flight
-            ctx.in_flight.clear()
-        if run.trace.stopped_reason is None:
-            ctx.stop("interrupted")
-        run._finish()
+        self._run.interrupt()
 
     async def run(self) -> Trace:
         """Drive the run to its end and return the trace."""
@@ -234,7 +228,7 @@ class AsyncRun:
 
     async def aclose(self) -> Trace:
         """Stop iterating: a run not yet ended ends as "interrupted"."""
-        if not self._run._finished:
+        if not self._run.finished:
             self._interrupt()
         return self.trace
 

@@ -101,7 +101,7 @@ class Agent:
         if parent is None:
             spec = self.spec.replace(task=task, run_id=run_id)
             run = start(spec, self.policy, self.registry, sinks=sinks, agent=self.name)
-            run._ctx.agent = self.name
+            run.context.agent = self.name
             otel_name(run, self.name)
             return run
         assert bound is not None
@@ -166,7 +166,7 @@ class Agent:
         finally:
             if attached is not None:
                 otel.detach(attached)
-        ctx = run._ctx
+        ctx = run.context
         ctx.agent = self.name
         ctx.parent = (parent, key)
         if parent.events is not None:  # the child's events go to the parent's sinks, tagged with its name
@@ -206,7 +206,7 @@ class Agent:
 
     def _adopted(self, run: Run, trace: Trace) -> Trace:
         """A child's trace, taken into its parent's (usage, cost, children)."""
-        parent = run._ctx.parent
+        parent = run.context.parent
         if parent is not None and trace.run_id is not None:
             ctx, key = parent
             if key in ctx.in_flight:  # not when the parent gave up on the call (its timeout)
@@ -229,7 +229,8 @@ class AgentTool(Tool):
         def call(task: str, context: str = "") -> Any:
             text = task if not context else f"{task}\n\nContext: {context}"
             run = agent.start(text)
-            if run._ctx.parent is not None and run._ctx.parent[0].asynchronous:
+            parent = run.context.parent
+            if parent is not None and parent[0].asynchronous:
                 return _aanswer(agent, run)  # awaited on the parent's loop: its cancel reaches the child
             return _answer(agent, agent._adopted(run, run.run()))
 
@@ -318,7 +319,7 @@ def otel_spans(ctx: RunContext) -> otel.RunSpans | None:
 
 
 def otel_name(run: Run, name: str) -> None:
-    spans = otel_spans(run._ctx)
+    spans = otel_spans(run.context)
     if spans is not None:
         spans.span.set_attribute("gen_ai.agent.name", name)
 

@@ -149,9 +149,27 @@ class Run(Iterator[Step]):
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._started: set[concurrent.futures.Future[Finished]] = set()
 
+    # -- the lifecycle the async driver, the event watchers and agents use -------------
+
     @property
     def trace(self) -> Trace:
         return self._ctx.trace
+
+    @property
+    def context(self) -> RunContext:
+        """The run's state (its limits, gate, observers, events): what another driver of
+        the same machine, or an agent starting a child run, works with."""
+        return self._ctx
+
+    @property
+    def machine(self) -> StepGen:
+        """The mode's step machine this run drives (AsyncRun drives it on an event loop)."""
+        return self._machine
+
+    @property
+    def finished(self) -> bool:
+        """Whether the run has ended (its observers told, its machine closed)."""
+        return self._finished
 
     def __iter__(self) -> Run:
         return self
@@ -162,10 +180,10 @@ class Run(Iterator[Step]):
         try:
             return self._advance()
         except StopIteration:
-            self._finish()
+            self.close()
             raise
         except BaseException as exc:
-            self._end(exc)
+            self.end(exc)
             raise StopIteration from exc
 
     def _advance(self, to_end: bool = False) -> Step:
@@ -206,7 +224,7 @@ class Run(Iterator[Step]):
     def _start(self, call: CallTool) -> None:
         if self._pool is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(32, thread_name_prefix="loopwright-worker")
-        self._started.add(self._pool.submit(_finished, self._ctx, call))
+        self._started.add(self._pool.submit(_started_call, self._ctx, call))
 
     def _next_done(self) -> Finished:
         done = next(iter(concurrent.futures.wait(self._started, return_when="FIRST_COMPLETED")[0]))
@@ -215,19 +233,14 @@ class Run(Iterator[Step]):
 
     # -- the end ---------------------------------------------------------------------
 
-    def _end(self, exc: BaseException) -> None:
+    def end(self, exc: BaseException) -> None:
         """End the run on what the mode raised: StopRun and defects (any Exception) are
         recorded on the trace; Ctrl-C becomes RunInterrupted; anything else propagates."""
         ctx = self._ctx
         if isinstance(exc, StopRun):
             ctx.stop(exc.reason)
         elif isinstance(exc, KeyboardInterrupt):
-            if self.trace.stopped_reason is None:
-                ctx.stop("interrupted")
-            if ctx.in_flight:  # what Ctrl-C cut off goes in the partial trace
-                self.trace.meta["in_flight"] = self.in_flight
-                ctx.in_flight.clear()
-            self._finish()
+            self.interrupt()
             raise RunInterrupted(self.trace) from exc
         elif isinstance(exc, StoreError) and ctx.journal is not None and ctx.journal.failed is not None:
             store_failed(self.trace, exc)  # a journal write failed: stop, and write nothing more
@@ -239,7 +252,18 @@ class Run(Iterator[Step]):
             ctx.stop("error")
         else:
             raise exc
-        self._finish()
+        self.close()
+
+    def interrupt(self) -> None:
+        """End the run as "interrupted" (unless it had a stop reason already): the calls
+        cut off go in the trace's meta["in_flight"]; the run can be resumed."""
+        ctx = self._ctx
+        if self.trace.stopped_reason is None:
+            ctx.stop("interrupted")
+        if ctx.in_flight:
+            self.trace.meta["in_flight"] = self.in_flight
+            ctx.in_flight.clear()
+        self.close()
 
     @property
     def in_flight(self) -> list[dict[str, Any]]:
@@ -248,7 +272,9 @@ class Run(Iterator[Step]):
         return [{"call": "model" if tool is None else "tool", "tool": tool, "args": args, "key": key,
                  "elapsed_s": round(now - start, 3)} for key, (tool, args, start) in list(self._ctx.in_flight.items())]
 
-    def _finish(self) -> None:
+    def close(self) -> None:
+        """End the run here (once): its duration set, its machine closed, calls still
+        running abandoned, its observers told (the journal records the end)."""
         if not self._finished:
             self._finished = True
             ctx = self._ctx
@@ -265,13 +291,13 @@ class Run(Iterator[Step]):
             try:
                 self._advance(to_end=True)
             except StopIteration:
-                self._finish()
+                self.close()
             except BaseException as exc:
-                self._end(exc)
+                self.end(exc)
         return self.trace
 
 
-def _finished(ctx: RunContext, call: CallTool) -> Finished:
+def _started_call(ctx: RunContext, call: CallTool) -> Finished:
     return Finished(call.key, execute(ctx, call))
 
 

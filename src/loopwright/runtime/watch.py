@@ -112,7 +112,7 @@ class Events(Iterator[Event]):
             pipe.closed = True
             if self._thread is None:  # never started: it ends here, on this thread
                 try:
-                    self._run._end(_Unwatched())
+                    self._run.end(_Unwatched())
                 except RunInterrupted:
                     pass
         return self.trace
