@@ -94,13 +94,13 @@ def test_a_run_that_stopped_on_an_error_ends_with_run_error_and_the_last_steps_e
     trace = Trace(task="t", mode="react", run_id="r", stopped_reason="error",
                   steps=[Step(index=1, kind="action", raw="x", error="earlier"), failed],
                   usage=Usage(prompt_tokens=5, completion_tokens=1))
-    [end] = wire(AGUIMapper("th").finish(trace))
+    [end] = wire(AGUIMapper("th").run_finished(trace))
     assert strip(end) == {"type": "RUN_ERROR", "message": "the policy raised: boom", "code": "error",
                           "usage": [{"inputTokens": 5, "outputTokens": 1, "totalTokens": 6}]}
     bare = Trace(task="t", mode="react", run_id="r", stopped_reason="error")
-    assert wire(AGUIMapper("th").finish(bare))[0]["message"] == "the run stopped on an error"
+    assert wire(AGUIMapper("th").run_finished(bare))[0]["message"] == "the run stopped on an error"
     unnamed = Trace(task="t", mode="react", run_id=None, stopped_reason="final")
-    assert wire(AGUIMapper("th").finish(unnamed))[0]["runId"] == ""
+    assert wire(AGUIMapper("th").run_finished(unnamed))[0]["runId"] == ""
 
 
 def test_a_run_that_raised_closes_what_is_open_and_ends_with_the_exception() -> None:
@@ -116,7 +116,7 @@ def test_finish_closes_an_open_step_and_message_first() -> None:
     mapper = AGUIMapper("th")
     mapped(mapper, [RunStarted("r", None, "t", "react"), ModelDelta("r", None, 3, "cut off")])
     trace = Trace(task="t", mode="react", run_id="r", stopped_reason="max_steps")
-    out = [e["type"] for e in wire(mapper.finish(trace))]
+    out = [e["type"] for e in wire(mapper.run_finished(trace))]
     assert out == ["TEXT_MESSAGE_END", "STEP_FINISHED", "RUN_FINISHED"] and mapper.finished
 
 
@@ -200,7 +200,7 @@ def test_a_run_that_ends_while_a_child_is_mid_step_closes_both_frames() -> None:
     ours: list[Event] = [RunStarted("r", None, "t", "react"), ModelDelta("r", None, 1, "Thought: ask"),
                          RunStarted("c", "helper", "sub", "react"), ModelDelta("c", "helper", 1, "Thought: hm")]
     trace = Trace(task="t", mode="react", run_id="r", stopped_reason="max_steps")
-    for end in (lambda m: m.finish(trace), lambda m: m.fail(RuntimeError("journal gone"))):
+    for end in (lambda m: m.run_finished(trace), lambda m: m.fail(RuntimeError("journal gone"))):
         mapper = AGUIMapper("th")
         mapped(mapper, ours)
         closing = [(e["type"], e.get("subagentRunId")) for e in wire(end(mapper))]

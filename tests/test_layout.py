@@ -173,8 +173,9 @@ def test_each_subpackage_init_says_what_lives_there():
 
 
 def test_the_rooms_export_the_facades_names():
+    from loopwright.durable.journal import RunJournal
     from loopwright.durable.resume import resume
-    from loopwright.durable.sqlite import RunJournal, SQLiteStore
+    from loopwright.durable.sqlite import SQLiteStore
     from loopwright.interfaces.cli import main
     from loopwright.interfaces.demo_tools import demo_registry
     from loopwright.interfaces.viewer import render_html

@@ -19,12 +19,12 @@ import loopwright as lw
 from conftest import act, final, make_registry
 from loopwright.memory import HashingEmbedder
 from loopwright.modes.machine import (
+    CallDone,
     CallTool,
     CheckClock,
     Embed,
     Evaluate,
     Executed,
-    Finished,
     ModelCall,
     NextDone,
     Recall,
@@ -78,7 +78,7 @@ def _scripted(replies: Callable[[str], str], evaluator_says: Any = True) -> Call
             return None
         if isinstance(item, NextDone):
             call = started.pop(0)
-            return Finished(call.key, result(call))
+            return CallDone(call.key, result(call))
         if isinstance(item, CheckClock):
             return False
         if isinstance(item, Evaluate):

@@ -450,15 +450,6 @@ def test_a_template_with_a_lone_brace_is_a_clear_error_not_a_key_error() -> None
         lw.run("q", lw.ScriptedPolicy([]), lw.ToolRegistry([_weekday]), prompts=bad)
 
 
-def test_older_templates_with_single_example_fields_still_fill() -> None:
-    old = "{tools}\nExample: {example_tool} {example_args}\nQuestion: {task}\nThought:"
-    policy = lw.ScriptedPolicy(["Thought: t\nFinal Answer: x"])
-    weekday = lw.Tool.from_schema("weekday", "The day of a date.", {"type": "object", "properties": {
-        "date": {"type": "string", "examples": ["2024-03-15"]}}, "required": ["date"]}, _weekday)
-    lw.run("q", policy, lw.ToolRegistry([weekday]), prompts=dataclasses.replace(templates.DEFAULT_PROMPTS, react_json=old))
-    assert 'Example: weekday {"date": "2024-03-15"}' in policy.prompts[0]
-
-
 def test_loopwright_run_with_a_user_module_gets_prompts_from_its_tool_examples(
     tmp_path: object, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -27,11 +27,6 @@ if TYPE_CHECKING:
     from loopwright.tools.results import ToolResult
     from loopwright.trace import Step, Trace, Usage
 
-EventKind = Literal[
-    "run_started", "model_delta", "tool_started", "tool_finished", "step", "run_finished", "approval_requested"
-]
-
-
 def _args(args: dict[str, Any]) -> Any:
     """Tool arguments made JSON-safe the way the trace makes them (`default=str`)."""
     return json.loads(json.dumps(args, default=str))
@@ -214,7 +209,6 @@ __all__ = [
     "ApprovalRequested",
     "Emitter",
     "Event",
-    "EventKind",
     "EventSink",
     "ModelDelta",
     "RunFinished",

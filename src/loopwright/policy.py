@@ -13,7 +13,7 @@ as it is produced and may end with a Completion carrying the usage, tool calls a
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import KW_ONLY, dataclass, field
 from types import FunctionType
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -318,15 +318,3 @@ class ScriptedPolicy:
             raise AssertionError(
                 f"{self.name}: {self.remaining} of {len(self._outputs)} scripted outputs unused"
             )
-
-
-def cycle_policy(outputs: Sequence[str]) -> Callable[[str], str]:
-    """A policy that repeats `outputs` forever (for loop-guard tests)."""
-    state = {"i": 0}
-
-    def policy(prompt: str) -> str:
-        text = outputs[state["i"] % len(outputs)]
-        state["i"] += 1
-        return text
-
-    return policy

@@ -33,7 +33,6 @@ from loopwright.durable.base import RESUMABLE as RESUMABLE
 from loopwright.durable.base import RunRecord as RunRecord
 from loopwright.durable.base import UnsettledCall as UnsettledCall
 from loopwright.durable.base import new_run_id as new_run_id
-from loopwright.durable.journal import RunJournal as RunJournal  # re-exported: it used to live here
 from loopwright.durable.journal import RunStatus as RunStatus
 from loopwright.errors import StoreError
 

@@ -376,9 +376,6 @@ def load_prompts(spec: str | None) -> PromptSet | None:
         except ValueError as exc:
             raise UsageError(f"--prompts {spec}: {name} is not a valid template ({exc})") from None
         allowed = {f for _, f, _, _ in string.Formatter().parse(default) if f is not None}
-        if name.startswith("react_"):  # the single worked example's older fields still fill
-            allowed |= {"example_question", "example_thought", "example_tool", "example_args",
-                        "example_arg", "example_result"}
         extra = sorted(used - allowed)
         if extra:
             may = ", ".join("{" + a + "}" for a in sorted(allowed)) or "no fields"

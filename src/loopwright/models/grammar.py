@@ -565,7 +565,7 @@ bounds every free-text field, so this only matters to a model that fills one wit
 repetition; cut short by max_tokens, its step would be unparseable, which is what the
 grammar is there to prevent. Sized for the worst case of one token per character (this
 model writes a run of digits a token each): a 160-character thought plus a 120-character
-`finish[...]` is about 300 tokens, past the 256 this used to be."""
+`finish[...]` is about 300 tokens."""
 
 
 def grammar_for(

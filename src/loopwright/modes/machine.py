@@ -4,7 +4,7 @@ A mode is a step machine: a generator that performs no I/O. It yields the Steps 
 records and requests for what only the driver may do (call the model, call a tool;
 ReWOO also starts calls and asks for the next one finished), and receives each answer
 through `send`: a ModelCall for a ModelRequest (the model call is requested by yielding
-the request itself), an Executed for CallTool, a Finished for NextDone, None for a Step
+the request itself), an Executed for CallTool, a CallDone for NextDone, None for a Step
 or a StartTool, True or False for CheckClock. Failures are thrown in: PolicyFailed where the model call failed (a mode
 catches it and records why), StopRun where the run must end (nothing catches it). The
 drivers dispatch on the type (runtime/driver.py, runtime/adriver.py).
@@ -131,7 +131,7 @@ class StartTool:
 
 @dataclass(slots=True)
 class NextDone:
-    """Wait for the next started call to finish; answered with a Finished."""
+    """Wait for the next started call to finish; answered with a CallDone."""
 
 
 @dataclass(slots=True)
@@ -221,7 +221,7 @@ class Executed:
 
 
 @dataclass(slots=True)
-class Finished:
+class CallDone:
     """A started call that finished: its key and what the gate did."""
 
     key: str
@@ -279,7 +279,7 @@ __all__ = [
     "Embed",
     "Evaluate",
     "Executed",
-    "Finished",
+    "CallDone",
     "Journal",
     "Machine",
     "ModelCall",

@@ -36,8 +36,8 @@ from loopwright.parsing.steps import Action, FinalAnswer, parse_react_step
 from loopwright.parsing.toolcalls import parse_tool_calls
 from loopwright.policy import ModelRequest
 from loopwright.prompting.examples import worked_examples
-from loopwright.prompting.nearest_run import check_run_examples, with_run_example
-from loopwright.prompting.templates import describe_tools, example_call, fill
+from loopwright.prompting.nearest_run import check_run_examples_setting, with_run_example
+from loopwright.prompting.templates import describe_tools, fill
 from loopwright.tools.handles import READ_OUTPUT, READ_OUTPUT_SCHEMA
 from loopwright.tools.registry import ToolRegistry
 from loopwright.trace import Step, estimate_tokens
@@ -151,9 +151,8 @@ def _tool_fields(registry: ToolRegistry, dialect: str, budget: int, from_tools: 
 
 
 def _build_fields(registry: ToolRegistry, dialect: str, budget: int, from_tools: bool) -> tuple[str, dict[str, str]]:
-    schemas = registry.schemas()
     examples = worked_examples(list(registry), dialect, budget=budget, from_tools=from_tools)  # runs: nearest_run
-    return describe_tools(schemas), {**example_call(schemas), "examples": examples}
+    return describe_tools(registry.schemas()), {"examples": examples}
 
 
 _TASK_MARK = "\x00task\x00"  # cannot occur in a filled template: fill() output is text
@@ -185,7 +184,7 @@ def check(spec: Settings) -> None:
     """What ReAct checks before anything is journaled beyond its settings (ReActSettings
     checks those): the whole-run examples of its prompts."""
     if spec.prompts is not None:
-        check_run_examples(spec.prompts)
+        check_run_examples_setting(spec.prompts)
 
 
 def machine(ctx: RunView, spec: Settings) -> StepGen:

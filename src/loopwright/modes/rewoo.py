@@ -13,9 +13,9 @@ from typing import Any
 
 from loopwright.errors import ParseError
 from loopwright.modes.machine import (
+    CallDone,
     CallTool,
     CheckClock,
-    Finished,
     Machine,
     NextDone,
     PolicyFailed,
@@ -183,7 +183,7 @@ def run_plan(ctx: RunView, plan: list[PlanStep]) -> Machine[dict[str, WorkerOutc
                 yield StartTool(ready)
         if not running:
             continue  # a step settled without a call may unblock others
-        finished: Finished = yield NextDone()
+        finished: CallDone = yield NextDone()
         call = running.pop(finished.key)
         executed = finished.executed
         result = executed.result

@@ -10,7 +10,7 @@ words with it: a plain question gets exactly the default prompt. A chosen run is
 just before the question, in place of the single-call examples (`PromptSet.run_examples`
 "only", the default: instructions and tools stay the shared prefix), or after them
 ("nearest"); "all" shows every whole-run example there. Measured on the 135M model
-(docs/benchmarks.md, issue 26): every run shown with every question made it restock on
+(docs/benchmarks.md): every run shown with every question made it restock on
 plain stock questions; on the development chain questions the chosen run alone was copied
 more often (4 of 15 answered) than after the single-call examples (1 of 15).
 
@@ -30,7 +30,7 @@ from loopwright.prompting.examples import run_block, worked_examples
 from loopwright.prompting.templates import PromptSet
 from loopwright.tools.registry import ToolRegistry
 
-__all__ = ["RunChoice", "check_run_examples", "choose_run", "chosen_blocks", "likeness", "with_run_example"]
+__all__ = ["RunChoice", "check_run_examples_setting", "choose_run", "chosen_blocks", "likeness", "with_run_example"]
 
 _NUMBER: Final = re.compile(r"\d+(?:[.,]\d+)*")
 CHOICES: Final = ("nearest", "only", "all")
@@ -99,7 +99,7 @@ def choose_run(registry: ToolRegistry, dialect: str) -> RunChoice:
     return registry.memo(("nearest_run", dialect), build)
 
 
-def check_run_examples(prompts: PromptSet) -> None:
+def check_run_examples_setting(prompts: PromptSet) -> None:
     """Raise for a `PromptSet.run_examples` that is not one of CHOICES (the ReAct and
     Reflexion checks call this before a run is journaled)."""
     if prompts.run_examples not in CHOICES:

@@ -16,11 +16,10 @@ fake a fence or an observation either (`fence`, `neutralise`: loopwright/untrust
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from loopwright.tools.examples import synthesise_args
 from loopwright.untrusted import fence, neutralise
 
 REACT_JSON = """\
@@ -222,16 +221,12 @@ DEFAULT_PROMPTS = PromptSet()
 
 
 def with_examples(template: str, examples: str) -> str:
-    """A template with its worked examples replaced by `examples`, taken literally:
-    braces in it are escaped, so JSON in an example is safe. The `{examples}` field is
-    replaced; in an older template without one, the part from the first "Example:" to
-    the closing "Question: {task}" is."""
+    """A template with its `{examples}` field replaced by `examples`, taken literally:
+    braces in it are escaped, so JSON in an example is safe."""
+    if "{examples}" not in template:
+        raise ValueError("with_examples: the template has no {examples} field to replace")
     text = examples.strip("\n").replace("{", "{{").replace("}", "}}") + "\n\n"
-    if "{examples}" in template:
-        return template.replace("{examples}", text, 1)
-    head = template[: template.index("Example:")]
-    tail = template[template.rindex("\n\nQuestion: {task}") + 2 :]
-    return head + text + tail
+    return template.replace("{examples}", text, 1)
 
 
 def fill(template: str, name: str, **fields: Any) -> str:
@@ -277,26 +272,6 @@ def _type_name(spec: Any) -> str:
         if key in spec:
             return "|".join(_type_name(s) for s in spec[key])
     return "any"
-
-
-def example_call(schemas: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """Fields of the older single worked example (`{example_question}`, `{example_tool}`,
-    `{example_args}`, `{example_arg}`, `{example_thought}`, `{example_result}`), still
-    given to templates that use them; built from the first tool's schema."""
-    if not schemas:
-        return {"example_question": "", "example_thought": "", "example_tool": "none",
-                "example_args": "{}", "example_arg": "", "example_result": ""}  # fmt: skip
-    first = schemas[0]
-    args = synthesise_args(first.get("parameters") or {}) or {}
-    single = next(iter(args.values()), "")
-    return {
-        "example_question": f"What does {first['name']} give for {json.dumps(args)}?",
-        "example_thought": f"I need {first['name']} for this",
-        "example_tool": str(first["name"]),
-        "example_args": json.dumps(args),
-        "example_arg": single if isinstance(single, str) else json.dumps(single),
-        "example_result": "(the observation)",
-    }
 
 
 def render_evidence(items: Iterable[tuple[str, str, str]]) -> str:

@@ -19,10 +19,10 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from loopwright.modes.machine import (
+    CallDone,
     CallTool,
     CheckClock,
     Executed,
-    Finished,
     ModelCall,
     PolicyFailed,
     StartTool,
@@ -86,7 +86,7 @@ class AsyncRun:
         self._run = run
         self._ctx = run.context
         self._ctx.asynchronous = True
-        self._tasks: set[asyncio.Task[Finished]] = set()
+        self._tasks: set[asyncio.Task[CallDone]] = set()
         self._locks: dict[str, asyncio.Lock] = {}
 
     @property
@@ -182,8 +182,8 @@ class AsyncRun:
             events.tool_finished(step, call.key, result)
         return result
 
-    async def _started_call(self, call: CallTool) -> Finished:
-        return Finished(call.key, await self._execute(call))
+    async def _started_call(self, call: CallTool) -> CallDone:
+        return CallDone(call.key, await self._execute(call))
 
     async def _step(self) -> Step | None:
         """The next Step, or None when the run has ended."""

@@ -18,12 +18,12 @@ from typing import Any
 
 from loopwright.errors import RunInterrupted, StoreError
 from loopwright.modes.machine import (
+    CallDone,
     CallTool,
     CheckClock,
     Embed,
     Evaluate,
     Executed,
-    Finished,
     ModelCall,
     PolicyFailed,
     Recall,
@@ -147,7 +147,7 @@ class Run(Iterator[Step]):
         self._machine = machine
         self._finished = False
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
-        self._started: set[concurrent.futures.Future[Finished]] = set()
+        self._started: set[concurrent.futures.Future[CallDone]] = set()
 
     # -- the lifecycle the async driver, the event watchers and agents use -------------
 
@@ -226,7 +226,7 @@ class Run(Iterator[Step]):
             self._pool = concurrent.futures.ThreadPoolExecutor(32, thread_name_prefix="loopwright-worker")
         self._started.add(self._pool.submit(_started_call, self._ctx, call))
 
-    def _next_done(self) -> Finished:
+    def _next_done(self) -> CallDone:
         done = next(iter(concurrent.futures.wait(self._started, return_when="FIRST_COMPLETED")[0]))
         self._started.discard(done)
         return done.result()  # a StopRun from the gate is raised here, and thrown in
@@ -297,8 +297,8 @@ class Run(Iterator[Step]):
         return self.trace
 
 
-def _started_call(ctx: RunContext, call: CallTool) -> Finished:
-    return Finished(call.key, execute(ctx, call))
+def _started_call(ctx: RunContext, call: CallTool) -> CallDone:
+    return CallDone(call.key, execute(ctx, call))
 
 
 __all__ = ["USER_CODE", "Run", "call_model", "execute", "user_call"]

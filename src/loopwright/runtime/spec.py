@@ -32,7 +32,6 @@ if TYPE_CHECKING:  # memory imports numpy: only a run with a context budget load
     from loopwright.memory.embedders import Embedder
     from loopwright.memory.tiered import Memory
 
-Mode = Literal["react", "rewoo", "plan_execute", "reflexion", "tot"]
 Dialect = Literal["json", "brackets", "native"]
 OnToolError = Literal["observe", "reflect"]
 OnDeny = Literal["observe", "stop"]
@@ -377,6 +376,6 @@ def spread(mode: str, limits: Limits | None, settings: ModeSettings | None) -> d
     return flat
 
 
-__all__ = ["MODE_SETTINGS", "Dialect", "Evaluator", "Mode", "ModeSettings", "OnDeny", "OnToolError",
+__all__ = ["MODE_SETTINGS", "Dialect", "Evaluator", "ModeSettings", "OnDeny", "OnToolError",
            "PlanExecuteSettings", "PriceSpec", "ReActSettings", "ReflexionSettings", "ResumeOptions", "RunOptions", "RunSpec", "RunStore",
            "Search", "ToTSettings", "ToolSearchOption"]

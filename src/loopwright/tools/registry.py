@@ -9,7 +9,7 @@ KeyboardInterrupt, SystemExit and other non-Exception BaseExceptions propagate.
 
 Timeouts: a tool's own `timeout_s`, else the registry's `tool_timeout_s`; a per-call
 `timeout_s` caps either (the loops pass the run's remaining wall clock). How a call is
-held to one, without killing threads or blocking an event loop: `toolrun`.
+held to one, without killing threads or blocking an event loop: tools/run.py.
 """
 
 from __future__ import annotations

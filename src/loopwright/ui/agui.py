@@ -123,7 +123,7 @@ class AGUIMapper:
         elif isinstance(event, RunFinished):
             out += self._close(run)
             if event.agent is None:
-                out += self.finish(event.trace)
+                out += self.run_finished(event.trace)
             else:
                 trace = event.trace
                 out.append(SubagentFinishedEvent(subagent_run_id=event.run_id, result={
@@ -145,7 +145,7 @@ class AGUIMapper:
     def approval_decided(key: str, decision: Decision) -> list[BaseEvent]:
         return [CustomEvent(name=APPROVAL_DECIDED, value={"key": key, **decision.to_dict()})]
 
-    def finish(self, trace: Trace) -> list[BaseEvent]:
+    def run_finished(self, trace: Trace) -> list[BaseEvent]:
         """Close everything open, then RUN_FINISHED (RUN_ERROR when the run stopped on an
         error: the model or the policy failed)."""
         out: list[BaseEvent] = []
