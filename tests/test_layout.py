@@ -223,10 +223,24 @@ def test_import_and_a_sync_run_leave_asyncio_unloaded():
     assert out.stdout.split() == ["[]", "[]"]
 
 
-def test_no_module_over_600_lines():
-    long = {name: n for name, path in _modules().items()
-            if (n := len(path.read_text("utf-8").splitlines())) > 600}
+def _long_functions(source: str, limit: int = 80) -> list[str]:
+    """Every function (def, async def, method, nested) longer than `limit` lines, from its
+    `def` (decorators not counted) to its last line: "name at line: n lines"."""
+    return [f"{node.name} at {node.lineno}: {n} lines" for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            and (n := (node.end_lineno or node.lineno) - node.lineno + 1) > limit]
+
+
+def test_no_function_over_80_lines():
+    """A function fits on a screen; a module may be as long as its one idea needs."""
+    long = {name: found for name, path in _modules().items() if (found := _long_functions(path.read_text("utf-8")))}
     assert long == {}
+
+
+def test_the_function_length_check_counts_from_def_to_the_last_line():
+    body = "".join(f"        x{i} = {i}\n" for i in range(79))
+    assert _long_functions(f"class C:\n    def fits(self):\n{body}") == []
+    assert _long_functions(f"class C:\n    async def long(self):\n{body}        y = 1\n") == ["long at 2: 81 lines"]
 
 
 def test_importing_every_module_keeps_the_facades_names():

@@ -78,7 +78,7 @@ class ToolStarted:
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "run_id": self.run_id, "agent": self.agent, "step": self.step,
-                "tool": self.tool, "args": _args(self.args), "call_key": self.call_key}  # fmt: skip
+                "tool": self.tool, "args": _args(self.args), "call_key": self.call_key}
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +97,7 @@ class ToolFinished:
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "run_id": self.run_id, "agent": self.agent, "step": self.step,
-                "tool": self.tool, "call_key": self.call_key, "seconds": self.seconds, "error": self.error}  # fmt: skip
+                "tool": self.tool, "call_key": self.call_key, "seconds": self.seconds, "error": self.error}
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +182,7 @@ class Emitter:
 
     def tool_finished(self, step: int, call_key: str, result: ToolResult) -> None:
         self.emit(ToolFinished(self.run_id, self.agent, step, result.name, call_key, result.duration_s,
-                               result.error is not None))  # fmt: skip
+                               result.error is not None))
 
     def approval(self, request: ApprovalRequest) -> None:
         self.emit(ApprovalRequested(self.run_id, self.agent, request))

@@ -53,7 +53,7 @@ def uninstrument() -> None:
 def run_spans(
     tracer: Any, task: str, mode: str, policy: Any, run_id: str | None,
     price: Callable[[Usage], float] | None = None,
-) -> RunSpans | None:  # fmt: skip
+) -> RunSpans | None:
     """The span recorder for one run: on `tracer` (a run's `tracer=` option), else on what
     `instrument()` set; None when neither, and then the run records nothing."""
     if tracer is None:
@@ -158,7 +158,7 @@ class RunSpans:
             plan = self.tracer.start_span(
                 "plan", context=parent, start_time=start,
                 attributes={"loopwright.plan.kind": purpose},
-            )  # fmt: skip
+            )
             self._pending.append((plan, end))
             parent = self._trace.set_span_in_context(plan)
         attributes: dict[str, Any] = {
@@ -186,7 +186,7 @@ class RunSpans:
         span = self.tracer.start_span(
             f"{self.operation} {self.model_name}", context=parent, start_time=start,
             kind=self._trace.SpanKind.CLIENT, attributes=attributes,
-        )  # fmt: skip
+        )
         self._pending.insert(0, (span, end))
 
     def model_failed(self, purpose: str, message: str, seconds: float) -> None:
@@ -199,7 +199,7 @@ class RunSpans:
                 "gen_ai.request.model": self.model_name, "loopwright.purpose": purpose,
                 "error.type": "policy_error",
             },
-        )  # fmt: skip
+        )
         span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, message))
         span.end(end_time=end)
 
@@ -233,7 +233,7 @@ class RunSpans:
                 f"execute_tool {result.name}", context=self.context,
                 start_time=end - int(result.duration_s * 1e9), kind=self._trace.SpanKind.INTERNAL,
                 attributes=attributes,
-            )  # fmt: skip
+            )
         else:  # opened while it ran (a child agent's spans are under it)
             span = opened
             span.set_attributes(attributes)

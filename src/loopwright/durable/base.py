@@ -511,7 +511,7 @@ _RUN_SELECT: Final = (
                 for c in ("prompt_tokens", "evaluated_tokens", "completion_tokens")) + ", "
     + _recorded("usage_estimated", f"SELECT coalesce(max(usage_estimated), 0) FROM model_calls {_OF_RUN}") + ", "
     "duration_s, resumes, created_at, updated_at, forked_from, forked_at_step FROM runs"
-)  # fmt: skip
+)
 
 
 def _run_record(row: Any) -> RunRecord:
@@ -521,7 +521,7 @@ def _run_record(row: Any) -> RunRecord:
         step_count=int(row[9]), usage=Usage(int(row[10]), int(row[11]), int(row[12]), estimated=bool(row[13])),
         duration_s=row[14], resumes=row[15], created_at=row[16], updated_at=row[17], forked_from=row[18],
         forked_at_step=row[19],
-    )  # fmt: skip
+    )
 
 
 def new_run_id() -> str:

@@ -114,7 +114,7 @@ def iter_resume(
 
 def recorded_approver(
     store: StoreBase, record: RunRecord, approver: Approver | None, decisions: Mapping[str, Decision | bool] | None,
-) -> Approver | None:  # fmt: skip
+) -> Approver | None:
     """The approver of a continued run. The approver is code and cannot be journaled: a
     run that had one (the config says so, or it asked for approval before) pauses again at
     a call with no decision; a run that had none is denied such calls, as it was (the gate
@@ -151,4 +151,4 @@ def resume(
     return iter_resume(
         run_id, policy, registry, store=store, approver=approver, decisions=decisions,
         rerun_unfinished=rerun_unfinished, allow_tool_changes=allow_tool_changes, **given,
-    ).run()  # fmt: skip
+    ).run()

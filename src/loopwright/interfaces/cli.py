@@ -187,7 +187,7 @@ def add_limit_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--on-repeat", choices=("nudge", "stop", "off"), default=None,
         help="ReAct: what an identical call for the third time in a row gets (default: nudge)",
-    )  # fmt: skip
+    )
     p.add_argument(
         "--dialect",
         choices=("json", "brackets", "native"),

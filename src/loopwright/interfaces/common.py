@@ -145,24 +145,24 @@ def add_model_args(parser: argparse.ArgumentParser, *, for_resume: bool = False)
         help="a .gguf file for the embedded runtime (default: the bundled SmolLM2-135M), "
         "hf:OWNER/NAME/FILE.gguf for one from the Hugging Face hub (fetched once into its cache), "
         "or with --base-url the server's model name",
-    )  # fmt: skip
+    )
     parser.add_argument("--base-url", help="an OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1")
     parser.add_argument(
         "--api-key", default=os.environ.get("LOOPWRIGHT_API_KEY"),
         help="API key for --base-url (default: $LOOPWRIGHT_API_KEY)",
-    )  # fmt: skip
+    )
     parser.add_argument("--no-grammar", action="store_true", help="do not constrain local steps")
     parser.add_argument("--n-ctx", type=_positive_int, default=None, help=N_CTX_HELP)
     parser.add_argument(
         "--n-threads", type=_positive_int, default=None,
         help="threads of the embedded model (default: $LOOPWRIGHT_N_THREADS, else every core)",
-    )  # fmt: skip
+    )
     live = "live " if for_resume else ""
     parser.add_argument("--record", metavar="CASSETTE.jsonl", help=f"append every {live}model call here")
     parser.add_argument(
         "--replay", metavar="CASSETTE.jsonl",
         help=f"answer {live}model calls from a recorded cassette instead of a model",
-    )  # fmt: skip
+    )
 
 
 def add_tool_args(parser: argparse.ArgumentParser, *, for_resume: bool = False) -> None:
@@ -176,18 +176,18 @@ def add_tool_args(parser: argparse.ArgumentParser, *, for_resume: bool = False) 
         "--tools", nargs="+", metavar="MODULE:ATTR",
         help="tools to load: a Tool, a function, a list of them or a ToolRegistry; MODULE is "
         f"imported like `python -m` does, from the current folder first ({default})",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--examples", metavar="FILE.json",
         help="tool examples to add to the tools (shown before their own) before the run, as "
         "`loopwright bootstrap` or BootstrapResult.save writes them"
         + (" (default: the file the run was started with)" if for_resume else ""),
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--tool-timeout-s", type=_seconds_or_off, default=None, metavar="S",
         help="time limit of each tool call, for tools that set none (default: the registry's "
         f"tool_timeout_s, else {DEFAULT_TOOL_TIMEOUT_S:g}; 0 for none)",
-    )  # fmt: skip
+    )
 
 
 def add_prompt_args(parser: argparse.ArgumentParser, *, for_resume: bool = False) -> None:
@@ -197,7 +197,7 @@ def add_prompt_args(parser: argparse.ArgumentParser, *, for_resume: bool = False
         "--prompts", metavar="FILE.json|MODULE:ATTR",
         help="prompt templates: a JSON object of PromptSet fields (any subset), or a PromptSet "
         f"or dict at MODULE:ATTR (default: {default})",
-    )  # fmt: skip
+    )
 
 
 # -- building what the flags name ---------------------------------------------------------
@@ -210,16 +210,16 @@ def add_access_args(parser: argparse.ArgumentParser) -> None:
         "--token", default=os.environ.get(TOKEN_ENV) or None, metavar="T",
         help=f"a secret every request must carry as 'Authorization: Bearer T' (default ${TOKEN_ENV}, "
         "which other users cannot read from the process list); needed to serve a --host that is not loopback",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--allow-host", action="append", default=[], metavar="NAME[:PORT]",
         help="also answer requests for this Host (loopback names on the port and the address "
         "connected to are allowed already); repeatable",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--allow-origin", action="append", default=[], metavar="SCHEME://HOST[:PORT]",
         help="also take requests from pages of this origin (the server's own is allowed already); repeatable",
-    )  # fmt: skip
+    )
 
 
 def serve_access(args: argparse.Namespace, **options: Any) -> Access:

@@ -113,7 +113,7 @@ _TIMES_THREE = "What is the population of Rome times 3?"
         {"question": _TIMES_THREE, "args": {"query": "population of Rome"},
          "result": "The population of Rome is about 2800000."},
     ]
-)  # fmt: skip
+)
 def lookup(query: str) -> str:
     """Look up a fact about a city, country, landmark, event or person, e.g. "population of Paris"."""
     facts = find_facts(query)
@@ -198,7 +198,7 @@ def _eval_node(node: ast.AST) -> int | float:
         {"question": "What is 100 - 58?", "args": {"expression": "100 - 58"}, "result": 42},
         {"question": _TIMES_THREE, "args": {"expression": "2800000 * 3"}, "result": 8400000},
     ]
-)  # fmt: skip
+)
 def calculate(expression: str) -> int | float:
     """Evaluate an arithmetic expression such as "17 * 23" or "(2 + 3) ** 2"."""
     return evaluate(expression)

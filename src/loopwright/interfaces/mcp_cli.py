@@ -85,7 +85,7 @@ def _setup(p: argparse.ArgumentParser) -> None:
         "--tools", nargs="+", metavar="MODULE:ATTR",
         help="tools to serve: a Tool, a function, a list of them or a ToolRegistry "
         "(default: the demo tools)",
-    )  # fmt: skip
+    )
     serve.add_argument("--port", type=int, help="serve streamable HTTP on 127.0.0.1:PORT/mcp (default: stdio)")
     serve.add_argument("--host", default="127.0.0.1",
                        help="the address to bind with --port (default 127.0.0.1; any other needs --token)")

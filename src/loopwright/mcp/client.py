@@ -250,7 +250,7 @@ class MCPServer:
         params = StdioServerParameters(
             command=command, args=list(args), env=None if env is None else dict(env),
             cwd=None if cwd is None else str(cwd),
-        )  # fmt: skip
+        )
         log: list[IO[str]] = []
         seen = [""]  # the last text read: what is left to tell once the file is closed
 

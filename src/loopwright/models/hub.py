@@ -96,7 +96,7 @@ def hub_file(
         try:
             path = Path(huggingface_hub.hf_hub_download(
                 repo_id, filename, revision=revision, cache_dir=cache, local_files_only=True,
-            ))  # fmt: skip
+            ))
         except EntryNotFoundError:
             if offline:
                 raise

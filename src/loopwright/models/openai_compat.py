@@ -250,7 +250,7 @@ class OpenAICompatible:
             kind = self._kind(request, chat, server, refused)
             try:
                 response, retries, elapsed = self._call(self.client, chat, self._body(request, chat, kind, server,
-                                                                                      stream), stream)  # fmt: skip
+                                                                                      stream), stream)
                 return response, retries, elapsed, kind, refused
             except ModelError as exc:
                 if kind == "off" or not _is_rejection(exc):
@@ -268,7 +268,7 @@ class OpenAICompatible:
             kind = self._kind(request, chat, server, refused)
             try:
                 response, retries, elapsed = await self._acall(client, chat, self._body(request, chat, kind, server,
-                                                                                        stream), stream)  # fmt: skip
+                                                                                        stream), stream)
                 return response, retries, elapsed, kind, refused
             except ModelError as exc:
                 if kind == "off" or not _is_rejection(exc):
@@ -282,9 +282,9 @@ class OpenAICompatible:
         """The Completion that ends a stream (text empty: the deltas are the text)."""
         names = api_tool_names([str(t["name"]) for t in request.tools])
         calls = tuple(ToolCall(names.get(name, name), arguments, call_id)
-                      for name, arguments, call_id in streamed.tool_calls())  # fmt: skip
+                      for name, arguments, call_id in streamed.tool_calls())
         out = Completion("", _usage({"usage": streamed.usage}, request.prompt, text), calls,
-                         self._meta(retries, elapsed, streamed.finish_reason))  # fmt: skip
+                         self._meta(retries, elapsed, streamed.finish_reason))
         return self._constrained(out, streamed.chat, kind, refused)
 
     def server_kind(self) -> str:

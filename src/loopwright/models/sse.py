@@ -67,7 +67,7 @@ class StreamedResponse:
     def tool_calls(self) -> list[tuple[str, str, str | None]]:
         """The calls assembled, in index order: (api name, arguments string, id)."""
         return [(call.name, "".join(call.arguments), call.id)
-                for _, call in sorted(self._calls.items()) if call.name]  # fmt: skip
+                for _, call in sorted(self._calls.items()) if call.name]
 
 
 __all__ = ["StreamedResponse"]

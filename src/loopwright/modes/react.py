@@ -8,6 +8,7 @@ yields exactly one Step, so `llm_calls == len(steps)`.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from loopwright.errors import ParseError
@@ -18,6 +19,7 @@ from loopwright.modes.machine import (
     CallTool,
     CheckClock,
     Machine,
+    ModelCall,
     PolicyFailed,
     RunView,
     Settings,
@@ -224,197 +226,256 @@ def _react(
     scratchpads in one trace, so a prompt is not a prefix of `trace.scratchpad`);
     selection: the run's tool search: it answers `search_tools` calls here (when searchable),
     and a call of a registered tool it has not loaded loads that tool."""
-    limits = ctx.limits
-    cap = limits.max_steps if max_steps is None else max_steps
-    first_call = ctx.trace.llm_calls
-    copy_prompts = keep_prompts or pad.budget is not None
-    dialect = pad.dialect
-    plain = ctx.prompt_only and dialect != "native"
-    repeats = RepeatDetector()
-    known: dict[str, dict[str, Any]] = {}  # the latest executed call of each tool
-    parse_errors = 0
-    tools = () if plain else tuple(ctx.schemas)  # a plain policy only gets the prompt
-    timed = limits.timeout_s is not None  # else the clock cannot run out
-    on_repeat, threshold = limits.on_repeat, limits.repeat_threshold
-    native = dialect == "native"
+    loop = _Loop(ctx, pad, max_tokens, ctx.limits.max_steps if max_steps is None else max_steps,
+                 keep_prompts or pad.budget is not None, on_tool_error, selection)
     trace = ctx.trace
     try:
-        while trace.llm_calls - first_call < cap:  # one call a step (and a reflection)
-            if timed and (yield CheckClock()):  # the clock ran out during the last tool call
-                ctx.stop("timeout")
+        while trace.llm_calls - loop.first_call < loop.cap:  # one call a step (and a reflection)
+            if (yield from loop.turn()):
                 return
-            k = len(trace.steps) + 1
-            if pad.budget is not None:
-                for fold in (yield from pad.fit()):
-                    fold["before_step"] = k
-                    trace.meta.setdefault("folds", []).append(fold)
-            if (trace.outputs and not plain and (not tools or tools[-1] is not READ_OUTPUT_SCHEMA)
-                    and READ_OUTPUT not in ctx.registry):  # results are kept: the model may read them
-                tools = (*tools, READ_OUTPUT_SCHEMA)  # (again when the run's tools were replaced since)
-            # Append-only: the prompt is trace.scratchpad[:prompt], kept as a length. With
-            # a context budget the prompt is rewritten at folds, so the step keeps a copy.
-            prompt = None if copy_prompts else len(pad.text)
-            copy = pad.text if copy_prompts else None
-            try:
-                call = yield ModelRequest(
-                    pad.text, pad.stop, "react", tools=tools, messages=tuple(pad.messages) if native else (),
-                    max_tokens=max_tokens, dialect=dialect, known_calls=tuple(known.items()) if known else (),
-                    output_schema=None if ctx.output is None else ctx.output.schema,
-                )
-            except PolicyFailed as failed:
-                yield Step(k, "error", error=failed.message, prompt_chars=prompt, prompt=copy,
-                           duration_s=failed.seconds)
-                ctx.stop(failed.reason)
-                return
-            raw = call.text
-            seconds = call.seconds
-            try:
-                if native and call.completion is not None:
-                    parsed: Action | FinalAnswer = _parse_native(call.completion)
-                else:
-                    parsed = parse_react_step(raw, dialect="brackets" if dialect == "brackets" else "json")
-            except ParseError as exc:
-                parse_errors += 1
-                message = str(exc)
-                template = ctx.prompts.parse_error_brackets if dialect == "brackets" else ctx.prompts.parse_error_json
-                observation = template.format(error=message)
-                yield Step(k, "parse_error", raw=raw, error=message, observation=observation,
-                           duration_s=seconds, usage=call.usage, prompt_chars=prompt, prompt=copy)
-                stop = call.stop
-                if stop:
-                    ctx.stop(stop)
-                    return
-                if limits.on_parse_error == "stop" or parse_errors >= limits.max_parse_errors:
-                    ctx.stop("error")
-                    return
-                pad.append(k, "", f"(unusable reply) {fence(first_line(raw), 'model')}", neutralise(observation),
-                           observation)
-                _native_text(pad, raw, observation)
-                continue
-
-            if isinstance(parsed, FinalAnswer) and ctx.output is not None:
-                try:
-                    ctx.trace.output = ctx.output.parse(parsed.answer)
-                except ValueError as exc:  # the answer does not fit: the model reads why
-                    parse_errors += 1
-                    message = f"the final answer does not fit the output type: {exc}"
-                    observation = f"{message}. {ctx.output.instruction()}"
-                    yield Step(k, "parse_error", raw=raw, thought=parsed.thought, error=message,
-                               observation=observation, duration_s=seconds,
-                               usage=call.usage, prompt_chars=prompt, prompt=copy)
-                    stop = call.stop
-                    if stop or parse_errors >= limits.max_parse_errors:
-                        ctx.stop(stop or "error")
-                        return
-                    answer = neutralise(parsed.answer)
-                    said = f"finish[{answer}]" if dialect == "brackets" else f"Final Answer: {answer}"
-                    pad.append(k, parsed.thought, said, neutralise(observation), observation)
-                    _native_text(pad, raw, observation)
-                    continue
-
-            if isinstance(parsed, FinalAnswer):
-                yield Step(k, "final", raw=raw, thought=parsed.thought, observation=None,
-                           duration_s=seconds, usage=call.usage, prompt_chars=prompt, prompt=copy,
-                           meta={"retries": call.retries} if call.retries else {})
-                pad.transcript += f"Thought: {parsed.thought}\nFinal Answer: {parsed.answer}\n"
-                ctx.stop("final", parsed.answer)
-                return
-
-            parse_errors = 0
-            name = parsed.name
-            loaded = load_called(ctx, selection, name) if selection is not None else []
-            if loaded:  # a registered tool the search had not loaded: callable from now on
-                tools = () if plain else tuple(ctx.schemas)
-            args = ctx.registry.bind(name, parsed.args)  # unchanged for an unknown tool
-            repaired = {"repaired": list(parsed.repaired)} if parsed.repaired else {}  # on every step of this call
-            stop = call.stop
-            if stop:
-                yield Step(k, "action", raw=raw, thought=parsed.thought, tool=name, args=args,
-                           error=f"not executed: {stop.replace('_', ' ')} reached",
-                           duration_s=seconds, usage=call.usage, prompt_chars=prompt, prompt=copy,
-                           meta={**repaired, "tools_loaded": loaded} if loaded else repaired)
-                ctx.stop(stop)
-                return
-
-            count = repeats.see(name, args) if on_repeat != "off" else 1
-            if count >= threshold:
-                nudged = count - threshold  # nudges already given for this call
-                if on_repeat == "stop" or nudged >= limits.max_nudges:
-                    after = f", after {nudged} nudges" if on_repeat == "nudge" else ""
-                    yield Step(k, "nudge", raw=raw, thought=parsed.thought, tool=name, args=args,
-                               error=f"repeated call: {name} proposed {count} times in a row{after}",
-                               duration_s=seconds, usage=call.usage, prompt_chars=prompt, prompt=copy,
-                               meta=repaired)
-                    ctx.stop("repeated_call")
-                    return
-                observation = ctx.prompts.repeat_nudge.format(
-                    tool=neutralise(name), count=count - 1, previous=fence(repeats.last_observation or "", name)
-                )
-                yield Step(k, "nudge", raw=raw, thought=parsed.thought, tool=name, args=args,
-                           observation=observation, duration_s=seconds,
-                           usage=call.usage, prompt_chars=prompt, prompt=copy, meta={"repeats": count, **repaired})
-                pad.append(k, parsed.thought, _render_action(dialect, parsed), observation)
-                _native_call(pad, parsed, name, args, observation)
-                continue
-
-            if selection is not None and selection.searchable and name == SEARCH_TOOL:  # pure: no tool runs
-                loaded, observation = yield from searched(ctx, selection, query_of(args))
-                tools = () if plain else tuple(ctx.schemas)
-                repeats.executed(observation)
-                yield Step(k, "action", raw=raw, thought=parsed.thought, tool=name, args=args,
-                           observation=observation, duration_s=seconds, usage=call.usage, prompt_chars=prompt,
-                           prompt=copy, meta={"tools_loaded": loaded, **repaired})
-                pad.append(k, parsed.thought, _render_action(dialect, parsed), fence(observation, f"{name}#{k}"),
-                           observation)
-                _native_call(pad, parsed, name, args, observation)
-                continue
-
-            call_key = str(k)
-            executed = yield CallTool(name, args, call_key, parsed.repaired)
-            result = executed.result
-            observation = result.observation
-            repeats.executed(observation)
-            if not plain and type(args) is dict:  # what a model's grammar may exclude (a plain policy has none)
-                known.pop(name, None)
-                known[name] = args
-            meta = {"tool_s": result.duration_s, "model_s": seconds}
-            if call.retries:
-                meta["retries"] = call.retries  # the backend retried transient HTTP errors
-            if executed.meta:
-                meta.update(executed.meta)
-            if loaded:
-                meta["tools_loaded"] = loaded
-            meta.update(repaired)
-            yield Step(k, executed.kind, raw=raw, thought=parsed.thought, tool=name, args=args,
-                       observation=observation,
-                       error=None if result.error is None else result.error.message,
-                       duration_s=seconds + result.duration_s, usage=call.usage, prompt_chars=prompt, prompt=copy,
-                       meta=meta)
-            fenced = fence(observation, f"{name}#{call_key}")
-            if (on_tool_error == "reflect" and result.error is not None and executed.kind == "action"
-                    and ctx.trace.llm_calls - first_call < cap):
-                so_far = pad.text + step_block(dialect, pad.number + 1, parsed.thought, _render_action(dialect, parsed),
-                                           fenced)
-                prompt_text = ctx.prompts.reflect_step.format(scratchpad=so_far, error=fenced)  # tool text: fenced
-                critique = yield from reflect(ctx, prompt_text, max_tokens, {"after_step": k, "tool": name})
-                if critique is None:  # the critique call failed or a guard fired: the run is stopped
-                    return
-                fenced += f"\nReflection: {neutralise(critique)}"
-                observation += f"\nReflection: {critique}"
-            key: str | None = call_key
-            kept, offset = executed.meta.get("output") if executed.meta else None, 0
-            if name == READ_OUTPUT and READ_OUTPUT not in ctx.registry:  # the built-in: no handle of its own
-                if result.error is None:
-                    kept, offset = result.args["handle"], result.args.get("offset", 0)  # a page: its stub points back
-                else:
-                    key = None
-            pad.append(k, parsed.thought, _render_action(dialect, parsed), fenced, observation, key, kept, offset)
-            if native:
-                _native_call(pad, parsed, name, args, observation)
         ctx.stop("max_steps")
     finally:
-        ctx.trace.transcript = pad.transcript
-        ctx.trace.scratchpad = pad.text
+        trace.transcript = pad.transcript
+        trace.scratchpad = pad.text
+
+
+@dataclass(slots=True)
+class _Turn:
+    """One step's model call: its index, its answer and its prompt (a length of the
+    append-only scratchpad, or a copy when prompts are rewritten), which every Step it
+    makes carries."""
+
+    k: int
+    call: ModelCall
+    prompt: int | None
+    copy: str | None
+
+    def step(self, kind: str, duration_s: float | None = None, **fields: Any) -> Step:
+        """This turn's Step: `fields`, and its reply, duration, usage and prompt."""
+        call = self.call
+        return Step(self.k, kind, raw=call.text, duration_s=call.seconds if duration_s is None else duration_s,
+                    usage=call.usage, prompt_chars=self.prompt, prompt=self.copy, **fields)
+
+
+class _Loop:
+    """The ReAct loop's state across steps: the tools offered, the repeat detector, the
+    latest call of each tool, the parse-error streak. `turn()` makes one step; it and the
+    helpers it calls return True when the run has ended."""
+
+    def __init__(self, ctx: RunView, pad: _Scratchpad, max_tokens: int | None, cap: int, copy_prompts: bool,
+                 on_tool_error: str, selection: ToolSelection | None) -> None:
+        self.ctx, self.pad, self.max_tokens, self.cap = ctx, pad, max_tokens, cap
+        self.first_call = ctx.trace.llm_calls
+        self.copy_prompts = copy_prompts
+        self.on_tool_error = on_tool_error
+        self.selection = selection
+        self.dialect = pad.dialect
+        self.native = self.dialect == "native"
+        self.plain = ctx.prompt_only and not self.native  # a plain policy only gets the prompt
+        self.timed = ctx.limits.timeout_s is not None  # else the clock cannot run out
+        self.repeats = RepeatDetector()
+        self.known: dict[str, dict[str, Any]] = {}  # the latest executed call of each tool
+        self.parse_errors: int = 0
+        self.tools: tuple[dict[str, Any], ...] = ()
+        self.offer_tools()
+
+    def offer_tools(self) -> None:
+        """Offer the run's tools as they are now (tool search changes them)."""
+        self.tools = () if self.plain else tuple(self.ctx.schemas)
+
+    def turn(self) -> Machine[bool]:
+        """One step: the model asked, its reply parsed and acted on."""
+        ctx, pad, trace = self.ctx, self.pad, self.ctx.trace
+        if self.timed and (yield CheckClock()):  # the clock ran out during the last tool call
+            ctx.stop("timeout")
+            return True
+        k = len(trace.steps) + 1
+        if pad.budget is not None:
+            for fold in (yield from pad.fit()):
+                fold["before_step"] = k
+                trace.meta.setdefault("folds", []).append(fold)
+        tools = self.tools
+        if (trace.outputs and not self.plain and (not tools or tools[-1] is not READ_OUTPUT_SCHEMA)
+                and READ_OUTPUT not in ctx.registry):  # results are kept: the model may read them
+            self.tools = (*tools, READ_OUTPUT_SCHEMA)  # (again when the run's tools were replaced since)
+        # Append-only: the prompt is trace.scratchpad[:prompt], kept as a length. With
+        # a context budget the prompt is rewritten at folds, so the step keeps a copy.
+        prompt = None if self.copy_prompts else len(pad.text)
+        copy = pad.text if self.copy_prompts else None
+        try:
+            call = yield self.request()
+        except PolicyFailed as failed:
+            yield Step(k, "error", error=failed.message, prompt_chars=prompt, prompt=copy, duration_s=failed.seconds)
+            ctx.stop(failed.reason)
+            return True
+        turn = _Turn(k, call, prompt, copy)
+        try:
+            if self.native and call.completion is not None:
+                parsed: Action | FinalAnswer = _parse_native(call.completion)
+            else:
+                parsed = parse_react_step(call.text, dialect="brackets" if self.dialect == "brackets" else "json")
+        except ParseError as exc:
+            return (yield from self.unusable(turn, str(exc)))
+        if isinstance(parsed, FinalAnswer):
+            return (yield from self.answer(turn, parsed))
+        return (yield from self.act(turn, parsed))
+
+    def request(self) -> ModelRequest:
+        pad, output = self.pad, self.ctx.output
+        return ModelRequest(
+            pad.text, pad.stop, "react", tools=self.tools, messages=tuple(pad.messages) if self.native else (),
+            max_tokens=self.max_tokens, dialect=self.dialect,
+            known_calls=tuple(self.known.items()) if self.known else (),
+            output_schema=None if output is None else output.schema,
+        )
+
+    def unusable(self, turn: _Turn, message: str) -> Machine[bool]:
+        """A reply that does not parse: the model reads why, unless the run stops."""
+        ctx, limits, raw = self.ctx, self.ctx.limits, turn.call.text
+        self.parse_errors += 1
+        template = ctx.prompts.parse_error_brackets if self.dialect == "brackets" else ctx.prompts.parse_error_json
+        observation = template.format(error=message)
+        yield turn.step("parse_error", error=message, observation=observation)
+        stop = turn.call.stop
+        if stop:
+            ctx.stop(stop)
+            return True
+        if limits.on_parse_error == "stop" or self.parse_errors >= limits.max_parse_errors:
+            ctx.stop("error")
+            return True
+        self.pad.append(turn.k, "", f"(unusable reply) {fence(first_line(raw), 'model')}", neutralise(observation),
+                        observation)
+        _native_text(self.pad, raw, observation)
+        return False
+
+    def answer(self, turn: _Turn, parsed: FinalAnswer) -> Machine[bool]:
+        """A final answer: the run ends with it, unless it does not fit the output type."""
+        ctx, limits, output = self.ctx, self.ctx.limits, self.ctx.output
+        if output is not None:
+            try:
+                ctx.trace.output = output.parse(parsed.answer)
+            except ValueError as exc:  # the answer does not fit: the model reads why
+                self.parse_errors += 1
+                message = f"the final answer does not fit the output type: {exc}"
+                observation = f"{message}. {output.instruction()}"
+                yield turn.step("parse_error", thought=parsed.thought, error=message, observation=observation)
+                stop = turn.call.stop
+                if stop or self.parse_errors >= limits.max_parse_errors:
+                    ctx.stop(stop or "error")
+                    return True
+                answer = neutralise(parsed.answer)
+                said = f"finish[{answer}]" if self.dialect == "brackets" else f"Final Answer: {answer}"
+                self.pad.append(turn.k, parsed.thought, said, neutralise(observation), observation)
+                _native_text(self.pad, turn.call.text, observation)
+                return False
+        retries = turn.call.retries
+        yield turn.step("final", thought=parsed.thought, observation=None, meta={"retries": retries} if retries else {})
+        self.pad.transcript += f"Thought: {parsed.thought}\nFinal Answer: {parsed.answer}\n"
+        ctx.stop("final", parsed.answer)
+        return True
+
+    def act(self, turn: _Turn, parsed: Action) -> Machine[bool]:
+        """A tool call: not executed when a limit was reached or it repeats, answered here
+        when it is `search_tools`, else run through the driver's gate."""
+        ctx, selection = self.ctx, self.selection
+        self.parse_errors = 0
+        name = parsed.name
+        loaded = load_called(ctx, selection, name) if selection is not None else []
+        if loaded:  # a registered tool the search had not loaded: callable from now on
+            self.offer_tools()
+        args = ctx.registry.bind(name, parsed.args)  # unchanged for an unknown tool
+        repaired = {"repaired": list(parsed.repaired)} if parsed.repaired else {}  # on every step of this call
+        stop = turn.call.stop
+        if stop:
+            yield turn.step("action", thought=parsed.thought, tool=name, args=args,
+                            error=f"not executed: {stop.replace('_', ' ')} reached",
+                            meta={**repaired, "tools_loaded": loaded} if loaded else repaired)
+            ctx.stop(stop)
+            return True
+        on_repeat = ctx.limits.on_repeat
+        count = self.repeats.see(name, args) if on_repeat != "off" else 1
+        if count >= ctx.limits.repeat_threshold:
+            return (yield from self.nudge(turn, parsed, args, count, repaired))
+        if selection is not None and selection.searchable and name == SEARCH_TOOL:  # pure: no tool runs
+            loaded, observation = yield from searched(ctx, selection, query_of(args))
+            self.offer_tools()
+            self.repeats.executed(observation)
+            yield turn.step("action", thought=parsed.thought, tool=name, args=args, observation=observation,
+                            meta={"tools_loaded": loaded, **repaired})
+            self.pad.append(turn.k, parsed.thought, _render_action(self.dialect, parsed),
+                            fence(observation, f"{name}#{turn.k}"), observation)
+            _native_call(self.pad, parsed, name, args, observation)
+            return False
+        return (yield from self.call_tool(turn, parsed, args, {**({"tools_loaded": loaded} if loaded else {}),
+                                                                **repaired}))
+
+    def nudge(self, turn: _Turn, parsed: Action, args: dict[str, Any], count: int,
+              repaired: dict[str, Any]) -> Machine[bool]:
+        """An identical call repeated: not run; the model is told, or the run stops."""
+        ctx, limits, name = self.ctx, self.ctx.limits, parsed.name
+        nudged = count - limits.repeat_threshold  # nudges already given for this call
+        if limits.on_repeat == "stop" or nudged >= limits.max_nudges:
+            after = f", after {nudged} nudges" if limits.on_repeat == "nudge" else ""
+            yield turn.step("nudge", thought=parsed.thought, tool=name, args=args,
+                            error=f"repeated call: {name} proposed {count} times in a row{after}", meta=repaired)
+            ctx.stop("repeated_call")
+            return True
+        observation = ctx.prompts.repeat_nudge.format(
+            tool=neutralise(name), count=count - 1, previous=fence(self.repeats.last_observation or "", name)
+        )
+        yield turn.step("nudge", thought=parsed.thought, tool=name, args=args, observation=observation,
+                        meta={"repeats": count, **repaired})
+        self.pad.append(turn.k, parsed.thought, _render_action(self.dialect, parsed), observation)
+        _native_call(self.pad, parsed, name, args, observation)
+        return False
+
+    def call_tool(self, turn: _Turn, parsed: Action, args: dict[str, Any], notes: dict[str, Any]) -> Machine[bool]:
+        """Run the call through the driver, record its step, and put its result (and a
+        critique of a failure, with on_tool_error="reflect") in the scratchpad."""
+        ctx, call, name, k = self.ctx, turn.call, parsed.name, turn.k
+        call_key = str(k)
+        executed = yield CallTool(name, args, call_key, parsed.repaired)
+        result = executed.result
+        observation = result.observation
+        self.repeats.executed(observation)
+        if not self.plain and type(args) is dict:  # what a model's grammar may exclude (a plain policy has none)
+            self.known.pop(name, None)
+            self.known[name] = args
+        meta = {"tool_s": result.duration_s, "model_s": call.seconds}
+        if call.retries:
+            meta["retries"] = call.retries  # the backend retried transient HTTP errors
+        if executed.meta:
+            meta.update(executed.meta)
+        meta.update(notes)
+        yield turn.step(executed.kind, call.seconds + result.duration_s, thought=parsed.thought, tool=name, args=args,
+                        observation=observation, error=None if result.error is None else result.error.message,
+                        meta=meta)
+        fenced = fence(observation, f"{name}#{call_key}")
+        if (self.on_tool_error == "reflect" and result.error is not None and executed.kind == "action"
+                and ctx.trace.llm_calls - self.first_call < self.cap):
+            critique = yield from self.reflect_on(turn, parsed, fenced)
+            if critique is None:  # the critique call failed or a guard fired: the run is stopped
+                return True
+            fenced += f"\nReflection: {neutralise(critique)}"
+            observation += f"\nReflection: {critique}"
+        key: str | None = call_key
+        kept, offset = executed.meta.get("output") if executed.meta else None, 0
+        if name == READ_OUTPUT and READ_OUTPUT not in ctx.registry:  # the built-in: no handle of its own
+            if result.error is None:
+                kept, offset = result.args["handle"], result.args.get("offset", 0)  # a page: its stub points back
+            else:
+                key = None
+        self.pad.append(k, parsed.thought, _render_action(self.dialect, parsed), fenced, observation, key, kept, offset)
+        if self.native:
+            _native_call(self.pad, parsed, name, args, observation)
+        return False
+
+    def reflect_on(self, turn: _Turn, parsed: Action, fenced: str) -> Machine[str | None]:
+        """A critique of the failed call (one more model call), or None when the run stopped."""
+        pad, dialect = self.pad, self.dialect
+        so_far = pad.text + step_block(dialect, pad.number + 1, parsed.thought, _render_action(dialect, parsed), fenced)
+        prompt_text = self.ctx.prompts.reflect_step.format(scratchpad=so_far, error=fenced)  # tool text: fenced
+        return (yield from reflect(self.ctx, prompt_text, self.max_tokens, {"after_step": turn.k, "tool": parsed.name}))
 
 
 def _parse_native(completion: Any) -> Action | FinalAnswer:

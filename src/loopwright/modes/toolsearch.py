@@ -219,7 +219,7 @@ def search_tool() -> Tool:
         {"type": "object", "properties": {"query": {"type": "string", "description": "what the tool does"}},
          "required": ["query"]},
         _no_direct_call,
-    )  # fmt: skip
+    )
 
 
 class ToolSelection:

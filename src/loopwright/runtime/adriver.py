@@ -65,7 +65,7 @@ async def acall_model(ctx: RunContext, request: ModelRequest) -> ModelCall:
                 ok, reply = await guard(astream_reply(ctx.policy, request, emit), remaining)
             else:  # a sync stream is read on a thread; the sink hears it from there
                 ok, reply = await acall_in_thread(partial(stream_reply, ctx.policy, request, emit), remaining,
-                                                  "policy")  # fmt: skip
+                                                  "policy")
         elif is_async_policy(ctx.policy):
             ok, reply = await guard(acall_policy(ctx.policy, request), remaining)
         else:

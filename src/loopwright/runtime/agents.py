@@ -158,7 +158,7 @@ class Agent:
                     child_id, self.policy, self.registry, store=store, approver=limits.pop("approver"),
                     prompts=self.spec.prompts, memory=self.spec.memory, context_tokens=self.spec.context_tokens,
                     output_type=self.spec.output_type, **limits,
-                )  # fmt: skip
+                )
             else:
                 meta = {**(self.spec.journal_meta or {}), "agent": self.name, "parent_run_id": parent_id}
                 spec = self.spec.replace(task=task, run_id=child_id, store=store, journal_meta=meta, **limits)

@@ -217,7 +217,7 @@ class RunContext:
 def open_context(
     spec: RunSpec, policy: Policy, registry: ToolRegistry, journal: Journal | None = None,
     rerun_unfinished: bool = False, sinks: Sequence[EventSink] = (), agent: str | None = None,
-) -> RunContext:  # fmt: skip
+) -> RunContext:
     """The context of a run started from `spec`. With a store, the run is journaled first:
     its config (`spec.config()`, plus the tool set: each tool's name and schema
     fingerprint) is saved so `resume` can rebuild it. `journal` is given when resume or
@@ -233,7 +233,7 @@ def open_context(
         spec.task, spec.mode, policy, registry, limits, spec.prompts or DEFAULT_PROMPTS,
         tools=spec.tool_scope(), approver=spec.approver, on_deny=spec.on_deny, journal=journal, run_id=run_id,
         rerun_unfinished=rerun_unfinished, output_type=spec.output_type,
-    )  # fmt: skip
+    )
     ctx.cost = cost_meter(policy, spec.cost_budget_usd, spec.prices, ctx.trace)
     spans = otel.run_spans(spec.tracer, spec.task, spec.mode, policy, run_id,
                            None if ctx.cost is None else ctx.cost.price)

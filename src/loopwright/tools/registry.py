@@ -120,7 +120,7 @@ class Tool:
         self._setup(
             tool_name, description if description is not None else summary, func,
             timeout_s, side_effects, idempotent, requires_approval, idempotency_key, dedupes_on_call_key,
-        )  # fmt: skip
+        )
         self._use(typed_arguments(func, tool_name, param_docs))
         self._check_key()
         documented = parse_docstring_examples(docstring_examples(doc), tool_name, self._names)
@@ -162,7 +162,7 @@ class Tool:
         self._setup(
             name, description, func, timeout_s, side_effects, idempotent, requires_approval,
             idempotency_key, dedupes_on_call_key,
-        )  # fmt: skip
+        )
         self._use(schema_arguments(parameters, name))
         self._check_key()
         listed = parameters.get("examples") if isinstance(parameters, Mapping) else None
@@ -358,7 +358,7 @@ def tool(
             requires_approval=requires_approval, idempotency_key=idempotency_key,
             examples=examples,
             dedupes_on_call_key=dedupes_on_call_key,
-        )  # fmt: skip
+        )
 
     return make if func is None else make(func)
 

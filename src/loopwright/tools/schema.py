@@ -70,7 +70,7 @@ class ToolArgumentError(ValueError, LoopwrightError):
 _SUBSCHEMA = frozenset(
     {"items", "additionalProperties", "not", "if", "then", "else", "contains",
      "propertyNames", "unevaluatedItems", "unevaluatedProperties", "additionalItems"}
-)  # fmt: skip
+)
 _SUBSCHEMA_LIST = frozenset({"anyOf", "allOf", "oneOf", "prefixItems", "items"})
 _SUBSCHEMA_MAP = frozenset(
     {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}
@@ -442,7 +442,7 @@ def typed_arguments(
         parameters=schema, names=names, required=tuple(required), open=extra is not None,
         check=check, positional=tuple(positional),
         defaults=defaults,
-    )  # fmt: skip
+    )
 
 
 def _validator(tool_name: str, fields: dict[str, Any], extra: Any) -> tuple[TypeAdapter[Any], dict[str, Any]]:
