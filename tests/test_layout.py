@@ -144,7 +144,7 @@ def test_imports_run_one_way_from_interfaces_down_to_the_wire():
 
 def test_the_plumbing_imports_the_machines_and_never_the_reverse():
     graph = _import_graph()
-    assert "loopwright.modes.react" in graph["loopwright.runtime.front"]
+    assert "loopwright.modes.react" in graph["loopwright.runtime.spec"]
     machines = [name for name in graph if name.startswith("loopwright.modes.")]
     assert len(machines) >= 6
     assert [f"{m} -> {d}" for m in machines for d in graph[m] if d.startswith("loopwright.runtime")] == []

@@ -10,7 +10,6 @@ from __future__ import annotations
 from loopwright.runtime.adriver import AsyncRun
 from loopwright.runtime.driver import Run
 from loopwright.runtime.front import (
-    MODES,
     aiter_events,
     aiter_run,
     arun,
@@ -30,7 +29,7 @@ from loopwright.runtime.front import (
     run_spec,
     run_tot,
 )
-from loopwright.runtime.spec import RunSpec
+from loopwright.runtime.spec import MODES, RunSpec, register_mode
 from loopwright.runtime.watch import AsyncEvents, Events
 
 __all__ = [
@@ -57,5 +56,6 @@ __all__ = [
     "run_reflexion",
     "run_rewoo",
     "run_spec",
+    "register_mode",
     "run_tot",
 ]

@@ -43,8 +43,8 @@ from loopwright.runtime.adriver import AsyncRun
 from loopwright.runtime.calls import bound_call
 from loopwright.runtime.context import RunContext
 from loopwright.runtime.driver import Run
-from loopwright.runtime.front import MODES, start
-from loopwright.runtime.spec import RunOptions, RunSpec
+from loopwright.runtime.front import start
+from loopwright.runtime.spec import MODES, RunOptions, RunSpec
 from loopwright.runtime.watch import AsyncEvents, Events
 from loopwright.tools.registry import SideEffects, Tool, ToolError, ToolRegistry
 from loopwright.tools.toolset import Tools, as_registry
@@ -79,7 +79,7 @@ class Agent:
         registry = as_registry(registry)  # a list of tools is made a registry once, here
         options["prompts"] = instructed(options.get("prompts") or DEFAULT_PROMPTS, instructions)
         spec = RunSpec("", mode, **options)  # a bad mode or option fails here, not at the first run
-        MODES[mode][0](spec)
+        MODES[mode].check(spec)
         for field, value in (("name", name), ("policy", policy), ("registry", registry), ("mode", mode),
                              ("instructions", instructions), ("spec", spec)):
             object.__setattr__(self, field, value)

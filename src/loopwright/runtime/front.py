@@ -10,30 +10,20 @@ makes the RunSpec a run starts from, and starts it through `start`, the one priv
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import partial
-from typing import Final, Unpack
+from typing import Unpack
 
 from loopwright.events import EventSink
-from loopwright.modes import plan_execute, react, reflexion, rewoo, tot
-from loopwright.modes.machine import Journal, StepGen
+from loopwright.modes.machine import Journal
 from loopwright.policy import Policy
 from loopwright.runtime.adriver import AsyncRun
-from loopwright.runtime.context import RunContext, open_context
+from loopwright.runtime.context import open_context
 from loopwright.runtime.driver import Run
-from loopwright.runtime.spec import RunOptions, RunSpec
+from loopwright.runtime.spec import MODES, RunOptions, RunSpec
 from loopwright.runtime.watch import AsyncEvents, Events
 from loopwright.tools.toolset import Tools, as_registry
 from loopwright.trace import Trace
-
-MODES: Final[dict[str, tuple[Callable[[RunSpec], None], Callable[[RunContext, RunSpec], StepGen]]]] = {
-    "react": (react.check, react.machine),
-    "rewoo": (rewoo.check, rewoo.machine),
-    "plan_execute": (plan_execute.check, plan_execute.machine),
-    "reflexion": (reflexion.check, reflexion.machine),
-    "tot": (tot.check, tot.machine),
-}
-"""Each mode's settings check and its machine."""
 
 
 def start(spec: RunSpec, policy: Policy, registry: Tools, *, journal: Journal | None = None,
@@ -43,10 +33,10 @@ def start(spec: RunSpec, policy: Policy, registry: Tools, *, journal: Journal | 
     `sinks`: where its events go (`agent` tags them: a child run's agent name).
     `registry`: a ToolRegistry, or a list of Tools and functions made into one."""
     registry = as_registry(registry)
-    check, machine = MODES[spec.mode]
-    check(spec)
+    mode = MODES[spec.mode]
+    mode.check(spec)
     ctx = open_context(spec, policy, registry, journal, rerun_unfinished, sinks, agent)
-    return Run(ctx, machine(ctx, spec))
+    return Run(ctx, mode.machine(ctx, spec))
 
 
 def run_spec(spec: RunSpec, policy: Policy, registry: Tools) -> Trace:
@@ -158,7 +148,6 @@ def iter_tot(task: str, policy: Policy, registry: Tools, **options: Unpack[RunOp
 
 
 __all__ = [
-    "MODES",
     "aiter_events",
     "aiter_run",
     "arun",

@@ -20,7 +20,15 @@ from dataclasses import KW_ONLY, InitVar, dataclass, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, Protocol, TypedDict, cast, get_args
 
 from loopwright.guards import Limits, OnParseError, OnRepeat, RunLimits, check_limit
-from loopwright.modes.machine import Evaluator, Journal, ToolSearchOption
+from loopwright.modes import plan_execute, react, reflexion, rewoo, tot
+from loopwright.modes.machine import (
+    Evaluator,
+    Journal,
+    RunView,
+    Settings,
+    StepGen,
+    ToolSearchOption,
+)
 from loopwright.modes.toolsearch import check_option
 from loopwright.pricing import Prices
 from loopwright.prompting.templates import PromptSet
@@ -203,8 +211,8 @@ class RunSpec:
     settings: InitVar[ModeSettings | None] = None
 
     def __post_init__(self, limits: Limits | None, settings: ModeSettings | None) -> None:
-        if self.mode not in MODE_SETTINGS:
-            raise ValueError(f"mode must be one of {sorted(MODE_SETTINGS)}, got {self.mode!r}")
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {sorted(MODES)}, got {self.mode!r}")
         for name, value in spread(self.mode, limits, settings).items():
             given = getattr(self, name)
             if given is not None and given != value:
@@ -216,7 +224,8 @@ class RunSpec:
             object.__setattr__(self, "tools", tool_names(self.tools))
         if self.tool_search is not None:
             check_option(self.tool_search)
-        foreign = [name for name in _FOREIGN[self.mode] if getattr(self, name) is not None]
+        own = MODES[self.mode].settings
+        foreign = [name for name in sorted(_MODE_ONLY) if name not in own and getattr(self, name) is not None]
         if foreign:
             raise TypeError(f"unknown run option(s) for mode {self.mode!r}: {', '.join(foreign)}")
         for cls, names in _CHECKED:  # Limits and each settings class check the values given flat
@@ -231,7 +240,7 @@ class RunSpec:
     def setting(self, name: str) -> Any:
         """The value of a mode setting: given, else the mode's default."""
         value = getattr(self, name)
-        return MODE_SETTINGS[self.mode].get(name) if value is None else value
+        return MODES[self.mode].settings.get(name) if value is None else value
 
     def run_limits(self) -> RunLimits:
         """The limits the run is held to (the mode's defaults filled in)."""
@@ -240,7 +249,7 @@ class RunSpec:
     def config(self) -> dict[str, Any]:
         """What the journal stores: the mode's settings (defaults filled in) and max_tokens,
         the tool scope, on_deny and tool_search. Code (an evaluator, an approver) is recorded as a flag."""
-        config = {name: self.setting(name) for name in MODE_SETTINGS[self.mode]}
+        config = {name: self.setting(name) for name in MODES[self.mode].settings}
         if "evaluator" in config:
             config["evaluator"] = callable(self.evaluator)
         config["max_tokens"] = self.max_tokens
@@ -331,20 +340,47 @@ class RunOptions(ResumeOptions, total=False):
     journal_meta: Mapping[str, Any] | None
 
 
-# Each mode's settings and their defaults (None: no default). Limits a mode ignores are not
-# listed; the mode-only settings (_MODE_ONLY) are a TypeError in a mode that does not list them.
+@dataclass(frozen=True, slots=True)
+class Mode:
+    """A mode the runtime runs (see `register_mode`): its step machine, the check of its
+    settings made before a run is journaled, and its settings with their defaults (the
+    limits every mode takes first: max_steps, token_budget, timeout_s)."""
+
+    machine: Callable[[RunView, Settings], StepGen]
+    check: Callable[[Settings], None]
+    settings: Mapping[str, Any]
+
+
+MODES: Final[dict[str, Mode]] = {}
+"""The modes `run(..., mode=...)` knows, by name."""
 _SHARED: Final = {"max_steps": 10, "token_budget": None, "timeout_s": None}
+
+
+def register_mode(name: str, machine: Callable[[RunView, Settings], StepGen], *,
+                  check: Callable[[Settings], None] | None = None, settings: Mapping[str, Any] | None = None) -> None:
+    """Make `name` a mode that run, arun, iter_events, resume and fork run: `machine(view,
+    settings)` is its step machine (modes/machine.py says what it may yield); `check(spec)`
+    raises for options it cannot run with, before anything is journaled; `settings`: the
+    RunSpec fields it reads besides the limits, with their defaults (`max_steps` here
+    changes its default step cap). The journal records them, so a resumed run reads the
+    same values. Registering a name again replaces it."""
+    MODES[name] = Mode(machine, check or _no_check, {**_SHARED, **(settings or {})})
+
+
+def _no_check(spec: Settings) -> None:
+    """A mode with nothing to check beyond the settings classes' own checks."""
+
+
 _REACT: Final = {"on_parse_error": "observe", "on_repeat": "nudge", "dialect": "json", "max_nudges": 2,
                  "on_tool_error": "observe"}
-MODE_SETTINGS: Final[dict[str, dict[str, Any]]] = {
-    "react": {**_SHARED, **_REACT},
-    "rewoo": dict(_SHARED),
-    "plan_execute": {**_SHARED, "max_replans": 2},
-    "reflexion": {**_SHARED, "max_steps": 20, **_REACT, "max_reflections": 2, "attempt_steps": None,
-                  "evaluator": None},
-    "tot": {**_SHARED, "max_steps": 60, "search": "bfs", "branching": 3, "breadth": 2, "depth": 3,
-            "max_nodes": 24, "threshold": 0.5, "allow_side_effects": False},
-}
+register_mode("react", react.machine, check=react.check, settings=_REACT)
+register_mode("rewoo", rewoo.machine, check=rewoo.check)
+register_mode("plan_execute", plan_execute.machine, check=plan_execute.check, settings={"max_replans": 2})
+register_mode("reflexion", reflexion.machine, check=reflexion.check,
+              settings={"max_steps": 20, **_REACT, "max_reflections": 2, "attempt_steps": None, "evaluator": None})
+register_mode("tot", tot.machine, check=tot.check,
+              settings={"max_steps": 60, "search": "bfs", "branching": 3, "breadth": 2, "depth": 3, "max_nodes": 24,
+                        "threshold": 0.5, "allow_side_effects": False})
 _SETTINGS: Final = (ReActSettings, ReflexionSettings, PlanExecuteSettings, ToTSettings)
 _REACT_NAMES: Final = frozenset(f.name for f in fields(ReActSettings))
 _OWN: Final = {cls: tuple(f.name for f in fields(cls) if cls is ReActSettings or f.name not in _REACT_NAMES)
@@ -354,7 +390,6 @@ _CHECKED: Final = ((Limits, tuple(f.name for f in fields(Limits))), *_OWN.items(
 _RUN_LIMITS: Final = tuple(f.name for f in fields(RunLimits) if f.name in RunSpec.__dataclass_fields__)
 _MODE_ONLY: Final = frozenset(_OWN[ReflexionSettings] + _OWN[ToTSettings])
 """Settings that are a TypeError in another mode even when given flat."""
-_FOREIGN: Final = {mode: tuple(n for n in sorted(_MODE_ONLY) if n not in settings) for mode, settings in MODE_SETTINGS.items()}
 _JOURNAL_ONLY: Final = frozenset({"approver", "tool_set", "meta", "tool_embedder"})
 _FIELDS: Final = frozenset(RunSpec.__dataclass_fields__) - {"task", "mode"}
 """What RunSpec takes besides the task and mode (its fields and `limits`, `settings`)."""
@@ -376,6 +411,6 @@ def spread(mode: str, limits: Limits | None, settings: ModeSettings | None) -> d
     return flat
 
 
-__all__ = ["MODE_SETTINGS", "Dialect", "Evaluator", "ModeSettings", "OnDeny", "OnToolError",
-           "PlanExecuteSettings", "PriceSpec", "ReActSettings", "ReflexionSettings", "ResumeOptions", "RunOptions", "RunSpec", "RunStore",
+__all__ = ["MODES", "Mode", "Dialect", "Evaluator", "ModeSettings", "OnDeny", "OnToolError",
+           "PlanExecuteSettings", "PriceSpec", "ReActSettings", "ReflexionSettings", "ResumeOptions", "RunOptions", "RunSpec", "RunStore", "register_mode",
            "Search", "ToTSettings", "ToolSearchOption"]
