@@ -302,3 +302,106 @@ def test_folding_files_and_recalls_through_the_driver_off_the_event_loop():
     assert trace.stopped_reason == "final" and "summarise" in [f["kind"] for f in trace.meta["folds"]]
     assert {call for call, _ in memory_.threads} == {"add_many", "context"}
     assert threading.main_thread().name not in {thread for _, thread in memory_.threads}
+
+
+def _noting_policy(steps: int, interrupt_at: int | None = None, asked_before: int = 0):
+    """ReAct replies that note the weather until call `steps` answers; `asked_before`: the
+    calls a resumed run replays from its journal (this policy is not asked them)."""
+    seen: list[str] = []
+
+    def policy(prompt: str) -> str:
+        seen.append(prompt)
+        n = len(seen) + asked_before
+        if n == interrupt_at:
+            raise KeyboardInterrupt
+        if n == steps:
+            return "Thought: done\nFinal Answer: ok"
+        return f'Thought: filler\nAction: note\nAction Input: {json.dumps({"text": f"weather report {n}"})}'
+
+    return policy
+
+
+def _summarised(calls: list[str]) -> TieredMemory:
+    def summarizer(prompt: str) -> str:
+        calls.append(prompt)
+        return f"Earlier steps wrote {len(calls)} batches of notes."
+
+    return TieredMemory(BufferMemory(1), SummaryMemory(summarizer))
+
+
+def test_a_summary_is_a_model_call_the_driver_journals_and_counts_in_usage(tmp_path):
+    import sqlite3
+
+    calls: list[str] = []
+    store = lw.SQLiteStore(str(tmp_path / "runs.db"))
+    trace = lw.run("Keep notes.", _noting_policy(30), note_registry(), max_steps=30, memory=_summarised(calls),
+                   context_tokens=900, store=store, run_id="r")
+    assert trace.stopped_reason == "final" and calls  # the memory summarised, through the driver
+    assert trace.llm_calls == 30 == len(trace.steps)  # a summary is no step of ReAct's
+    folds = trace.meta["folds"]
+    assert sum(f.get("summary_calls", 0) for f in folds) == len(calls)
+    summary_tokens = sum(f.get("summary_tokens", 0) for f in folds)
+    steps_tokens = sum(s.usage.total_tokens for s in trace.steps if s.usage is not None)
+    assert summary_tokens > 0 and trace.usage.total_tokens == steps_tokens + summary_tokens
+    rows = sqlite3.connect(tmp_path / "runs.db").execute(
+        "SELECT n, purpose, prompt FROM model_calls WHERE run_id = 'r' AND n < 0 ORDER BY n DESC").fetchall()
+    assert [(n, purpose) for n, purpose, _ in rows] == [(-i, "summarize") for i in range(1, len(calls) + 1)]
+    assert [prompt for _, _, prompt in rows] == calls  # the journal holds what the summarizer was asked
+    record = store.load_run("r")
+    assert record.llm_calls == 30 and record.usage.total_tokens == trace.usage.total_tokens
+
+
+def test_a_resumed_run_replays_its_summaries_from_the_journal(tmp_path):
+    calls: list[str] = []
+    expected = lw.run("Keep notes.", _noting_policy(30), note_registry(), max_steps=30, memory=_summarised(calls),
+                      context_tokens=900)
+    made = len(calls)
+    assert made >= 2
+
+    store = lw.SQLiteStore(str(tmp_path / "runs.db"))
+    first: list[str] = []
+    with pytest.raises(lw.RunInterrupted):
+        lw.run("Keep notes.", _noting_policy(30, interrupt_at=25), note_registry(), max_steps=30,
+               memory=_summarised(first), context_tokens=900, store=store, run_id="r")
+    assert first  # summaries were made before the interruption
+    again: list[str] = []
+    trace = lw.resume("r", _noting_policy(30, asked_before=24), note_registry(), store=store, memory=_summarised(again),
+                      context_tokens=900)
+    assert len(first) + len(again) == made  # a journaled summary is replayed, not asked again
+    assert trace.stopped_reason == "final"
+    assert trace.usage.total_tokens == expected.usage.total_tokens
+    assert trace.meta["folds"] == expected.meta["folds"]
+
+
+def test_under_arun_a_summary_never_blocks_the_event_loop():
+    import asyncio
+    import threading
+    import time
+
+    threads: list[str] = []
+
+    def slow_summarizer(prompt: str) -> str:
+        threads.append(threading.current_thread().name)
+        time.sleep(0.05)
+        return "Earlier steps wrote notes."
+
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0.002)
+
+    async def main() -> lw.Trace:
+        beat = asyncio.create_task(ticker())
+        try:
+            return await lw.arun("Keep notes.", _noting_policy(30), note_registry(), max_steps=30, context_tokens=900,
+                                 memory=TieredMemory(BufferMemory(1), SummaryMemory(slow_summarizer)))
+        finally:
+            beat.cancel()
+
+    trace = asyncio.run(main())
+    assert trace.stopped_reason == "final" and threads
+    assert threading.main_thread().name not in threads  # the summarizer ran on a thread
+    assert ticks >= 3 * len(threads)  # the loop went on ticking while each summary was made

@@ -504,7 +504,7 @@ def _recorded(column: str, summed: str) -> str:
 _OF_RUN: Final = "WHERE run_id = runs.id"
 _RUN_SELECT: Final = (
     "SELECT id, task, mode, config, status, stopped_reason, final_answer, "
-    + _recorded("llm_calls", f"SELECT count(*) FROM model_calls {_OF_RUN}") + ", "
+    + _recorded("llm_calls", f"SELECT count(*) FROM model_calls {_OF_RUN} AND n > 0") + ", "
     + _recorded("tool_calls", f"SELECT count(*) FROM tool_calls {_OF_RUN} AND state = 'done'") + ", "
     + f"(SELECT count(*) FROM steps {_OF_RUN}), "
     + ", ".join(_recorded(c, f"SELECT coalesce(sum({c}), 0) FROM model_calls {_OF_RUN}")

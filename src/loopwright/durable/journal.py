@@ -206,7 +206,8 @@ class RunJournal:
             base, stored, new_messages = last[0], prompt[len(last[1]):], messages[len(last[2]):]
         else:
             stored, new_messages = prompt, messages
-        self._last_prompt = (n, prompt, messages)
+        if n > 0:  # a summarizer call (n < 0) is no step of the run's prompt chain
+            self._last_prompt = (n, prompt, messages)
         spec_key = (request.stop, request.max_tokens, request.dialect)
         if self._spec is None or self._spec[0] != spec_key:  # the same for every call of a run
             self._spec = (spec_key, _dumps({"stop": list(request.stop), "max_tokens": request.max_tokens,

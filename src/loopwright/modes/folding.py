@@ -19,7 +19,7 @@ from collections.abc import MutableMapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from loopwright.modes.machine import Machine, Recall, Remember
+from loopwright.modes.machine import Machine, Recall, Remember, Summarize
 from loopwright.tools.handles import handle_for, keep_text, stub
 from loopwright.trace import estimate_tokens
 from loopwright.untrusted import fence, neutralise
@@ -72,6 +72,8 @@ class Folding:
         self.entries: list[_Entry] = []
         self.kept: dict[str, int] = {}  # handles of results past the cap, and their sizes
         self.section = ""  # what memory recalled at the last summary
+        self.summaries: list[int] = []  # tokens of each summarizer call since the last fold was noted
+        self.stop: str | None = None  # a limit a summarizer call reached: the run ends with it
 
     def add(self, k: int, n: int, thought: str, action: str, observation: str, plain: str, text: str,
             key: str | None, handle: str | None, offset: int) -> None:
@@ -99,13 +101,23 @@ class Folding:
             fold = yield from self._shrink(kind, target, text)
             if fold is not None:
                 text = self._text()
-                folds.append({**fold, "prompt_tokens_after": estimate_tokens(text)})
-            if self._tokens() <= target:
+                folds.append(self._noted({**fold, "prompt_tokens_after": estimate_tokens(text)}))
+            if self._tokens() <= target or self.stop is not None:
                 return text, folds
         if self._tokens() > budget - room // 8:  # not even within what a summary leaves
-            folds.append((yield from self._summarise(budget, room, text)))
+            folds.append(self._noted((yield from self._summarise(budget, room, text))))
             text = self._text()
         return text, folds
+
+    def _noted(self, fold: dict[str, Any]) -> dict[str, Any]:
+        """The fold's record, with the summarizer calls it made (their tokens count in the
+        run's usage) and the limit one of them reached."""
+        if self.summaries:
+            fold["summary_calls"], fold["summary_tokens"] = len(self.summaries), sum(self.summaries)
+            self.summaries.clear()
+        if self.stop is not None:
+            fold["stop"] = self.stop
+        return fold
 
     def _text(self) -> str:
         return self.head + self.section + self.question + "".join(e.text for e in self.entries)
@@ -134,9 +146,14 @@ class Folding:
         turns = [f"Step {e.k}. Thought: {e.thought}\n{e.action}\nObservation: {e.plain}\n" for e in entries]
         metas: list[dict[str, Any]] = [{"step": e.k} if e.handle is None else {"step": e.k, "output": e.handle}
                                        for e in entries]
-        _answered((yield Remember(self.memory, turns, metas)))
+        pending = _answered((yield Remember(self.memory, turns, metas)))
         for e, turn in zip(entries, turns, strict=True):
             e.turn = turn
+        for summary in pending or ():  # the driver calls the summarizer: a journaled, budgeted model call
+            call = _answered((yield Summarize(summary)))
+            self.summaries.append(call.usage.total_tokens)
+            if call.stop is not None and self.stop is None:
+                self.stop = call.stop
 
     def _shrink(self, kind: str, target: int, prompt: str) -> Machine[dict[str, Any] | None]:
         """Stub old results ("stub_results") or drop old thoughts ("drop_thoughts"), oldest

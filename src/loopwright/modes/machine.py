@@ -156,11 +156,24 @@ class Embed:
 @dataclass(slots=True)
 class Remember:
     """File `texts` (with `metadatas`) in the user's memory (ReAct's folding): its
-    `add_many`, else `add` for each; answered with None, or the Exception it raised."""
+    `add_many`, else `add` for each; answered with the summaries the memory would make
+    (a list of PendingSummary, for Summarize requests), or the Exception it raised."""
 
     memory: Any
     texts: list[str]
     metadatas: list[dict[str, Any]]
+
+
+@dataclass(slots=True)
+class Summarize:
+    """Make a summary the user's memory asked for while steps were filed in it (a
+    `memory.summary.PendingSummary`, from what a Remember was answered with): one call
+    of its summarizer, which the driver makes like the run's own model calls (journaled,
+    held to the budgets and the clock, its tokens counted in the run's usage, off the event
+    loop under `arun`) and folds into the memory; answered with the ModelCall, or the
+    Exception the summarizer raised."""
+
+    pending: Any
 
 
 @dataclass(slots=True)
@@ -182,7 +195,8 @@ class CheckClock:
     False. The driver reads the clock; a mode never does."""
 
 
-Request = ModelRequest | CallTool | StartTool | NextDone | Evaluate | Embed | Remember | Recall | CheckClock
+Request = (ModelRequest | CallTool | StartTool | NextDone | Evaluate | Embed | Remember | Recall | Summarize
+           | CheckClock)
 """What a mode asks of its driver: a ModelRequest is answered with a ModelCall
 (PolicyFailed is thrown in)."""
 Machine = Generator[Step | Request, Any, R]
@@ -291,5 +305,6 @@ __all__ = [
     "StartTool",
     "StepGen",
     "StopRun",
+    "Summarize",
     "ToolSearchOption",
 ]

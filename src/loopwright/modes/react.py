@@ -294,6 +294,9 @@ class _Loop:
             for fold in (yield from pad.fit()):
                 fold["before_step"] = k
                 trace.meta.setdefault("folds", []).append(fold)
+                if "stop" in fold:  # a summarizer call reached a limit
+                    ctx.stop(fold["stop"])
+                    return True
         tools = self.tools
         if (trace.outputs and not self.plain and (not tools or tools[-1] is not READ_OUTPUT_SCHEMA)
                 and READ_OUTPUT not in ctx.registry):  # results are kept: the model may read them

@@ -27,8 +27,9 @@ from loopwright.modes.machine import (
     PolicyFailed,
     StartTool,
     StopRun,
+    Summarize,
 )
-from loopwright.offload import acall_in_thread, guard
+from loopwright.offload import Timeout, acall_in_thread, guard
 from loopwright.policy import (
     ModelRequest,
     acall_policy,
@@ -77,6 +78,26 @@ async def acall_model(ctx: RunContext, request: ModelRequest) -> ModelCall:
     return ctx.model_done(request, reply, start)
 
 
+async def asummarize(ctx: RunContext, request: Summarize) -> ModelCall | Exception:
+    """`driver.summarize`, awaited: an async summarizer on this loop, a sync one on a
+    thread, so the loop is never blocked."""
+    pending, start = request.pending, time.perf_counter()
+    n, recorded = ctx.begin_summary()
+    if recorded is None:
+        remaining = ctx.deadline.remaining() if ctx.timed else None
+        summarizer, summary_request = pending.summarizer, pending.request
+        if is_async_policy(summarizer):
+            ok, reply = await guard(acall_policy(summarizer, summary_request), remaining)
+        else:
+            ok, reply = await acall_in_thread(partial(policy_reply, summarizer, summary_request), remaining,
+                                              "summarizer")
+        if not ok:
+            return ctx.summary_timed_out(start) if isinstance(reply, Timeout) else reply
+        recorded = ctx.summary_done(n, summary_request, reply, start)
+    pending.apply(recorded.text)
+    return recorded
+
+
 class AsyncRun:
     """A run driven from an event loop. `await run.run()` drives it to the end and
     returns the trace; `async for step in run` yields each Step as it happens; `.trace`
@@ -119,6 +140,8 @@ class AsyncRun:
                     value = None
                 elif isinstance(item, USER_CODE):  # on a thread: user code never blocks the loop
                     value = (await acall_in_thread(user_call(ctx, item), None, type(item).__name__))[1]
+                elif type(item) is Summarize:
+                    value = await asummarize(ctx, item)
                 elif type(item) is CheckClock:
                     value = ctx.timed and ctx.expired()
                 else:  # NextDone
@@ -233,4 +256,4 @@ class AsyncRun:
         return self.trace
 
 
-__all__ = ["AsyncRun", "acall_model"]
+__all__ = ["AsyncRun", "acall_model", "asummarize"]

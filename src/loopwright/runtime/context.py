@@ -34,7 +34,7 @@ class RunContext:
 
     __slots__ = ("task", "policy", "registry", "unscoped", "limits", "prompts", "trace", "deadline", "timed",
                  "started", "_schemas", "prompt_only", "journal", "output", "gate", "observers", "cost", "events",
-                 "in_flight", "_ephemeral_id", "agent", "parent", "asynchronous", "__weakref__")  # fmt: skip
+                 "in_flight", "_ephemeral_id", "agent", "parent", "asynchronous", "summaries", "__weakref__")  # fmt: skip
 
     def __init__(
         self,
@@ -91,6 +91,7 @@ class RunContext:
         self.agent: str | None = None  # the agent's name when an lw.Agent runs this
         self.parent: tuple[RunContext, str] | None = None  # a child agent's run: its parent and call key
         self.asynchronous = False  # driven by the async driver (an agent tool then awaits its child)
+        self.summaries = 0  # summarizer calls made for the run's memory (journaled as model calls -1, -2, ...)
 
     def call_run_id(self) -> tuple[str, bool]:
         """The run id `lw.current_call()` reports, and whether it is durable."""
@@ -200,6 +201,36 @@ class RunContext:
         seconds = time.perf_counter() - start
         return ModelCall(text, completion, usage, seconds, None if completion is None else _retries(completion),
                          self.guard_after_call())
+
+    # -- a summary the run's memory asked for (modes.machine.Summarize) ---------------
+
+    def begin_summary(self) -> tuple[int, ModelCall | None]:
+        """The journal's number for the next summarizer call (-1, -2, ...: kept apart
+        from the run's counted model calls, which `llm_calls` and ReAct's one call a step
+        count), and its recorded answer when a resumed run has one (its usage counted)."""
+        self.summaries += 1
+        n = -self.summaries
+        if self.journal is not None:
+            recorded = self.journal.recorded_completion(n)
+            if recorded is not None:
+                completion, usage = recorded
+                self.trace.add_usage(usage)
+                return n, ModelCall(completion.text, completion, usage, 0.0, None, self.guard_after_call())
+        return n, None
+
+    def summary_done(self, n: int, request: ModelRequest, reply: str | Completion, start: float) -> ModelCall:
+        """The summarizer's answer, journaled and counted in the run's usage; its `stop`
+        is the limit the run reached with it."""
+        completion = Completion(reply) if isinstance(reply, str) else reply
+        usage = completion.usage or Usage.estimate(request.prompt, completion.text)
+        if self.journal is not None:
+            self.journal.record_completion(n, request, completion, usage)
+        self.trace.add_usage(usage)
+        return ModelCall(completion.text, completion, usage, time.perf_counter() - start, None, self.guard_after_call())
+
+    def summary_timed_out(self, start: float) -> ModelCall:
+        """A summarizer call that outlived the run's clock: no text, and the run stops."""
+        return ModelCall("", None, Usage(), time.perf_counter() - start, None, "timeout")
 
     def model_failed(self, request: ModelRequest, exc: BaseException, start: float) -> PolicyFailed:
         """The choke point for a policy's failure: what the mode is thrown."""

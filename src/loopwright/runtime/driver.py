@@ -31,8 +31,9 @@ from loopwright.modes.machine import (
     StartTool,
     StepGen,
     StopRun,
+    Summarize,
 )
-from loopwright.offload import call_in_thread, capture
+from loopwright.offload import Timeout, call_in_thread, capture
 from loopwright.policy import ModelRequest, policy_reply, stream_reply
 from loopwright.runtime.calls import bind_call, unbind_call
 from loopwright.runtime.context import RunContext
@@ -126,15 +127,35 @@ def user_call(ctx: RunContext, request: Evaluate | Embed | Remember | Recall) ->
                    exclude=request.exclude)
 
 
-def _remember(memory: Any, texts: list[str], metadatas: list[dict[str, Any]]) -> None:
-    """File texts in a memory: one `add_many` batch (one summarizer call, one embedding
-    batch) when it has one, else `add` for each."""
-    add_many = getattr(memory, "add_many", None)
-    if callable(add_many):
-        add_many(texts, metadatas)
-    else:
-        for text, metadata in zip(texts, metadatas, strict=True):
-            memory.add(text, metadata)
+def _remember(memory: Any, texts: list[str], metadatas: list[dict[str, Any]]) -> list[Any]:
+    """File texts in a memory: one `add_many` batch (one embedding batch) when it has
+    one, else `add` for each. The summaries it would make are not made here: they are
+    returned (PendingSummary), for Summarize requests the driver serves as model calls."""
+    from loopwright.memory.summary import deferred_summaries
+
+    with deferred_summaries() as pending:
+        add_many = getattr(memory, "add_many", None)
+        if callable(add_many):
+            add_many(texts, metadatas)
+        else:
+            for text, metadata in zip(texts, metadatas, strict=True):
+                memory.add(text, metadata)
+    return pending
+
+
+def summarize(ctx: RunContext, request: Summarize) -> ModelCall | Exception:
+    """The summarizer call a Summarize asks for (on a thread held to the run's clock when
+    it has one), folded into the memory; or the Exception the summarizer raised."""
+    pending, start = request.pending, time.perf_counter()
+    n, recorded = ctx.begin_summary()
+    if recorded is None:
+        call = partial(policy_reply, pending.summarizer, pending.request)
+        ok, reply = capture(call) if not ctx.timed else call_in_thread(call, ctx.deadline.remaining(), "summarizer")
+        if not ok:
+            return ctx.summary_timed_out(start) if isinstance(reply, Timeout) else reply
+        recorded = ctx.summary_done(n, pending.request, reply, start)
+    pending.apply(recorded.text)
+    return recorded
 
 
 class Run(Iterator[Step]):
@@ -208,6 +229,8 @@ class Run(Iterator[Step]):
                     value = None
                 elif isinstance(item, USER_CODE):
                     value = capture(user_call(ctx, item))[1]
+                elif type(item) is Summarize:
+                    value = summarize(ctx, item)
                 elif type(item) is CheckClock:
                     value = ctx.timed and ctx.expired()
                 else:  # NextDone
@@ -301,4 +324,4 @@ def _started_call(ctx: RunContext, call: CallTool) -> CallDone:
     return CallDone(call.key, execute(ctx, call))
 
 
-__all__ = ["USER_CODE", "Run", "call_model", "execute", "user_call"]
+__all__ = ["USER_CODE", "Run", "call_model", "execute", "summarize", "user_call"]
