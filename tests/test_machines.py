@@ -1,6 +1,7 @@
 """The step machines touch nothing: driven by a driver that serves every request from a
 script, with the clock, the filesystem, sockets and threads made to fail, every mode
-runs to its end (ReAct with folding and with tool search, Reflexion with an evaluator)."""
+runs to its end (ReAct with folding, a summary its memory asks for included, and with
+tool search; Reflexion with an evaluator)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from loopwright.modes.machine import (
     Recall,
     Remember,
     StartTool,
+    Summarize,
 )
 from loopwright.policy import ModelRequest
 from loopwright.runtime.front import start
@@ -59,8 +61,10 @@ def _nothing_reachable(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def _scripted(replies: Callable[[str], str], evaluator_says: Any = True) -> Callable[[Any], Any]:
     """A server of every request from a script: the model's replies from `replies`, a
     tool's result a page of figures, the clock never out, the evaluator `evaluator_says`, embeddings
-    from a HashingEmbedder (pure arithmetic), memory that files nothing and recalls a line."""
+    from a HashingEmbedder (pure arithmetic), memory that files nothing, asks for a summary
+    each time (made by the script) and recalls a line."""
     started: list[CallTool] = []
+    summaries: list[Any] = []
     vectors = HashingEmbedder()
 
     def result(call: CallTool) -> Executed:
@@ -86,7 +90,10 @@ def _scripted(replies: Callable[[str], str], evaluator_says: Any = True) -> Call
         if isinstance(item, Embed):
             return vectors.embed(item.texts)
         if isinstance(item, Remember):
-            return None
+            return ["a summary due"]  # what the memory would summarise: the driver makes it
+        if isinstance(item, Summarize):
+            summaries.append(item.pending)
+            return ModelCall("Earlier steps read pages.", None, Usage(1, 1, 1), 0.0)
         if isinstance(item, Recall):
             return item.render("an earlier step read a page")
         raise AssertionError(f"an unexpected request: {item!r}")
@@ -162,5 +169,6 @@ def test_every_mode_runs_against_a_scripted_driver_with_the_clock_files_sockets_
     assert [s.kind for s in trace.steps if s.kind != "action"] == [s.kind for s in real.steps if s.kind != "action"]
     if case == "react_folding":
         assert "summarise" in [f["kind"] for f in trace.meta["folds"]]
+        assert sum(f.get("summary_calls", 0) for f in trace.meta["folds"]) >= 1  # asked of the driver
     if case == "react_tool_search":
         assert trace.steps[0].meta["tools_loaded"] == real.steps[0].meta["tools_loaded"] != []
