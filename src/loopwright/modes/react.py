@@ -8,7 +8,6 @@ yields exactly one Step, so `llm_calls == len(steps)`.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 from loopwright.errors import ParseError
@@ -239,28 +238,12 @@ def _react(
         trace.scratchpad = pad.text
 
 
-@dataclass(slots=True)
-class _Turn:
-    """One step's model call: its index, its answer and its prompt (a length of the
-    append-only scratchpad, or a copy when prompts are rewritten), which every Step it
-    makes carries."""
-
-    k: int
-    call: ModelCall
-    prompt: int | None
-    copy: str | None
-
-    def step(self, kind: str, duration_s: float | None = None, **fields: Any) -> Step:
-        """This turn's Step: `fields`, and its reply, duration, usage and prompt."""
-        call = self.call
-        return Step(self.k, kind, raw=call.text, duration_s=call.seconds if duration_s is None else duration_s,
-                    usage=call.usage, prompt_chars=self.prompt, prompt=self.copy, **fields)
-
-
 class _Loop:
-    """The ReAct loop's state across steps: the tools offered, the repeat detector, the
-    latest call of each tool, the parse-error streak. `turn()` makes one step; it and the
-    helpers it calls return True when the run has ended."""
+    """The ReAct loop's state: across steps, the tools offered, the repeat detector, the
+    latest call of each tool and the parse-error streak; within one, its index, the model's
+    answer and the prompt it was sent (a length of the append-only scratchpad, or a copy
+    when prompts are rewritten), which `step` puts on every Step it makes. `turn()` makes
+    one step; it and the helpers it calls return True when the run has ended."""
 
     def __init__(self, ctx: RunView, pad: _Scratchpad, max_tokens: int | None, cap: int, copy_prompts: bool,
                  on_tool_error: str, selection: ToolSelection | None) -> None:
@@ -278,6 +261,17 @@ class _Loop:
         self.parse_errors: int = 0
         self.tools: tuple[dict[str, Any], ...] = ()
         self.offer_tools()
+        self.k = 0
+        self.call: ModelCall | None = None
+        self.prompt: int | None = None
+        self.copy: str | None = None
+
+    def step(self, kind: str, duration_s: float | None = None, **fields: Any) -> Step:
+        """This step's Step: `fields`, and the model's reply, the duration, usage and prompt."""
+        call = self.call
+        assert call is not None  # set by turn() before any step is made
+        return Step(self.k, kind, raw=call.text, duration_s=call.seconds if duration_s is None else duration_s,
+                    usage=call.usage, prompt_chars=self.prompt, prompt=self.copy, **fields)
 
     def offer_tools(self) -> None:
         """Offer the run's tools as they are now (tool search changes them)."""
@@ -311,17 +305,17 @@ class _Loop:
             yield Step(k, "error", error=failed.message, prompt_chars=prompt, prompt=copy, duration_s=failed.seconds)
             ctx.stop(failed.reason)
             return True
-        turn = _Turn(k, call, prompt, copy)
+        self.k, self.call, self.prompt, self.copy = k, call, prompt, copy
         try:
             if self.native and call.completion is not None:
                 parsed: Action | FinalAnswer = _parse_native(call.completion)
             else:
                 parsed = parse_react_step(call.text, dialect="brackets" if self.dialect == "brackets" else "json")
         except ParseError as exc:
-            return (yield from self.unusable(turn, str(exc)))
+            return (yield from self.unusable(call, str(exc)))
         if isinstance(parsed, FinalAnswer):
-            return (yield from self.answer(turn, parsed))
-        return (yield from self.act(turn, parsed))
+            return (yield from self.answer(call, parsed))
+        return (yield from self.act(call, parsed))
 
     def request(self) -> ModelRequest:
         pad, output = self.pad, self.ctx.output
@@ -332,26 +326,26 @@ class _Loop:
             output_schema=None if output is None else output.schema,
         )
 
-    def unusable(self, turn: _Turn, message: str) -> Machine[bool]:
+    def unusable(self, call: ModelCall, message: str) -> Machine[bool]:
         """A reply that does not parse: the model reads why, unless the run stops."""
-        ctx, limits, raw = self.ctx, self.ctx.limits, turn.call.text
+        ctx, limits, raw = self.ctx, self.ctx.limits, call.text
         self.parse_errors += 1
         template = ctx.prompts.parse_error_brackets if self.dialect == "brackets" else ctx.prompts.parse_error_json
         observation = template.format(error=message)
-        yield turn.step("parse_error", error=message, observation=observation)
-        stop = turn.call.stop
+        yield self.step("parse_error", error=message, observation=observation)
+        stop = call.stop
         if stop:
             ctx.stop(stop)
             return True
         if limits.on_parse_error == "stop" or self.parse_errors >= limits.max_parse_errors:
             ctx.stop("error")
             return True
-        self.pad.append(turn.k, "", f"(unusable reply) {fence(first_line(raw), 'model')}", neutralise(observation),
+        self.pad.append(self.k, "", f"(unusable reply) {fence(first_line(raw), 'model')}", neutralise(observation),
                         observation)
         _native_text(self.pad, raw, observation)
         return False
 
-    def answer(self, turn: _Turn, parsed: FinalAnswer) -> Machine[bool]:
+    def answer(self, call: ModelCall, parsed: FinalAnswer) -> Machine[bool]:
         """A final answer: the run ends with it, unless it does not fit the output type."""
         ctx, limits, output = self.ctx, self.ctx.limits, self.ctx.output
         if output is not None:
@@ -361,23 +355,23 @@ class _Loop:
                 self.parse_errors += 1
                 message = f"the final answer does not fit the output type: {exc}"
                 observation = f"{message}. {output.instruction()}"
-                yield turn.step("parse_error", thought=parsed.thought, error=message, observation=observation)
-                stop = turn.call.stop
+                yield self.step("parse_error", thought=parsed.thought, error=message, observation=observation)
+                stop = call.stop
                 if stop or self.parse_errors >= limits.max_parse_errors:
                     ctx.stop(stop or "error")
                     return True
                 answer = neutralise(parsed.answer)
                 said = f"finish[{answer}]" if self.dialect == "brackets" else f"Final Answer: {answer}"
-                self.pad.append(turn.k, parsed.thought, said, neutralise(observation), observation)
-                _native_text(self.pad, turn.call.text, observation)
+                self.pad.append(self.k, parsed.thought, said, neutralise(observation), observation)
+                _native_text(self.pad, call.text, observation)
                 return False
-        retries = turn.call.retries
-        yield turn.step("final", thought=parsed.thought, observation=None, meta={"retries": retries} if retries else {})
+        retries = call.retries
+        yield self.step("final", thought=parsed.thought, observation=None, meta={"retries": retries} if retries else {})
         self.pad.transcript += f"Thought: {parsed.thought}\nFinal Answer: {parsed.answer}\n"
         ctx.stop("final", parsed.answer)
         return True
 
-    def act(self, turn: _Turn, parsed: Action) -> Machine[bool]:
+    def act(self, call: ModelCall, parsed: Action) -> Machine[bool]:
         """A tool call: not executed when a limit was reached or it repeats, answered here
         when it is `search_tools`, else run through the driver's gate."""
         ctx, selection = self.ctx, self.selection
@@ -388,9 +382,9 @@ class _Loop:
             self.offer_tools()
         args = ctx.registry.bind(name, parsed.args)  # unchanged for an unknown tool
         repaired = {"repaired": list(parsed.repaired)} if parsed.repaired else {}  # on every step of this call
-        stop = turn.call.stop
+        stop = call.stop
         if stop:
-            yield turn.step("action", thought=parsed.thought, tool=name, args=args,
+            yield self.step("action", thought=parsed.thought, tool=name, args=args,
                             error=f"not executed: {stop.replace('_', ' ')} reached",
                             meta={**repaired, "tools_loaded": loaded} if loaded else repaired)
             ctx.stop(stop)
@@ -398,44 +392,43 @@ class _Loop:
         on_repeat = ctx.limits.on_repeat
         count = self.repeats.see(name, args) if on_repeat != "off" else 1
         if count >= ctx.limits.repeat_threshold:
-            return (yield from self.nudge(turn, parsed, args, count, repaired))
+            return (yield from self.nudge(parsed, args, count, repaired))
         if selection is not None and selection.searchable and name == SEARCH_TOOL:  # pure: no tool runs
             loaded, observation = yield from searched(ctx, selection, query_of(args))
             self.offer_tools()
             self.repeats.executed(observation)
-            yield turn.step("action", thought=parsed.thought, tool=name, args=args, observation=observation,
+            yield self.step("action", thought=parsed.thought, tool=name, args=args, observation=observation,
                             meta={"tools_loaded": loaded, **repaired})
-            self.pad.append(turn.k, parsed.thought, _render_action(self.dialect, parsed),
-                            fence(observation, f"{name}#{turn.k}"), observation)
+            self.pad.append(self.k, parsed.thought, _render_action(self.dialect, parsed),
+                            fence(observation, f"{name}#{self.k}"), observation)
             _native_call(self.pad, parsed, name, args, observation)
             return False
-        return (yield from self.call_tool(turn, parsed, args, {**({"tools_loaded": loaded} if loaded else {}),
-                                                                **repaired}))
+        return (yield from self.call_tool(call, parsed, args, loaded, repaired))
 
-    def nudge(self, turn: _Turn, parsed: Action, args: dict[str, Any], count: int,
-              repaired: dict[str, Any]) -> Machine[bool]:
+    def nudge(self, parsed: Action, args: dict[str, Any], count: int, repaired: dict[str, Any]) -> Machine[bool]:
         """An identical call repeated: not run; the model is told, or the run stops."""
         ctx, limits, name = self.ctx, self.ctx.limits, parsed.name
         nudged = count - limits.repeat_threshold  # nudges already given for this call
         if limits.on_repeat == "stop" or nudged >= limits.max_nudges:
             after = f", after {nudged} nudges" if limits.on_repeat == "nudge" else ""
-            yield turn.step("nudge", thought=parsed.thought, tool=name, args=args,
+            yield self.step("nudge", thought=parsed.thought, tool=name, args=args,
                             error=f"repeated call: {name} proposed {count} times in a row{after}", meta=repaired)
             ctx.stop("repeated_call")
             return True
         observation = ctx.prompts.repeat_nudge.format(
             tool=neutralise(name), count=count - 1, previous=fence(self.repeats.last_observation or "", name)
         )
-        yield turn.step("nudge", thought=parsed.thought, tool=name, args=args, observation=observation,
+        yield self.step("nudge", thought=parsed.thought, tool=name, args=args, observation=observation,
                         meta={"repeats": count, **repaired})
-        self.pad.append(turn.k, parsed.thought, _render_action(self.dialect, parsed), observation)
+        self.pad.append(self.k, parsed.thought, _render_action(self.dialect, parsed), observation)
         _native_call(self.pad, parsed, name, args, observation)
         return False
 
-    def call_tool(self, turn: _Turn, parsed: Action, args: dict[str, Any], notes: dict[str, Any]) -> Machine[bool]:
+    def call_tool(self, call: ModelCall, parsed: Action, args: dict[str, Any], loaded: list[str],
+                  repaired: dict[str, Any]) -> Machine[bool]:
         """Run the call through the driver, record its step, and put its result (and a
         critique of a failure, with on_tool_error="reflect") in the scratchpad."""
-        ctx, call, name, k = self.ctx, turn.call, parsed.name, turn.k
+        ctx, name, k = self.ctx, parsed.name, self.k
         call_key = str(k)
         executed = yield CallTool(name, args, call_key, parsed.repaired)
         result = executed.result
@@ -449,14 +442,16 @@ class _Loop:
             meta["retries"] = call.retries  # the backend retried transient HTTP errors
         if executed.meta:
             meta.update(executed.meta)
-        meta.update(notes)
-        yield turn.step(executed.kind, call.seconds + result.duration_s, thought=parsed.thought, tool=name, args=args,
+        if loaded:
+            meta["tools_loaded"] = loaded
+        meta.update(repaired)
+        yield self.step(executed.kind, call.seconds + result.duration_s, thought=parsed.thought, tool=name, args=args,
                         observation=observation, error=None if result.error is None else result.error.message,
                         meta=meta)
         fenced = fence(observation, f"{name}#{call_key}")
         if (self.on_tool_error == "reflect" and result.error is not None and executed.kind == "action"
                 and ctx.trace.llm_calls - self.first_call < self.cap):
-            critique = yield from self.reflect_on(turn, parsed, fenced)
+            critique = yield from self.reflect_on(parsed, fenced)
             if critique is None:  # the critique call failed or a guard fired: the run is stopped
                 return True
             fenced += f"\nReflection: {neutralise(critique)}"
@@ -473,12 +468,12 @@ class _Loop:
             _native_call(self.pad, parsed, name, args, observation)
         return False
 
-    def reflect_on(self, turn: _Turn, parsed: Action, fenced: str) -> Machine[str | None]:
+    def reflect_on(self, parsed: Action, fenced: str) -> Machine[str | None]:
         """A critique of the failed call (one more model call), or None when the run stopped."""
         pad, dialect = self.pad, self.dialect
         so_far = pad.text + step_block(dialect, pad.number + 1, parsed.thought, _render_action(dialect, parsed), fenced)
         prompt_text = self.ctx.prompts.reflect_step.format(scratchpad=so_far, error=fenced)  # tool text: fenced
-        return (yield from reflect(self.ctx, prompt_text, self.max_tokens, {"after_step": turn.k, "tool": parsed.name}))
+        return (yield from reflect(self.ctx, prompt_text, self.max_tokens, {"after_step": self.k, "tool": parsed.name}))
 
 
 def _parse_native(completion: Any) -> Action | FinalAnswer:
