@@ -452,3 +452,17 @@ def test_the_viewer_shows_the_guardrail_step_and_the_verdicts() -> None:
     assert 'data-step-kind="guardrail"' in page and 'id="guardrails"' in page
     assert 'data-guardrail="pii"' in page and "names a city" in page and 'data-stop-reason="guardrail"' in page
     assert lw.Trace.from_dict(trace.to_dict()).meta["guardrails"] == trace.meta["guardrails"]
+
+
+@pytest.mark.slow
+def test_a_model_guardrail_on_the_embedded_model_gives_a_journaled_verdict(tmp_path: Any) -> None:
+    model = lw.models.LlamaCpp(n_ctx=512)
+    guard = lw.model_guardrail(model, "Reply allow if this request is about geography, else block.\n{text}\n",
+                               name="topic", max_tokens=32)
+    store = SQLiteStore(tmp_path / "runs.db")
+    trace = run("react", [guard], store=store, run_id="m1")
+    [(key, verdict)] = [tuple(r) for r in store._all("SELECT key, verdict FROM guardrail_verdicts")]
+    assert key == "topic @ input" and ('"allow"' in verdict or '"block"' in verdict)
+    assert trace.stopped_reason in ("final", "guardrail")
+    assert (trace.stopped_reason == "guardrail") == ('"block"' in verdict)
+    store.close()
