@@ -94,6 +94,7 @@ def as_schema_2(kind: str, store) -> None:
     """Take a journal back to schema 2, as the loopwright before checksums wrote it."""
     for table, column in V3_COLUMNS:
         store._execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+    store._execute("DROP TABLE guardrail_verdicts")  # schema 4's
     store._execute("PRAGMA user_version = 2" if kind == "sqlite" else "UPDATE meta SET value = '2' WHERE key = 'version'")
 
 
@@ -106,7 +107,7 @@ def test_a_journal_written_without_checksums_migrates_and_resumes(kind, request,
     store.close()
     dsn = request.getfixturevalue("pg_dsn") if kind == "postgres" else None
     with (lw.PostgresStore(dsn) if dsn else SQLiteStore(tmp_path / "runs.db")) as store:
-        assert store.schema_version == 3
+        assert store.schema_version == 4
         calls: list = []
         done = lw.resume("r", lw.ScriptedPolicy(SCRIPT[2:]), make_registry(calls), store=store)
         assert (done.stopped_reason, done.final_answer) == ("final", "42") and calls == []  # both replayed

@@ -31,7 +31,7 @@ def tables(dsn: str) -> list[str]:
 
 def test_a_new_journal_has_the_versioned_tables_and_reopens_with_its_runs(pg_dsn):
     with lw.PostgresStore(pg_dsn) as store:
-        assert store.schema_version == len(pg_module._SCHEMAS) == 3
+        assert store.schema_version == len(pg_module._SCHEMAS) == 4
         lw.run("t", lw.ScriptedPolicy(REACT), make_registry(), store=store, run_id="r")
     assert {"meta", "runs", "model_calls", "tool_calls", "steps", "approvals", "model_call_prompts"} <= set(tables(pg_dsn))
     # a person with psql reads it without loopwright, the prompts view included
@@ -65,7 +65,7 @@ def test_an_older_journal_is_migrated_and_keeps_its_runs(pg_dsn, monkeypatch):
                 "updated_at) VALUES ('old', 't', 'react', '{}', 'finished', 'final', '42', 1, 1)")
     monkeypatch.undo()
     with lw.PostgresStore(pg_dsn) as store:
-        assert store.schema_version == 3
+        assert store.schema_version == 4
         old = store.load_run("old")
         assert (old.final_answer, old.forked_from) == ("42", None)
         lw.run("t", lw.ScriptedPolicy(REACT), make_registry(), store=store, run_id="new")  # the new columns work
@@ -79,7 +79,7 @@ def test_a_failed_migration_leaves_the_journal_at_its_version(pg_dsn, monkeypatc
         lw.PostgresStore(pg_dsn)
     monkeypatch.undo()
     with lw.PostgresStore(pg_dsn) as store:
-        assert store.schema_version == 3
+        assert store.schema_version == 4
     assert not raw(pg_dsn, "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema() "
                            "AND table_name = 'runs' AND column_name = 'labels'")
 

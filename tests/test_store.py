@@ -73,10 +73,11 @@ def other_connection(store):
 def test_new_journal_is_wal_with_a_versioned_schema_and_readable_tables(sqlite_store, db):
     store = sqlite_store
     assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert store.schema_version == len(store_module._MIGRATIONS) == 3
+    assert store.schema_version == len(store_module._MIGRATIONS) == 4
     assert store.conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
     names = {r[0] for r in rows(store, "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
-    assert {"meta", "runs", "model_calls", "tool_calls", "steps", "approvals", "model_call_prompts"} <= names
+    assert {"meta", "runs", "model_calls", "tool_calls", "steps", "approvals", "guardrail_verdicts",
+            "model_call_prompts"} <= names
     assert store.integrity_check() == "ok"
     # a person with the sqlite3 module (or shell) reads it without loopwright
     lw.run("task", lw.ScriptedPolicy(REACT), make_registry(), store=store, run_id="r")
@@ -286,7 +287,7 @@ def test_journal_from_a_newer_version_is_refused_unchanged(db):
     with closing(sqlite3.connect(db)) as raw:
         raw.execute("PRAGMA user_version = 99")
     before = snapshot(db)
-    with pytest.raises(lw.StoreError, match="newer loopwright.*schema 99.*up to 3.*nothing was changed"):
+    with pytest.raises(lw.StoreError, match="newer loopwright.*schema 99.*up to 4.*nothing was changed"):
         SQLiteStore(db)
     assert snapshot(db) == before
 
@@ -332,17 +333,17 @@ def test_older_journal_is_migrated_in_order_and_keeps_its_runs(db, monkeypatch):
         lw.run("t", lw.ScriptedPolicy(REACT), make_registry(), store=s, run_id="r")
     applied: list[int] = []
 
-    def v4(conn: sqlite3.Connection) -> None:
-        applied.append(4)
+    def v5(conn: sqlite3.Connection) -> None:
+        applied.append(5)
         conn.execute("ALTER TABLE runs ADD COLUMN labels TEXT")
 
-    monkeypatch.setattr(store_module, "_MIGRATIONS", [*store_module._MIGRATIONS, v4])
+    monkeypatch.setattr(store_module, "_MIGRATIONS", [*store_module._MIGRATIONS, v5])
     with SQLiteStore(db) as s:
-        assert applied == [4] and s.schema_version == 4
+        assert applied == [5] and s.schema_version == 5
         assert s.load_run("r").final_answer == "50"
         assert "labels" in {r[1] for r in s.conn.execute("PRAGMA table_info(runs)")}
     with SQLiteStore(db) as s:
-        assert applied == [4]  # applied once
+        assert applied == [5]  # applied once
 
 
 def test_failed_migration_leaves_the_journal_at_its_version(db, monkeypatch):
@@ -358,7 +359,7 @@ def test_failed_migration_leaves_the_journal_at_its_version(db, monkeypatch):
         SQLiteStore(db)
     monkeypatch.undo()
     with SQLiteStore(db) as s:
-        assert s.schema_version == 3
+        assert s.schema_version == 4
         assert "labels" not in {r[1] for r in s.conn.execute("PRAGMA table_info(runs)")}
 
 

@@ -79,6 +79,18 @@ from loopwright.runtime import (
 )
 from loopwright.runtime.agents import Agent
 from loopwright.runtime.calls import CallInfo, current_call
+from loopwright.runtime.guardrails import (
+    Guardrail,
+    Verdict,
+    allow,
+    block,
+    input_guardrail,
+    model_guardrail,
+    output_guardrail,
+    replace,
+    retry,
+    tool_guardrail,
+)
 from loopwright.runtime.spec import (
     PlanExecuteSettings,
     ReActSettings,
@@ -128,6 +140,16 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "Guardrail",
+    "Verdict",
+    "allow",
+    "block",
+    "input_guardrail",
+    "model_guardrail",
+    "output_guardrail",
+    "replace",
+    "retry",
+    "tool_guardrail",
     "Agent",
     "STOP_REASONS",
     "Action",

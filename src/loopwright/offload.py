@@ -22,7 +22,8 @@ from typing import Any, TypeVar
 # asyncio (with ssl, about a fifth of `import loopwright`) is imported inside the functions
 # that use it: a sync run never loads it, and in an async one it is loaded already.
 
-__all__ = ["Outcome", "Timeout", "acall_in_thread", "call_in_thread", "capture", "guard", "run_until_complete"]
+__all__ = ["Outcome", "Timeout", "acall_in_thread", "call_in_thread", "capture", "guard", "run_until_complete",
+           "start_in_thread"]
 
 Outcome = tuple[bool, Any]  # (True, value) or (False, exception)
 T = TypeVar("T")
@@ -44,7 +45,7 @@ def capture(call: Callable[[], Any]) -> Outcome:
         return False, exc
 
 
-def _start(call: Callable[[], Any], label: str) -> concurrent.futures.Future[Outcome]:
+def start_in_thread(call: Callable[[], Any], label: str) -> concurrent.futures.Future[Outcome]:
     """Start `call` on a daemon thread that carries the caller's context (so
     `loopwright.current_call()` works inside a tool); a future cancelled before the
     thread starts never runs the call."""
@@ -65,7 +66,7 @@ def _start(call: Callable[[], Any], label: str) -> concurrent.futures.Future[Out
 
 def call_in_thread(call: Callable[[], Any], timeout: float | None, label: str) -> Outcome:
     """Run `call` on a daemon thread and wait at most `timeout` seconds for it."""
-    future = _start(call, label)
+    future = start_in_thread(call, label)
     try:
         return future.result(None if timeout is None else max(timeout, 0.0))
     except concurrent.futures.TimeoutError:
@@ -94,8 +95,8 @@ async def acall_in_thread(call: Callable[[], Any], timeout: float | None, label:
     import asyncio
 
     if timeout is None:
-        return await asyncio.wrap_future(_pooled(call) if pooled else _start(call, label))
-    waiting = asyncio.wrap_future(_start(call, label))
+        return await asyncio.wrap_future(_pooled(call) if pooled else start_in_thread(call, label))
+    waiting = asyncio.wrap_future(start_in_thread(call, label))
     try:
         return await asyncio.wait_for(waiting, max(timeout, 0.0))
     except TimeoutError:  # the thread captures the call's own exceptions, so this one is ours

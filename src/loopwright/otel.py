@@ -242,9 +242,19 @@ class RunSpans:
         span.end(end_time=end)
 
     def step(self, step: Step) -> None:
-        """A step was recorded: the model call (and plan) it came from ends here."""
+        """A step was recorded: the model call (and plan) it came from ends here. A
+        guardrail's step is a span of its own, naming the guardrail and its reason."""
         if self._pending:
             self._settle(step)
+        if step.kind == "guardrail":
+            meta = step.meta
+            attributes = {"loopwright.guardrail.name": str(meta.get("guardrail")),
+                          "loopwright.guardrail.where": str(meta.get("where")),
+                          "loopwright.guardrail.reason": str(meta.get("reason")),
+                          "loopwright.step.index": step.index, "loopwright.step.kind": step.kind}
+            span = self.tracer.start_span(f"guardrail {meta.get('guardrail')}", context=self.context,
+                                          kind=self._trace.SpanKind.INTERNAL, attributes=attributes)
+            span.end()
 
     def end(self, trace: Trace) -> None:
         if self._pending:
@@ -265,6 +275,8 @@ class RunSpans:
             span.set_attribute("loopwright.cost_usd", float(cost))
         if self.capture and trace.final_answer is not None:
             span.set_attribute("gen_ai.output.messages", _messages("assistant", trace.final_answer))
+        if trace.stopped_reason == "guardrail" and trace.steps and trace.steps[-1].kind == "guardrail":
+            span.set_attribute("loopwright.guardrail.name", str(trace.steps[-1].meta.get("guardrail")))
         if trace.stopped_reason == "error":
             span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, "the run stopped on an error"))
         span.end()

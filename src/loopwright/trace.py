@@ -32,6 +32,7 @@ STOP_REASONS: Final = frozenset(
         "max_reflections",  # Reflexion: every attempt failed and no reflection is left
         "max_nodes",  # Tree-of-Thoughts: the node budget ran out before a solution
         "exhausted",  # Tree-of-Thoughts: every branch within depth was tried or pruned
+        "guardrail",  # a guardrail blocked the input, a tool call or the answer (its step says which and why)
     }
 )
 
@@ -49,6 +50,7 @@ STEP_KINDS: Final = frozenset(
         "reflection",  # a critique of a failed attempt or tool call (Reflexion, on_tool_error)
         "propose",  # Tree-of-Thoughts: candidate next steps for one node
         "value",  # Tree-of-Thoughts: the score of one node (meta: node, parent, score)
+        "guardrail",  # a guardrail blocked (meta: guardrail, where, reason) or held a call back (retry)
     }
 )
 

@@ -68,6 +68,7 @@ class RunJournal:
     _source: RunJournal | None = None
     failed: str | None = None  # why a write failed; set once, and nothing more is written
     _started: dict[str, tuple[str, str]] = field(default_factory=dict)  # key -> (name, args JSON) as stored
+    _verdicts: dict[str, dict[str, Any]] = field(default_factory=dict)  # guardrail verdicts by key
 
     def __post_init__(self) -> None:
         self.store._journals.add(self)
@@ -101,6 +102,8 @@ class RunJournal:
                 self._started[key] = (name, args)
                 self._tools[key] = ("started", None)
                 self._unfinished.add(key)
+        for key, verdict in store._all("SELECT key, verdict FROM guardrail_verdicts WHERE run_id = ?", (rid,)):
+            self._verdicts[key] = loads(verdict, where)
         for row in store._all(f"SELECT {_STEP_SUMMED}, checksum FROM steps WHERE run_id = ?", (rid,)):
             verify(row, f"{where}: step {row[0]}")
             self._steps[row[0]] = _comparable_step(loads(row[3], where))
@@ -297,6 +300,25 @@ class RunJournal:
              None if decision is None else int(decision.approved),
              None if decision is None else decision.reason, now, None if decision is None else now),
         )
+
+    # -- guardrail verdicts ---------------------------------------------------------
+
+    def recorded_verdict(self, key: str) -> dict[str, Any] | None:
+        """A guardrail's verdict recorded at `key` (this run's, or a fork's source's while
+        the fork replays its prefix), or None."""
+        found = self._verdicts.get(key)
+        source = self._replaying_source() if found is None else None
+        if source is not None and key in source._verdicts:
+            found = source._verdicts[key]
+            self.record_verdict(key, "", found)
+        return found
+
+    def record_verdict(self, key: str, guardrail: str, verdict: dict[str, Any]) -> None:
+        """Record a verdict before the run acts on it (a replay then acts the same way)."""
+        self._verdicts[key] = verdict
+        self._commit("INSERT INTO guardrail_verdicts VALUES (?, ?, ?, ?, ?) ON CONFLICT (run_id, key) DO UPDATE SET "
+                     "verdict = excluded.verdict", (self.run_id, key, guardrail or key.partition(" @ ")[0],
+                                                    _dumps(verdict), time.time()))
 
     # -- steps and the end ----------------------------------------------------------
 

@@ -19,11 +19,18 @@ from contextlib import contextmanager
 from typing import Any, Final, Literal
 
 from loopwright.durable.base import DEFAULT_LEASE_S, SCHEMA_NAME, StoreBase
-from loopwright.durable.sqlite import _SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _statements, check_lease
+from loopwright.durable.sqlite import (
+    _SCHEMA_V1,
+    _SCHEMA_V2,
+    _SCHEMA_V3,
+    _SCHEMA_V4,
+    _statements,
+    check_lease,
+)
 from loopwright.errors import StoreError
 
 _LOCK_ID: Final = 0x4C57524A  # the advisory lock two workers opening a new journal take in turn
-_SCHEMAS: Final = [_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3]
+_SCHEMAS: Final = [_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4]
 """_SCHEMAS[i] takes the journal from version i to i + 1 (SQLite's scripts, translated)."""
 INSTALL_HINT: Final = "pip install 'loopwright[postgres]' (psycopg 3)"
 

@@ -172,7 +172,18 @@ ALTER TABLE runs ADD COLUMN checksum BIGINT;             -- of task, mode, confi
 ALTER TABLE runs ADD COLUMN end_checksum BIGINT;         -- of the run's end (status, answer, counters, ...)
 """
 
-_MIGRATIONS: list[Migration] = [_script(_SCHEMA_V1), _script(_SCHEMA_V2), _script(_SCHEMA_V3)]
+_SCHEMA_V4: Final = """
+CREATE TABLE guardrail_verdicts (
+    run_id TEXT NOT NULL REFERENCES runs(id),
+    key TEXT NOT NULL,                    -- the guardrail's name @ where it checked (input, output, a call)
+    guardrail TEXT NOT NULL,
+    verdict TEXT NOT NULL,                -- JSON: action, reason, value (a replace), seconds
+    created_at REAL NOT NULL,
+    PRIMARY KEY (run_id, key)
+);
+"""
+
+_MIGRATIONS: list[Migration] = [_script(_SCHEMA_V1), _script(_SCHEMA_V2), _script(_SCHEMA_V3), _script(_SCHEMA_V4)]
 """_MIGRATIONS[i] takes the schema from version i to i + 1, inside one transaction."""
 
 

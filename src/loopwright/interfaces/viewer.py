@@ -30,7 +30,7 @@ __all__ = ["load_trace", "render_html", "run_view", "setup_view_parser", "view_m
 
 ISSUE_KINDS: Final = frozenset({"parse_error", "error"})
 """Steps drawn red: the model or the policy failed."""
-GUARD_KINDS: Final = frozenset({"nudge", "denied"})
+GUARD_KINDS: Final = frozenset({"nudge", "denied", "guardrail"})
 """Steps drawn amber: a guard or a gate stepped in."""
 MODEL_KINDS_WITHOUT_PROMPT: Final = frozenset({"plan", "solve", "replan", "reflection", "propose", "value"})
 
@@ -475,6 +475,22 @@ def _header(trace: Trace, calls: int) -> str:
     )
 
 
+def _guardrails_part(trace: Trace) -> str:
+    """The guardrails' verdicts other than a plain allow (trace.meta["guardrails"]): which
+    guardrail, where, what it did and why."""
+    entries = trace.meta.get("guardrails")
+    if not isinstance(entries, list) or not entries:
+        return ""
+    rows = "".join(
+        f'<li data-guardrail="{_esc(e.get("guardrail"))}"><b>{_esc(e.get("guardrail"))}</b> '
+        f'{_esc(e.get("action"))} · {_esc(e.get("where"))}'
+        f'{" · " + _esc(_clip(str(e.get("reason")))) if e.get("reason") else ""}'
+        f'{" · failed open: " + _esc(_clip(str(e.get("failed")))) if e.get("fail_open") else ""}</li>'
+        for e in entries if isinstance(e, Mapping))
+    return (f'<details class="part card" id="guardrails" open><summary>Guardrails ({len(entries)} verdicts)'
+            f"</summary><ul>{rows}</ul></details>")
+
+
 def render_html(trace: Trace | Mapping[str, Any]) -> str:
     """The trace as one self-contained HTML document (inline CSS, JS and SVG)."""
     if not isinstance(trace, Trace):
@@ -485,6 +501,7 @@ def render_html(trace: Trace | Mapping[str, Any]) -> str:
         extras += (f'<details class="part card"><summary>Scratchpad (the last prompt, '
                    f"{_fmt_n(len(trace.scratchpad))} chars)</summary>"
                    f'<pre id="scratchpad">{_esc(trace.scratchpad)}</pre></details>')
+    extras += _guardrails_part(trace)
     if trace.transcript:
         extras += (f'<details class="part card"><summary>Transcript</summary>'
                    f"<pre>{_esc(trace.transcript)}</pre></details>")

@@ -42,6 +42,7 @@ from loopwright.runtime.calls import bind_call, unbind_call
 from loopwright.runtime.context import RunContext
 from loopwright.runtime.driver import USER_CODE, Run, user_call
 from loopwright.runtime.gate import Admitted
+from loopwright.runtime.guardrails import adrive
 from loopwright.tools.registry import ToolResult
 from loopwright.trace import Step, Trace
 
@@ -54,14 +55,18 @@ async def acall_model(ctx: RunContext, request: ModelRequest) -> ModelCall:
     start = time.perf_counter()
     recorded = ctx.begin_model(start)
     events = ctx.events  # someone watches: the policy streams, its deltas go out as they come
+    racing = ctx.guards is not None and ctx.guards.race is not None  # a raced input check: hold the text
     if recorded is not None:
+        if racing:
+            await asettle_race(ctx)
         if events is not None:
             events.delta(ctx.next_index, recorded.text)
         return recorded
     remaining = ctx.deadline.remaining() if ctx.timed else None
+    held: list[str] = []
     try:
         if events is not None:
-            emit = partial(events.delta, ctx.next_index)
+            emit = held.append if racing else partial(events.delta, ctx.next_index)
             if is_async_policy(ctx.policy):
                 ok, reply = await guard(astream_reply(ctx.policy, request, emit), remaining)
             else:  # a sync stream is read on a thread; the sink hears it from there
@@ -75,7 +80,44 @@ async def acall_model(ctx: RunContext, request: ModelRequest) -> ModelCall:
             raise reply
     except Exception as exc:  # the choke point: any policy failure ends the run cleanly
         raise ctx.model_failed(request, exc, start) from exc
-    return ctx.model_done(request, reply, start)
+    done = ctx.model_done(request, reply, start)
+    if racing:
+        await asettle_race(ctx)
+        if events is not None:
+            for text in held:
+                events.delta(ctx.next_index, text)
+    return done
+
+
+async def abegin_guards(ctx: RunContext) -> None:
+    """`driver.begin_guards`, the raced input guardrails a task on this loop."""
+    import asyncio
+
+    guards = ctx.guards
+    assert guards is not None
+    guards.started = True
+    if guards.raced:
+        guards.race = asyncio.ensure_future(adrive(guards.input_checks(True)))
+    if guards.inputs:
+        guards.apply_input(await adrive(guards.input_checks(False)), False)
+
+
+async def asettle_race(ctx: RunContext) -> None:
+    """`driver.settle_race`, awaited."""
+    guards = ctx.guards
+    assert guards is not None and guards.race is not None
+    race, guards.race = guards.race, None
+    guards.apply_input(await race, True)
+
+
+async def asettle_output(ctx: RunContext) -> None:
+    """`driver.settle_output`, awaited."""
+    guards = ctx.guards
+    assert guards is not None
+    if guards.race is not None:
+        await asettle_race(ctx)
+    if guards.outputs:
+        await adrive(guards.output_check())
 
 
 async def asummarize(ctx: RunContext, request: Summarize) -> ModelCall | Exception:
@@ -120,12 +162,17 @@ class AsyncRun:
         machine, ctx = self._run.machine, self._ctx
         value: Any = None
         thrown: BaseException | None = None
+        guards = ctx.guards
+        if guards is not None and not guards.started:
+            await abegin_guards(ctx)
         while True:
             try:  # (a StopIteration must not leave a coroutine)
                 item = machine.send(value) if thrown is None else machine.throw(thrown)
             except StopIteration:
                 return None
             thrown = None
+            if guards is not None and guards.race is not None and type(item) is not ModelRequest:
+                await asettle_race(ctx)  # nothing the model said leaves, and no tool runs, before it allows
             try:
                 if type(item) is Step:
                     return ctx.record(item)
@@ -155,6 +202,17 @@ class AsyncRun:
                 thrown = exc
 
     async def _execute(self, call: CallTool) -> Executed:
+        """`driver.execute`, awaited: the tool guardrails, then the gate."""
+        guards = self._ctx.guards
+        if guards is None or not (guards.args or guards.results):
+            return await self._gated(call)
+        checked = await adrive(guards.args_check(call)) if guards.args else call
+        if isinstance(checked, Executed):  # a retry: not run, the model reads the feedback
+            return checked
+        executed = await self._gated(checked)
+        return await adrive(guards.result_check(checked, executed)) if guards.results else executed
+
+    async def _gated(self, call: CallTool) -> Executed:
         ledger = self._ctx.gate.gated_ledger(call)
         if ledger is None:
             return await self._through_gate(call, None)
@@ -224,8 +282,24 @@ class AsyncRun:
             run.end(exc)
             return None
         if step is None:
-            run.close()
+            await self._finish()
         return step
+
+    async def _finish(self) -> None:
+        """`Run.finish`, awaited: the guardrails still owed a verdict, then the close."""
+        import asyncio
+
+        run = self._run
+        if self._ctx.guards is not None:
+            try:
+                await asettle_output(self._ctx)
+            except asyncio.CancelledError:
+                self._interrupt()
+                raise
+            except BaseException as exc:
+                run.end(exc)
+                return
+        run.close()
 
     def _interrupt(self) -> None:
         """End the run as "interrupted": the started calls are cancelled, what was cut off
@@ -256,4 +330,4 @@ class AsyncRun:
         return self.trace
 
 
-__all__ = ["AsyncRun", "acall_model", "asummarize"]
+__all__ = ["AsyncRun", "abegin_guards", "acall_model", "asettle_output", "asettle_race", "asummarize"]

@@ -20,6 +20,7 @@ from loopwright.policy import Completion, ModelRequest, Policy
 from loopwright.prompting.templates import DEFAULT_PROMPTS, PromptSet
 from loopwright.runtime.calls import ephemeral_run_id
 from loopwright.runtime.gate import ToolGate
+from loopwright.runtime.guardrails import RunGuards
 from loopwright.runtime.observers import CostMeter, JournalObserver, Observer, cost_meter
 from loopwright.runtime.spec import RunSpec
 from loopwright.safety import Approver
@@ -34,7 +35,7 @@ class RunContext:
 
     __slots__ = ("task", "policy", "registry", "unscoped", "limits", "prompts", "trace", "deadline", "timed",
                  "started", "_schemas", "prompt_only", "journal", "output", "gate", "observers", "cost", "events",
-                 "in_flight", "_ephemeral_id", "agent", "parent", "asynchronous", "summaries", "__weakref__")  # fmt: skip
+                 "in_flight", "_ephemeral_id", "agent", "parent", "asynchronous", "summaries", "guards", "__weakref__")  # fmt: skip
 
     def __init__(
         self,
@@ -92,6 +93,7 @@ class RunContext:
         self.parent: tuple[RunContext, str] | None = None  # a child agent's run: its parent and call key
         self.asynchronous = False  # driven by the async driver (an agent tool then awaits its child)
         self.summaries = 0  # summarizer calls made for the run's memory (journaled as model calls -1, -2, ...)
+        self.guards: RunGuards | None = None  # set by open_context when the run has guardrails
 
     def call_run_id(self) -> tuple[str, bool]:
         """The run id `lw.current_call()` reports, and whether it is durable."""
@@ -265,6 +267,8 @@ def open_context(
         tools=spec.tool_scope(), approver=spec.approver, on_deny=spec.on_deny, journal=journal, run_id=run_id,
         rerun_unfinished=rerun_unfinished, output_type=spec.output_type,
     )
+    if spec.guardrails:
+        ctx.guards = RunGuards(ctx, spec.guardrails, journal)
     ctx.cost = cost_meter(policy, spec.cost_budget_usd, spec.prices, ctx.trace)
     spans = otel.run_spans(spec.tracer, spec.task, spec.mode, policy, run_id,
                            None if ctx.cost is None else ctx.cost.price)

@@ -33,11 +33,12 @@ from loopwright.modes.machine import (
     StopRun,
     Summarize,
 )
-from loopwright.offload import Timeout, call_in_thread, capture
+from loopwright.offload import Timeout, call_in_thread, capture, start_in_thread
 from loopwright.policy import ModelRequest, policy_reply, stream_reply
 from loopwright.runtime.calls import bind_call, unbind_call
 from loopwright.runtime.context import RunContext
 from loopwright.runtime.gate import Admitted
+from loopwright.runtime.guardrails import drive
 from loopwright.runtime.observers import store_failed
 from loopwright.tools.registry import ToolResult
 from loopwright.trace import Step, Trace
@@ -48,11 +49,18 @@ def call_model(ctx: RunContext, request: ModelRequest) -> ModelCall:
     start = time.perf_counter()
     recorded = ctx.begin_model(start)
     events = ctx.events  # someone watches: the policy streams, its deltas go out as they come
+    racing = ctx.guards is not None and ctx.guards.race is not None  # a raced input check: hold the text
     if recorded is not None:
+        if racing:
+            settle_race(ctx)
         if events is not None:
             events.delta(ctx.next_index, recorded.text)
         return recorded
-    answer = policy_reply if events is None else partial(stream_reply, emit=partial(events.delta, ctx.next_index))
+    held: list[str] = []
+    if events is None:
+        answer: Callable[..., Any] = policy_reply
+    else:
+        answer = partial(stream_reply, emit=held.append if racing else partial(events.delta, ctx.next_index))
     remaining = ctx.deadline.remaining() if ctx.timed else None
     try:
         if remaining is None:
@@ -63,12 +71,63 @@ def call_model(ctx: RunContext, request: ModelRequest) -> ModelCall:
                 raise reply
     except Exception as exc:  # the choke point: any policy failure ends the run cleanly
         raise ctx.model_failed(request, exc, start) from exc
-    return ctx.model_done(request, reply, start)
+    done = ctx.model_done(request, reply, start)
+    if racing:
+        settle_race(ctx)
+        if events is not None:
+            for text in held:
+                events.delta(ctx.next_index, text)
+    return done
+
+
+def begin_guards(ctx: RunContext) -> None:
+    """Before the machine's first request: start the raced input guardrails on a thread,
+    check the others (StopRun at a block; a replaced task is the run's task from here)."""
+    guards = ctx.guards
+    assert guards is not None
+    guards.started = True
+    if guards.raced:
+        guards.race = start_in_thread(partial(drive, guards.input_checks(True)), "guardrail")
+    if guards.inputs:
+        guards.apply_input(drive(guards.input_checks(False)), False)
+
+
+def settle_race(ctx: RunContext) -> None:
+    """Wait for the raced input guardrails; StopRun when one did not allow."""
+    guards = ctx.guards
+    assert guards is not None and guards.race is not None
+    ok, verdicts = guards.race.result()
+    guards.race = None
+    if not ok:
+        raise verdicts
+    guards.apply_input(verdicts, True)
+
+
+def settle_output(ctx: RunContext) -> None:
+    """The machine returned: the raced input check settles (if nothing waited for it), then
+    the output guardrails judge the final answer. StopRun at a block."""
+    guards = ctx.guards
+    assert guards is not None
+    if guards.race is not None:
+        settle_race(ctx)
+    if guards.outputs:
+        drive(guards.output_check())
 
 
 def execute(ctx: RunContext, call: CallTool) -> Executed:
-    """One tool call through the gate (never raises for tool behaviour; StopRun when the
-    gate ends the run)."""
+    """One tool call through the tool guardrails and the gate (never raises for tool
+    behaviour; StopRun when a guardrail or the gate ends the run)."""
+    guards = ctx.guards
+    if guards is None or not (guards.args or guards.results):
+        return _gated(ctx, call)
+    checked = drive(guards.args_check(call)) if guards.args else call
+    if isinstance(checked, Executed):  # a retry: not run, the model reads the feedback
+        return checked
+    executed = _gated(ctx, checked)
+    return drive(guards.result_check(checked, executed)) if guards.results else executed
+
+
+def _gated(ctx: RunContext, call: CallTool) -> Executed:
     ledger = ctx.gate.gated_ledger(call)
     if ledger is None:
         return _through_gate(ctx, call)
@@ -201,7 +260,7 @@ class Run(Iterator[Step]):
         try:
             return self._advance()
         except StopIteration:
-            self.close()
+            self.finish()
             raise
         except BaseException as exc:
             self.end(exc)
@@ -211,8 +270,13 @@ class Run(Iterator[Step]):
         """Serve the machine's requests until it yields its next Step (recorded here); with
         `to_end`, record each Step and go on until the machine returns (StopIteration)."""
         machine, ctx = self._machine, self._ctx
+        guards = ctx.guards
+        if guards is not None and not guards.started:
+            begin_guards(ctx)
         item = machine.send(None)
         while True:
+            if guards is not None and guards.race is not None and type(item) is not ModelRequest:
+                settle_race(ctx)  # nothing the model said leaves, and no tool runs, before it allows
             if type(item) is Step:
                 ctx.record(item)
                 if not to_end:
@@ -255,6 +319,17 @@ class Run(Iterator[Step]):
         return done.result()  # a StopRun from the gate is raised here, and thrown in
 
     # -- the end ---------------------------------------------------------------------
+
+    def finish(self) -> None:
+        """The machine returned: the guardrails still owed a verdict give it (a block ends
+        the run "guardrail"), then the run closes."""
+        if self._ctx.guards is not None:
+            try:
+                settle_output(self._ctx)
+            except BaseException as exc:
+                self.end(exc)
+                return
+        self.close()
 
     def end(self, exc: BaseException) -> None:
         """End the run on what the mode raised: StopRun and defects (any Exception) are
@@ -314,7 +389,7 @@ class Run(Iterator[Step]):
             try:
                 self._advance(to_end=True)
             except StopIteration:
-                self.close()
+                self.finish()
             except BaseException as exc:
                 self.end(exc)
         return self.trace
@@ -324,4 +399,5 @@ def _started_call(ctx: RunContext, call: CallTool) -> CallDone:
     return CallDone(call.key, execute(ctx, call))
 
 
-__all__ = ["USER_CODE", "Run", "call_model", "execute", "summarize", "user_call"]
+__all__ = ["USER_CODE", "Run", "begin_guards", "call_model", "execute", "settle_output", "settle_race", "summarize",
+           "user_call"]

@@ -15,7 +15,7 @@ RunOptions (a test keeps the two equal), and its use.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import KW_ONLY, InitVar, dataclass, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, Protocol, TypedDict, cast, get_args
 
@@ -32,6 +32,7 @@ from loopwright.modes.machine import (
 from loopwright.modes.toolsearch import check_option
 from loopwright.pricing import Prices
 from loopwright.prompting.templates import PromptSet
+from loopwright.runtime.guardrails import Guardrail, guardrail_list
 from loopwright.safety import Approver
 from loopwright.tools.toolset import Scope, tool_names
 from loopwright.trace import Usage
@@ -206,6 +207,7 @@ class RunSpec:
     prices: PriceSpec | None = None
     tool_search: ToolSearchOption | None = None  # None: "auto" (see modes/toolsearch.py)
     tool_embedder: Embedder | None = None  # fused with BM25 in tool search; the journal keeps its name
+    guardrails: Sequence[Guardrail] | None = None  # held as a tuple; the journal keeps their names
     # the same options grouped: spread into the fields above when the spec is made
     limits: InitVar[Limits | None] = None
     settings: InitVar[ModeSettings | None] = None
@@ -224,6 +226,8 @@ class RunSpec:
             object.__setattr__(self, "tools", tool_names(self.tools))
         if self.tool_search is not None:
             check_option(self.tool_search)
+        if self.guardrails is not None:
+            object.__setattr__(self, "guardrails", guardrail_list(self.guardrails) or None)
         own = MODES[self.mode].settings
         foreign = [name for name in sorted(_MODE_ONLY) if name not in own and getattr(self, name) is not None]
         if foreign:
@@ -261,6 +265,8 @@ class RunSpec:
             from loopwright.memory.embedders import embedder_name
 
             config["tool_embedder"] = embedder_name(self.tool_embedder)
+        if self.guardrails:  # code: their names, so a resume can ask for them again
+            config["guardrails"] = [g.name for g in self.guardrails]
         if self.journal_meta is not None:
             config["meta"] = dict(self.journal_meta)
         return config
@@ -281,6 +287,9 @@ class RunSpec:
         if config.get("tool_embedder") and fields.get("tool_embedder") is None:
             raise TypeError(f"this run searched its tools with the embedder {config['tool_embedder']!r}: pass "
                             "tool_embedder= again, or the continued run may load other tools")
+        if config.get("guardrails") and not fields.get("guardrails"):
+            raise TypeError(f"this run had the guardrails {', '.join(config['guardrails'])}: pass guardrails= "
+                            "again, or the continued run would go unchecked")
         unknown = sorted(fields.keys() - _FIELDS)
         if unknown:
             raise TypeError(f"unknown run option(s): {', '.join(unknown)}")
@@ -325,6 +334,7 @@ class ResumeOptions(TypedDict, total=False):
     prices: PriceSpec | None
     tool_search: ToolSearchOption | None
     tool_embedder: Embedder | None
+    guardrails: Sequence[Guardrail] | None
     limits: Limits | None
     settings: ModeSettings | None
 
@@ -390,7 +400,7 @@ _CHECKED: Final = ((Limits, tuple(f.name for f in fields(Limits))), *_OWN.items(
 _RUN_LIMITS: Final = tuple(f.name for f in fields(RunLimits) if f.name in RunSpec.__dataclass_fields__)
 _MODE_ONLY: Final = frozenset(_OWN[ReflexionSettings] + _OWN[ToTSettings])
 """Settings that are a TypeError in another mode even when given flat."""
-_JOURNAL_ONLY: Final = frozenset({"approver", "tool_set", "meta", "tool_embedder"})
+_JOURNAL_ONLY: Final = frozenset({"approver", "tool_set", "meta", "tool_embedder", "guardrails"})
 _FIELDS: Final = frozenset(RunSpec.__dataclass_fields__) - {"task", "mode"}
 """What RunSpec takes besides the task and mode (its fields and `limits`, `settings`)."""
 

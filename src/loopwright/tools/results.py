@@ -16,8 +16,8 @@ from loopwright.tools.schema import ToolArgumentError
 __all__ = ["ToolError", "ToolErrorKind", "ToolResult", "render_observation"]
 
 ToolErrorKind = Literal[
-    "unknown_tool", "invalid_args", "exception", "timeout", "unrenderable", "denied"
-]  # "denied": refused by an approval gate (the loops build it; dispatch never does)
+    "unknown_tool", "invalid_args", "exception", "timeout", "unrenderable", "denied", "guardrail"
+]  # "denied": refused by an approval gate; "guardrail": held back by a tool guardrail (the loops build both)
 
 
 @dataclass(frozen=True, slots=True)
