@@ -235,7 +235,8 @@ class RunServer:
 
         def told(key: str, decision: Decision) -> None:  # on the loop
             live.pending.pop(key, None)
-            live.publish(live.mapper.approval_decided(key, decision))
+            if not live.done:  # an ended run's stream ends with its RUN_FINISHED or RUN_ERROR
+                live.publish(live.mapper.approval_decided(key, decision))
 
         def approver(request: ApprovalRequest) -> Decision:
             """Called by the driver on a thread of its own: announce the request under a
