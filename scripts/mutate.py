@@ -216,7 +216,7 @@ MUTATIONS = [
              "if ctx.trace.replans >= ctx.limits.max_replans:", "if ctx.trace.replans > ctx.limits.max_replans:",
              ("tests/test_plan_execute.py",)),
     Mutation("ReAct: max_steps < becomes <=", "modes/react.py",
-             "while trace.llm_calls - loop.first_call < loop.cap:", "while trace.llm_calls - loop.first_call <= loop.cap:",
+             "while trace.llm_calls - self.first_call < self.cap:", "while trace.llm_calls - self.first_call <= self.cap:",
              ("tests/test_react.py",)),
     Mutation("ReAct: max_nudges >= becomes >", "modes/react.py",
              "nudged >= limits.max_nudges:", "nudged > limits.max_nudges:", ("tests/test_repeats.py",)),

@@ -225,25 +225,16 @@ def _react(
     scratchpads in one trace, so a prompt is not a prefix of `trace.scratchpad`);
     selection: the run's tool search: it answers `search_tools` calls here (when searchable),
     and a call of a registered tool it has not loaded loads that tool."""
-    loop = _Loop(ctx, pad, max_tokens, ctx.limits.max_steps if max_steps is None else max_steps,
-                 keep_prompts or pad.budget is not None, on_tool_error, selection)
-    trace = ctx.trace
-    try:
-        while trace.llm_calls - loop.first_call < loop.cap:  # one call a step (and a reflection)
-            if (yield from loop.turn()):
-                return
-        ctx.stop("max_steps")
-    finally:
-        trace.transcript = pad.transcript
-        trace.scratchpad = pad.text
+    return _Loop(ctx, pad, max_tokens, ctx.limits.max_steps if max_steps is None else max_steps,
+                 keep_prompts or pad.budget is not None, on_tool_error, selection).run()
 
 
 class _Loop:
     """The ReAct loop's state: across steps, the tools offered, the repeat detector, the
     latest call of each tool and the parse-error streak; within one, its index, the model's
     answer and the prompt it was sent (a length of the append-only scratchpad, or a copy
-    when prompts are rewritten), which `step` puts on every Step it makes. `turn()` makes
-    one step; it and the helpers it calls return True when the run has ended."""
+    when prompts are rewritten), which `step` puts on every Step it makes. `run()` makes
+    one step at a time; the helpers it calls return True when the run has ended."""
 
     def __init__(self, ctx: RunView, pad: _Scratchpad, max_tokens: int | None, cap: int, copy_prompts: bool,
                  on_tool_error: str, selection: ToolSelection | None) -> None:
@@ -266,56 +257,70 @@ class _Loop:
         self.prompt: int | None = None
         self.copy: str | None = None
 
-    def step(self, kind: str, duration_s: float | None = None, **fields: Any) -> Step:
-        """This step's Step: `fields`, and the model's reply, the duration, usage and prompt."""
+    def step(self, kind: str, duration_s: float | None = None, *, thought: str = "", tool: str | None = None,
+             args: dict[str, Any] | None = None, observation: str | None = None, error: str | None = None,
+             meta: dict[str, Any] | None = None) -> Step:
+        """This step's Step: what it says, and the model's reply, its duration (the model
+        call's unless given), usage and prompt."""
         call = self.call
-        assert call is not None  # set by turn() before any step is made
-        return Step(self.k, kind, raw=call.text, duration_s=call.seconds if duration_s is None else duration_s,
-                    usage=call.usage, prompt_chars=self.prompt, prompt=self.copy, **fields)
+        assert call is not None  # set by run() before any step is made
+        return Step(self.k, kind, raw=call.text, thought=thought, tool=tool, args=args, observation=observation,
+                    error=error, duration_s=call.seconds if duration_s is None else duration_s, usage=call.usage,
+                    prompt_chars=self.prompt, prompt=self.copy, meta={} if meta is None else meta)
 
     def offer_tools(self) -> None:
         """Offer the run's tools as they are now (tool search changes them)."""
         self.tools = () if self.plain else tuple(self.ctx.schemas)
 
-    def turn(self) -> Machine[bool]:
-        """One step: the model asked, its reply parsed and acted on."""
+    def run(self) -> StepGen:
+        """The loop: one step a turn (the model asked, its reply parsed and acted on) until
+        the run ends or the step cap is reached."""
         ctx, pad, trace = self.ctx, self.pad, self.ctx.trace
-        if self.timed and (yield CheckClock()):  # the clock ran out during the last tool call
-            ctx.stop("timeout")
-            return True
-        k = len(trace.steps) + 1
-        if pad.budget is not None:
-            for fold in (yield from pad.fit()):
-                fold["before_step"] = k
-                trace.meta.setdefault("folds", []).append(fold)
-                if "stop" in fold:  # a summarizer call reached a limit
-                    ctx.stop(fold["stop"])
-                    return True
-        tools = self.tools
-        if (trace.outputs and not self.plain and (not tools or tools[-1] is not READ_OUTPUT_SCHEMA)
-                and READ_OUTPUT not in ctx.registry):  # results are kept: the model may read them
-            self.tools = (*tools, READ_OUTPUT_SCHEMA)  # (again when the run's tools were replaced since)
-        # Append-only: the prompt is trace.scratchpad[:prompt], kept as a length. With
-        # a context budget the prompt is rewritten at folds, so the step keeps a copy.
-        prompt = None if self.copy_prompts else len(pad.text)
-        copy = pad.text if self.copy_prompts else None
         try:
-            call = yield self.request()
-        except PolicyFailed as failed:
-            yield Step(k, "error", error=failed.message, prompt_chars=prompt, prompt=copy, duration_s=failed.seconds)
-            ctx.stop(failed.reason)
-            return True
-        self.k, self.call, self.prompt, self.copy = k, call, prompt, copy
-        try:
-            if self.native and call.completion is not None:
-                parsed: Action | FinalAnswer = _parse_native(call.completion)
-            else:
-                parsed = parse_react_step(call.text, dialect="brackets" if self.dialect == "brackets" else "json")
-        except ParseError as exc:
-            return (yield from self.unusable(call, str(exc)))
-        if isinstance(parsed, FinalAnswer):
-            return (yield from self.answer(call, parsed))
-        return (yield from self.act(call, parsed))
+            while trace.llm_calls - self.first_call < self.cap:  # one call a step (and a reflection)
+                if self.timed and (yield CheckClock()):  # the clock ran out during the last tool call
+                    ctx.stop("timeout")
+                    return
+                k = len(trace.steps) + 1
+                if pad.budget is not None:
+                    for fold in (yield from pad.fit()):
+                        fold["before_step"] = k
+                        trace.meta.setdefault("folds", []).append(fold)
+                        if "stop" in fold:  # a summarizer call reached a limit
+                            ctx.stop(fold["stop"])
+                            return
+                tools = self.tools
+                if (trace.outputs and not self.plain and (not tools or tools[-1] is not READ_OUTPUT_SCHEMA)
+                        and READ_OUTPUT not in ctx.registry):  # results are kept: the model may read them
+                    self.tools = (*tools, READ_OUTPUT_SCHEMA)  # (again when the run's tools were replaced since)
+                # Append-only: the prompt is trace.scratchpad[:prompt], kept as a length. With
+                # a context budget the prompt is rewritten at folds, so the step keeps a copy.
+                prompt = None if self.copy_prompts else len(pad.text)
+                copy = pad.text if self.copy_prompts else None
+                try:
+                    call = yield self.request()
+                except PolicyFailed as failed:
+                    yield Step(k, "error", error=failed.message, prompt_chars=prompt, prompt=copy,
+                               duration_s=failed.seconds)
+                    ctx.stop(failed.reason)
+                    return
+                self.k, self.call, self.prompt, self.copy = k, call, prompt, copy
+                try:
+                    if self.native and call.completion is not None:
+                        parsed: Action | FinalAnswer = _parse_native(call.completion)
+                    else:
+                        parsed = parse_react_step(call.text, dialect="brackets" if self.dialect == "brackets" else "json")
+                except ParseError as exc:
+                    ended = yield from self.unusable(call, str(exc))
+                else:
+                    ended = yield from (self.answer(call, parsed) if isinstance(parsed, FinalAnswer)
+                                        else self.act(call, parsed))
+                if ended:
+                    return
+            ctx.stop("max_steps")
+        finally:
+            trace.transcript = pad.transcript
+            trace.scratchpad = pad.text
 
     def request(self) -> ModelRequest:
         pad, output = self.pad, self.ctx.output
