@@ -101,7 +101,7 @@ from loopwright.trace import STOP_REASONS, Step, Trace, Usage
 
 __version__ = "0.1.0"
 
-_LAZY = {"models", "memory", "mcp", "otel", "pricing", "ui"}
+_LAZY = {"models", "memory", "mcp", "otel", "pricing", "ui", "a2a"}
 
 
 def __getattr__(name: str) -> Any:
