@@ -17,7 +17,7 @@ from a2a.utils.errors import TaskNotFoundError
 from google.protobuf.json_format import MessageToDict
 
 import loopwright as lw
-from helpers.a2a import client, message, serving
+from helpers.a2a_serving import client, message, serving
 from loopwright.a2a import app
 
 ADD = 'Thought: add them\nAction: add\nAction Input: {"x": 2, "y": 3}'
@@ -325,3 +325,76 @@ def test_the_cli_serves_a2a(tmp_path: Any) -> None:
     args = build_parser().parse_args(["a2a", "serve", "--tools", "loopwright.interfaces.demo_tools:demo_registry",
                                       "--db", str(tmp_path / "a.db"), "--port", "8123", "--name", "calc"])
     assert (args.a2a_command, args.db, args.port, args.name) == ("serve", str(tmp_path / "a.db"), 8123, "calc")
+
+
+@pytest.mark.slow
+def test_a_server_sigkilled_mid_task_resumes_it_on_restart_and_the_tool_runs_once(tmp_path: Any) -> None:
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    script = os.path.join(os.path.dirname(__file__), "helpers", "a2a_crash_server.py")
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    base = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.join(os.path.dirname(__file__), "..", "src"),
+                                                         os.environ.get("PYTHONPATH", "")])}
+
+    def launch(block: str) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen([sys.executable, script, str(tmp_path / "a.db"), str(port), str(tmp_path), block],
+                                env=env)
+        for _ in range(400):
+            try:
+                httpx.get(f"{base}/.well-known/agent-card.json", timeout=1)
+                return proc
+            except httpx.HTTPError:
+                time.sleep(0.05)
+        proc.kill()
+        raise AssertionError("the server did not start")
+
+    async def send_and_leave() -> str:
+        async with client(base, streaming=False) as c:
+            from a2a.types import SendMessageConfiguration
+            request = message("Record a note")
+            request.configuration.CopyFrom(SendMessageConfiguration(return_immediately=True))
+            return str([r async for r in c.send_message(request)][-1].task.id)
+
+    async def poll(task_id: str) -> tuple[list[str], Any]:
+        seen = []
+        async with client(base) as c:
+            for _ in range(400):
+                task = await c.get_task(GetTaskRequest(id=task_id))
+                seen.append(TaskState.Name(task.status.state))
+                if task.status.state == TaskState.TASK_STATE_COMPLETED:
+                    return seen, task
+                await asyncio.sleep(0.05)
+        raise AssertionError(f"never completed: {seen[-5:]}")
+
+    first = launch("1")
+    try:
+        task_id = asyncio.run(send_and_leave())
+        for _ in range(400):
+            if (tmp_path / "waiting").exists():
+                break
+            time.sleep(0.05)
+        assert (tmp_path / "waiting").exists()
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+    assert lw.SQLiteStore(str(tmp_path / "a.db")).load_run(task_id).status == "running"
+    second = launch("0")
+    try:
+        seen, task = asyncio.run(poll(task_id))
+    finally:
+        second.terminate()
+        second.wait(10)
+    assert task.artifacts[0].parts[0].text == "recorded once"
+    assert (tmp_path / "effects").read_text() == "once\n"  # the tool's effect is not repeated
+    assert set(seen) <= {"TASK_STATE_WORKING", "TASK_STATE_COMPLETED"}
+    record = lw.SQLiteStore(str(tmp_path / "a.db")).load_run(task_id)
+    assert record.status == "finished" and record.resumes == 1
