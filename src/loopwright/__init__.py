@@ -108,6 +108,10 @@ def __getattr__(name: str) -> Any:
     # Submodules with heavy optional dependencies load on first use, not on import.
     if name in _LAZY:
         return importlib.import_module(f"loopwright.{name}")
+    if name == "A2AAgent":  # needs the a2a extra (a2a-sdk)
+        from loopwright.a2a.client import A2AAgent
+
+        return A2AAgent
     if name == "RayExecutor":  # Ray itself is imported only when a batch runs on it
         from loopwright.batch.ray_executor import RayExecutor
 
@@ -128,6 +132,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "A2AAgent",
     "Agent",
     "STOP_REASONS",
     "Action",

@@ -8,6 +8,7 @@ a remote A2A agent used as a tool of a run (client.py).
 Needs the `a2a` extra (a2a-sdk with its HTTP server); `import loopwright` loads none of it.
 """
 
+from loopwright.a2a.client import A2AAgent, A2ATool
 from loopwright.a2a.server import (
     LiveRun,
     RunExecutor,
@@ -18,4 +19,4 @@ from loopwright.a2a.server import (
     tool_skills,
 )
 
-__all__ = ["LiveRun", "RunExecutor", "RunServer", "agent_card", "app", "decision_of", "tool_skills"]
+__all__ = ["A2AAgent", "A2ATool", "LiveRun", "RunExecutor", "RunServer", "agent_card", "app", "decision_of", "tool_skills"]
