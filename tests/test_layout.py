@@ -121,8 +121,9 @@ _FORBIDDEN = {
     "loopwright.memory": _ABOVE_MACHINES,
     "loopwright.prompting": ("loopwright.models", *_ABOVE_MACHINES),
     "loopwright.modes": _ABOVE_MACHINES[1:],  # the machines never import the plumbing that drives them
-    "loopwright.runtime": ("loopwright.interfaces", "loopwright.ui", "loopwright.batch", "loopwright.mcp"),
-    "loopwright.durable": ("loopwright.interfaces", "loopwright.ui", "loopwright.batch"),
+    "loopwright.runtime": ("loopwright.interfaces", "loopwright.ui", "loopwright.batch", "loopwright.mcp",
+                           "loopwright.a2a"),
+    "loopwright.durable": ("loopwright.interfaces", "loopwright.ui", "loopwright.batch", "loopwright.a2a"),
     "loopwright.batch": ("loopwright.interfaces", "loopwright.ui"),
     "loopwright.trace": ("loopwright.tools", "loopwright.parsing", "loopwright.prompting", *_ABOVE_MACHINES),
     "loopwright.errors": ("loopwright.tools", "loopwright.parsing", "loopwright.prompting", *_ABOVE_MACHINES),

@@ -113,13 +113,17 @@ from loopwright.trace import STOP_REASONS, Step, Trace, Usage
 
 __version__ = "0.1.0"
 
-_LAZY = {"models", "memory", "mcp", "otel", "pricing", "ui"}
+_LAZY = {"models", "memory", "mcp", "otel", "pricing", "ui", "a2a"}
 
 
 def __getattr__(name: str) -> Any:
     # Submodules with heavy optional dependencies load on first use, not on import.
     if name in _LAZY:
         return importlib.import_module(f"loopwright.{name}")
+    if name == "A2AAgent":  # needs the a2a extra (a2a-sdk)
+        from loopwright.a2a.client import A2AAgent
+
+        return A2AAgent
     if name == "RayExecutor":  # Ray itself is imported only when a batch runs on it
         from loopwright.batch.ray_executor import RayExecutor
 
@@ -140,6 +144,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "A2AAgent",
     "Guardrail",
     "Verdict",
     "allow",

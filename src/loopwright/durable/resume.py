@@ -29,11 +29,12 @@ out, Ctrl-C, a pause for approval) is where the replay picks up live.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, Unpack
 
 from loopwright.durable.base import RunRecord, StoreBase
 from loopwright.errors import ToolSetChangedError
+from loopwright.events import EventSink
 from loopwright.policy import Policy
 from loopwright.runtime import Run
 from loopwright.runtime.front import start
@@ -88,10 +89,11 @@ def overrides(caller: str, options: Mapping[str, Any]) -> dict[str, Any]:
 def iter_resume(
     run_id: str, policy: Policy, registry: Tools, *, store: StoreBase, approver: Approver | None = None,
     decisions: Mapping[str, Decision | bool] | None = None, rerun_unfinished: bool = False,
-    allow_tool_changes: bool = False,
+    allow_tool_changes: bool = False, sinks: Sequence[EventSink] = (),
     **options: Unpack[ResumeOptions],
 ) -> Run:
-    """`resume`, as a Run to iterate for each Step as it is replayed or made."""
+    """`resume`, as a Run to iterate for each Step as it is replayed or made. `sinks`:
+    where its events go (as for `lw.iter_events`)."""
     given = overrides("iter_resume", options)
     registry = as_registry(registry)
     record, journal = store.reopen(run_id)
@@ -102,7 +104,7 @@ def iter_resume(
         approver = recorded_approver(store, record, approver, decisions)
         spec = RunSpec.from_config(record.task, record.mode, record.config, **given, approver=approver,
                                    run_id=run_id)
-        run = start(spec, policy, registry, journal=journal, rerun_unfinished=rerun_unfinished)
+        run = start(spec, policy, registry, journal=journal, rerun_unfinished=rerun_unfinished, sinks=sinks)
     except BaseException:
         store.release_lease(run_id)  # it never started: the next resume may
         raise

@@ -465,5 +465,50 @@ add_subcommand(
     _serve,
 )
 
+
+
+# ------------------------------------------------------------------------------ a2a serve
+
+
+def _setup_a2a(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="a2a_command", metavar="COMMAND", required=True)
+    serve = sub.add_parser("serve", help="serve runs as A2A tasks (JSON-RPC and HTTP+JSON, agent card)")
+    _setup_serve(serve)
+    serve.add_argument("--db", metavar="PATH", help="journal every task's run in this SQLite file; a server "
+                       "started on it again lists its tasks and resumes those a crash left running")
+    serve.add_argument("--name", default="loopwright", help="the agent's name on its card")
+    serve.add_argument("--description", help="the agent's description on its card (default: its mode and tools)")
+
+
+def _serve_a2a(args: argparse.Namespace) -> int:
+    """`loopwright a2a serve`: runs as A2A tasks (loopwright.a2a) on uvicorn."""
+    try:
+        import uvicorn
+
+        from loopwright.a2a import app
+    except ImportError as exc:
+        raise UsageError(f"A2A needs the a2a extra ({exc.name} is missing): pip install 'loopwright[a2a]'") from None
+    access = serve_access(args)
+    registry = apply_examples(load_tools(args.tools, args.tool_timeout_s), args.examples)
+    options = run_options(args)
+    if args.db:
+        options["store"] = open_store(args.db)
+    model = make_model(args)
+    where = f"[{args.host}]" if ":" in args.host else args.host
+    url = f"http://{where}:{args.port}"
+    served = app(model, registry, args.mode, name=args.name, description=args.description, url=url,
+                 approval_timeout_s=args.approval_timeout_s, token=access.token, allowed_hosts=access.hosts,
+                 allowed_origins=access.origins, **options)
+    print(f"loopwright: A2A agent {args.name!r} at {url}/ (card at {url}/.well-known/agent-card.json; mode "
+          f"{args.mode}, tools {', '.join(registry.names)})"
+          f"{'; requests need the token' if access.token else ''}; Ctrl-C stops", file=sys.stderr, flush=True)
+    uvicorn.run(served, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=2)
+    return EXIT_ANSWERED
+
+
+add_subcommand("a2a", "serve runs as tasks of the A2A protocol to agents of other frameworks",
+               _setup_a2a, _serve_a2a)
+
+
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -5,7 +5,7 @@ is opened from its options (the journal started, the observers listed)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from types import FunctionType
 from typing import Any, Literal
 
@@ -171,15 +171,18 @@ class RunContext:
         self.in_flight["model"] = (None, None, start)
         return None
 
-    def adopt(self, key: str, child_run_id: str, child: Trace) -> None:
+    def adopt(self, key: str, child_run_id: str, child: Trace, step_meta: Mapping[str, Any] | None = None) -> None:
         """Take in a child agent's run started by tool call `key`: its trace kept in
         `trace.children`, its usage and cost added to this run's, the call's step told
-        its id. Safe from ReWOO's worker threads."""
+        its id (and `step_meta`, such as a remote agent's task id). Safe from ReWOO's
+        worker threads."""
         with self.gate.lock("\x00children"):  # the gate's named lock: ReWOO may run two at once
             trace = self.trace
             trace.children[child_run_id] = child
             trace.add_usage(child.usage)
             self.gate.children[key] = child_run_id
+            if step_meta:
+                self.gate.step_meta[key] = dict(step_meta)
             cost = child.meta.get("cost_usd")
             if self.cost is not None:
                 self.cost.add_child(child.usage, cost if isinstance(cost, int | float) else None)

@@ -85,6 +85,7 @@ class ToolGate:
         self.rerun_unfinished = rerun_unfinished
         self._ledger: dict[str, tuple[str, ToolResult]] = {}
         self.children: dict[str, str] = {}  # call key -> the child agent run it started (RunContext.adopt)
+        self.step_meta: dict[str, dict[str, Any]] = {}  # call key -> what its step's meta adds (RunContext.adopt)
         self._locks: dict[str, threading.RLock] = {}
         self._lock = threading.Lock()
 
@@ -120,6 +121,7 @@ class ToolGate:
                 child = recorded_child(ctx, call.key)
                 if child is not None:
                     meta["child_run_id"] = child
+                    meta.update(self.step_meta.pop(call.key, {}))
             return Executed(result, meta=meta)
         ledger = None if tool is None or tool.idempotent else self._ledger_key(tool, call.args)
         admitted = Admitted(call, tool, recorded, ledger)
@@ -246,7 +248,8 @@ class ToolGate:
             kept = {**(kept or {}), "traceback": result.error.traceback}
         if self.children and key in self.children:  # the call ran a child agent
             self._child_paused(key)
-            return Executed(result, meta={**(kept or {}), "child_run_id": self.children.pop(key)})
+            meta = {**(kept or {}), "child_run_id": self.children.pop(key), **self.step_meta.pop(key, {})}
+            return Executed(result, meta=meta)
         return Executed(result, "action", kept)
 
     def _child_paused(self, key: str) -> None:
