@@ -1,5 +1,5 @@
 """Guardrails: input, output and tool checks in every mode, on both drivers; blocks end the
-run "guardrail", fail closed, replace redacts, retry is bounded, verdicts are journaled."""
+run "guardrail", fail closed, replace redacts, revise is bounded, verdicts are journaled."""
 
 from __future__ import annotations
 
@@ -164,7 +164,7 @@ def test_a_result_guardrail_block_ends_the_run_before_the_model_reads_it(mode: s
     assert not any(FACT in p for p in prompts)
 
 
-def test_a_tool_guardrail_retry_gives_the_model_feedback_and_is_bounded() -> None:
+def test_a_tool_guardrail_revise_gives_the_model_feedback_and_is_bounded() -> None:
     calls: list[Any] = []
     prompts: list[str] = []
     script = lw.ScriptedPolicy([act("search", '{"q": "france"}')] * 3)
@@ -173,15 +173,15 @@ def test_a_tool_guardrail_retry_gives_the_model_feedback_and_is_bounded() -> Non
         prompts.append(prompt)
         return str(script(prompt))
 
-    guard = lw.tool_guardrail(lambda n, a: lw.retry("ask about a country's capital, not the country"),
-                              max_retries=2, name="scope")
+    guard = lw.tool_guardrail(lambda n, a: lw.revise("ask about a country's capital, not the country"),
+                              max_revisions=2, name="scope")
     trace = lw.run("q", policy, make_registry(calls), guardrails=[guard], on_repeat="off")
     assert calls == []
     assert [s.kind for s in trace.steps] == ["guardrail", "guardrail", "guardrail"]
     assert "ask about a country's capital" in prompts[1] and "ask about a country's capital" in prompts[2]
     step = tripped(trace)
-    assert "still refused after 2 retries" in step.meta["reason"]
-    assert [e["action"] for e in trace.meta["guardrails"]] == ["retry", "retry", "block"]
+    assert "still refused after 2 revisions" in step.meta["reason"]
+    assert [e["action"] for e in trace.meta["guardrails"]] == ["revise", "revise", "block"]
 
 
 @pytest.mark.parametrize("driver", ["sync", "async"])

@@ -207,7 +207,7 @@ class AsyncRun:
         if guards is None or not (guards.args or guards.results):
             return await self._gated(call)
         checked = await adrive(guards.args_check(call)) if guards.args else call
-        if isinstance(checked, Executed):  # a retry: not run, the model reads the feedback
+        if isinstance(checked, Executed):  # a revise: not run, the model reads the feedback
             return checked
         executed = await self._gated(checked)
         return await adrive(guards.result_check(checked, executed)) if guards.results else executed

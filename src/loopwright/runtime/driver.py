@@ -121,7 +121,7 @@ def execute(ctx: RunContext, call: CallTool) -> Executed:
     if guards is None or not (guards.args or guards.results):
         return _gated(ctx, call)
     checked = drive(guards.args_check(call)) if guards.args else call
-    if isinstance(checked, Executed):  # a retry: not run, the model reads the feedback
+    if isinstance(checked, Executed):  # a revise: not run, the model reads the feedback
         return checked
     executed = _gated(ctx, checked)
     return drive(guards.result_check(checked, executed)) if guards.results else executed

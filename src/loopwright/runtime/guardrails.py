@@ -6,8 +6,8 @@ returned, journaled as the run's end or sent as `run_finished`) and `tool_guardr
 arguments before it runs and before any approval question, or its result before the model
 reads it). A guardrail is a plain or async function, or a classifier prompt through any
 policy (`model_guardrail`); it returns a Verdict: `allow()`, `block(reason)`, `replace(value)`
-(redacted text or arguments, recorded as such) or `retry(feedback)` (a tool call is not run
-and the model reads the feedback; bounded by `max_retries`, then it blocks). None or True
+(redacted text or arguments, recorded as such) or `revise(feedback)` (a tool call is not run
+and the model reads the feedback; bounded by `max_revisions`, then it blocks). None or True
 allow, False blocks.
 
 A block ends the run with stop reason "guardrail" and a Step of kind "guardrail" naming the
@@ -43,15 +43,15 @@ from loopwright.trace import Step, Trace
 from loopwright.untrusted import fence
 
 GuardrailKind = Literal["input", "output", "tool"]
-Action = Literal["allow", "block", "replace", "retry"]
+Action = Literal["allow", "block", "replace", "revise"]
 On = Literal["args", "result"]
 T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """What a guardrail decided: `action` and, for block and retry, why (`reason`, the
-    feedback the model reads on a retry); for replace, the `value` put in place."""
+    """What a guardrail decided: `action` and, for block and revise, why (`reason`, the
+    feedback the model reads on a revise); for replace, the `value` put in place."""
 
     action: Action
     reason: str = ""
@@ -84,11 +84,11 @@ def replace(value: Any, reason: str = "") -> Verdict:
     return Verdict("replace", str(reason), value)
 
 
-def retry(feedback: str) -> Verdict:
+def revise(feedback: str) -> Verdict:
     """A tool guardrail's: do not run the call; the model reads `feedback` as the call's
-    observation and may try again (at most the guardrail's `max_retries` times, then it blocks).
-    From an input or output guardrail, where the model has nothing to redo, it blocks."""
-    return Verdict("retry", str(feedback))
+    observation and may revise it (at most the guardrail's `max_revisions` times, then it
+    blocks). From an input or output guardrail, where the model has nothing to redo, it blocks."""
+    return Verdict("revise", str(feedback))
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +107,7 @@ class Guardrail:
     race: bool = False
     tools: tuple[str, ...] | None = None
     on: On = "args"
-    max_retries: int = 2
+    max_revisions: int = 2
     model: bool = False  # a classifier prompt through a policy (what a replay saves)
 
     def __post_init__(self) -> None:
@@ -120,8 +120,8 @@ class Guardrail:
         if self.timeout_s is not None and (isinstance(self.timeout_s, bool) or not isinstance(
                 self.timeout_s, int | float) or self.timeout_s <= 0):
             raise ValueError(f"timeout_s must be a positive number of seconds or None, got {self.timeout_s!r}")
-        if isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int) or self.max_retries < 0:
-            raise ValueError(f"max_retries must be a non-negative integer, got {self.max_retries!r}")
+        if isinstance(self.max_revisions, bool) or not isinstance(self.max_revisions, int) or self.max_revisions < 0:
+            raise ValueError(f"max_revisions must be a non-negative integer, got {self.max_revisions!r}")
         if self.race and self.kind != "input":
             raise ValueError("race=True is for input guardrails only")
 
@@ -151,14 +151,14 @@ def output_guardrail(fn: Callable[[str], Any], *, name: str | None = None, fail_
 
 def tool_guardrail(fn: Callable[[str, Any], Any], *, tools: Iterable[str] | None = None, on: On = "args",
                    name: str | None = None, fail_open: bool = False, timeout_s: float | None = None,
-                   max_retries: int = 2) -> Guardrail:
+                   max_revisions: int = 2) -> Guardrail:
     """A check of tool calls (all, or those named in `tools`): `fn(tool, args)` before the
     call and before any approval question (on="args"), or `fn(tool, observation)` on the
     text the model would read (on="result"). replace gives new arguments (a dict) or a new
-    observation; retry gives the model feedback in place of the call or its result."""
+    observation; revise gives the model feedback in place of the call or its result."""
     names = None if tools is None else tuple(tools)
     return Guardrail(fn, "tool", name=_name(fn, name), fail_open=fail_open, timeout_s=timeout_s, tools=names,
-                     on=on, max_retries=max_retries)
+                     on=on, max_revisions=max_revisions)
 
 
 VERDICT_SCHEMA: Final = {
@@ -238,7 +238,7 @@ def as_verdict(returned: Any, guardrail: str) -> Verdict:
         return allow()
     if returned is False:
         return block(f"{guardrail} said no")
-    raise TypeError(f"a guardrail returns lw.allow(), lw.block(reason), lw.replace(value), lw.retry(feedback), "
+    raise TypeError(f"a guardrail returns lw.allow(), lw.block(reason), lw.replace(value), lw.revise(feedback), "
                     f"None or a bool; {guardrail} returned {returned!r}")
 
 
@@ -279,7 +279,7 @@ class Host(Protocol):
 
 
 class RunGuards:
-    """One run's guardrails by kind, their retry counts and the raced input check in flight."""
+    """One run's guardrails by kind, their revision counts and the raced input check in flight."""
 
     def __init__(self, ctx: Host, guardrails: Sequence[Guardrail], journal: Any) -> None:
         self.ctx: Host = weakref.proxy(ctx)  # the context owns this: no reference cycle
@@ -289,7 +289,7 @@ class RunGuards:
         self.args = tuple(g for g in guardrails if g.kind == "tool" and g.on == "args")
         self.results = tuple(g for g in guardrails if g.kind == "tool" and g.on == "result")
         self.journal = journal if isinstance(journal, VerdictJournal) else None
-        self.retries: dict[str, int] = {}
+        self.revisions: dict[str, int] = {}
         self.race: Any = None  # the raced input check in flight (a future or a task), until settled
         self.started = False  # the input guardrails were started (before the machine's first request)
         self._lock = threading.Lock()
@@ -356,7 +356,7 @@ class RunGuards:
         return out
 
     def apply_input(self, verdicts: list[tuple[Guardrail, Verdict]], raced: bool) -> None:
-        """Raise StopRun at a block (a retry, or a raced replace: the model read the task
+        """Raise StopRun at a block (a revise, or a raced replace: the model read the task
         already); note a replace (the task is the replaced one from now on)."""
         for guardrail, verdict in verdicts:
             if verdict.action == "replace" and not raced:
@@ -371,28 +371,28 @@ class RunGuards:
 
     # -- tools ----------------------------------------------------------------------
 
-    def _retry(self, guardrail: Guardrail, verdict: Verdict) -> Verdict:
-        """A retry within the guardrail's bound, else a block saying so."""
+    def _revise(self, guardrail: Guardrail, verdict: Verdict) -> Verdict:
+        """A revise within the guardrail's bound, else a block saying so."""
         with self._lock:
-            n = self.retries[guardrail.name] = self.retries.get(guardrail.name, 0) + 1
-        if n > guardrail.max_retries:
-            return block(f"{verdict.reason} (still refused after {guardrail.max_retries} retries)")
+            n = self.revisions[guardrail.name] = self.revisions.get(guardrail.name, 0) + 1
+        if n > guardrail.max_revisions:
+            return block(f"{verdict.reason} (still refused after {guardrail.max_revisions} revisions)")
         return verdict
 
     def args_check(self, call: CallTool) -> Checks[CallTool | Executed]:
         """The call to run (its arguments replaced, if a guardrail said so), or an Executed
-        in its place (a retry: not run, the feedback as its observation). Raises StopRun at
+        in its place (a revise: not run, the feedback as its observation). Raises StopRun at
         a block."""
         for guardrail in self.args:
             if not guardrail.applies_to(call.name):
                 continue
             verdict = yield from self.verdict(guardrail, (call.name, call.args), f"args of {call.name}#{call.key}")
             where = f"args of {call.name}#{call.key}"
-            if verdict.action == "retry":
-                verdict = self._retry(guardrail, verdict)
+            if verdict.action == "revise":
+                verdict = self._revise(guardrail, verdict)
             if verdict.action == "block":
                 raise self.trip(guardrail, where, verdict, call.name, call.args)
-            if verdict.action == "retry":
+            if verdict.action == "revise":
                 self.note(guardrail, where, verdict)
                 return _not_run(call, guardrail, verdict.reason)
             if verdict.action == "replace":
@@ -406,22 +406,22 @@ class RunGuards:
 
     def result_check(self, call: CallTool, executed: Executed) -> Checks[Executed]:
         """The Executed the model reads: its observation replaced, or the feedback of a
-        retry in its place. Raises StopRun at a block."""
+        revise in its place. Raises StopRun at a block."""
         result = executed.result
         for guardrail in self.results:
             if not guardrail.applies_to(call.name):
                 continue
             where = f"result of {call.name}#{call.key}"
             verdict = yield from self.verdict(guardrail, (call.name, result.observation), where)
-            if verdict.action == "retry":
-                verdict = self._retry(guardrail, verdict)
+            if verdict.action == "revise":
+                verdict = self._revise(guardrail, verdict)
             if verdict.action == "block":
                 raise self.trip(guardrail, where, verdict, call.name, call.args)
-            if verdict.action in ("retry", "replace"):
+            if verdict.action in ("revise", "replace"):
                 self.note(guardrail, where, verdict)
-                observation = verdict.reason if verdict.action == "retry" else _text(verdict.value)
-                value = None if verdict.action == "retry" else verdict.value
-                error = ToolError(call.name, verdict.reason, "guardrail") if verdict.action == "retry" else None
+                observation = verdict.reason if verdict.action == "revise" else _text(verdict.value)
+                value = None if verdict.action == "revise" else verdict.value
+                error = ToolError(call.name, verdict.reason, "guardrail") if verdict.action == "revise" else None
                 result = dataclasses.replace(result, value=value, observation=observation, error=error)
                 meta = {**(executed.meta or {}), "guardrail": {"name": guardrail.name, "action": verdict.action}}
                 executed = Executed(result, executed.kind, meta)
@@ -437,7 +437,7 @@ class RunGuards:
             return
         for guardrail in self.outputs:
             verdict = yield from self.verdict(guardrail, (trace.final_answer,), "output")
-            if verdict.action in ("block", "retry"):
+            if verdict.action in ("block", "revise"):
                 trace.output = None
                 raise self.trip(guardrail, "output", Verdict("block", verdict.reason))
             if verdict.action == "replace":
@@ -459,7 +459,7 @@ def _not_run(call: CallTool, guardrail: Guardrail, feedback: str) -> Executed:
     error = ToolError(call.name, feedback, "guardrail")
     observation = f"ERROR[{call.name}]: not run: guardrail {guardrail.name!r}: {feedback}"
     result = ToolResult(call.name, call.args, None, observation=observation, error=error, duration_s=0.0)
-    return Executed(result, "guardrail", {"guardrail": {"name": guardrail.name, "action": "retry"}})
+    return Executed(result, "guardrail", {"guardrail": {"name": guardrail.name, "action": "revise"}})
 
 
 # -- serving the checks ---------------------------------------------------------------
@@ -515,4 +515,4 @@ async def adrive(checks: Checks[T]) -> T:
 
 
 __all__ = ["Check", "Guardrail", "RunGuards", "Verdict", "adrive", "allow", "block", "drive", "input_guardrail",
-           "model_guardrail", "model_verdict", "output_guardrail", "replace", "retry", "tool_guardrail"]
+           "model_guardrail", "model_verdict", "output_guardrail", "replace", "revise", "tool_guardrail"]
