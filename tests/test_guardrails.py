@@ -341,6 +341,84 @@ def test_a_classifier_reply_that_is_not_plainly_an_allow_blocks(reply: str, acti
     assert model_verdict(reply).action == action
 
 
+def billed_classifier(usage: lw.Usage, verdict: str = "allow", asked: list[str] | None = None) -> Any:
+    """A classifier that reports `usage` for each call, as a backend does."""
+    def classifier(request: Any) -> lw.Completion:
+        if asked is not None:
+            asked.append(request.prompt)
+        return lw.Completion(f'{{"verdict": "{verdict}", "reason": ""}}', usage=usage)
+
+    return type("Classifier", (), {"complete": staticmethod(classifier)})()
+
+
+GUARD_USAGE = lw.Usage(100, 60, 7)
+
+
+def test_a_model_guardrails_tokens_are_the_runs_and_are_priced() -> None:
+    classifier = billed_classifier(GUARD_USAGE)
+    guards = [lw.model_guardrail(classifier, CLASSIFIER, name="topic"),
+              lw.model_guardrail(classifier, CLASSIFIER, kind="tool", name="calls"),
+              lw.model_guardrail(classifier, CLASSIFIER, kind="output", name="answer")]
+    prices = lw.pricing.Prices(1.0, 2.0, 0.5)
+    plain = run("react", [], prices=prices)
+    trace = run("react", guards, prices=prices)
+    assert trace.stopped_reason == "final"
+    three = GUARD_USAGE + GUARD_USAGE + GUARD_USAGE
+    assert trace.usage == plain.usage + three  # prompt, evaluated and completion tokens
+    assert trace.meta["cost_usd"] == pytest.approx(plain.meta["cost_usd"] + prices(three))
+
+
+def test_a_model_guardrail_is_priced_by_its_own_models_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    table = {"big": lw.pricing.Prices(10.0, 30.0), "small": lw.pricing.Prices(0.1, 0.2)}
+
+    def price_function(policy: Any, prices: Any) -> Any:  # genai-prices, by the model's name
+        if prices is not None:
+            return prices
+        name = getattr(policy, "model", None)
+        if name not in table:
+            raise ValueError(f"no price for {name!r}")
+        return table[name]
+
+    monkeypatch.setattr(lw.pricing, "price_function", price_function)
+    script = policy_for("react")
+    big = type("Big", (), {"model": "big", "complete": staticmethod(lambda request: script(request.prompt))})
+    classifier = billed_classifier(GUARD_USAGE)
+    classifier.model = "small"
+    plain = lw.run("q", big(), make_registry(), cost_budget_usd=100)
+    script = policy_for("react")
+    trace = lw.run("q", big(), make_registry(), cost_budget_usd=100,
+                   guardrails=[lw.model_guardrail(classifier, CLASSIFIER, name="topic")])
+    assert trace.meta["cost_usd"] == pytest.approx(plain.meta["cost_usd"] + table["small"](GUARD_USAGE))
+    unnamed = billed_classifier(GUARD_USAGE)  # no price of its own: the run's
+    script = policy_for("react")
+    trace = lw.run("q", big(), make_registry(), cost_budget_usd=100,
+                   guardrails=[lw.model_guardrail(unnamed, CLASSIFIER, name="topic")])
+    assert trace.meta["cost_usd"] == pytest.approx(plain.meta["cost_usd"] + table["big"](GUARD_USAGE))
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+@pytest.mark.parametrize("budget", ["token_budget", "cost_budget"])
+def test_a_model_guardrail_that_spends_the_budget_stops_the_run_before_the_model_is_asked(budget: str,
+                                                                                        driver: str) -> None:
+    prompts: list[str] = []
+    calls: list[Any] = []
+    limit: dict[str, Any] = ({"token_budget": 50} if budget == "token_budget"
+                             else {"cost_budget_usd": 1e-4, "prices": lw.pricing.Prices(1.0, 1.0)})
+    trace = run("react", [lw.model_guardrail(billed_classifier(GUARD_USAGE), CLASSIFIER, name="topic")], driver,
+                calls, prompts, **limit)
+    assert trace.stopped_reason == budget and prompts == [] and calls == [] and trace.llm_calls == 0
+    assert trace.usage == GUARD_USAGE
+    step = trace.steps[-1]
+    assert step.kind == "guardrail" and step.meta["guardrail"] == "topic" and "spent what was left" in step.meta["reason"]
+
+
+def test_a_block_wins_over_a_spent_budget() -> None:
+    trace = run("react", [lw.model_guardrail(billed_classifier(GUARD_USAGE, "block"), CLASSIFIER, name="topic")],
+                token_budget=50)
+    tripped(trace)
+    assert trace.usage == GUARD_USAGE
+
+
 # -- the journal ---------------------------------------------------------------------------
 
 
@@ -371,6 +449,10 @@ def test_verdicts_are_journaled_and_a_resumed_run_does_not_ask_again(tmp_path: A
                       guardrails=guards)  # the first model call is replayed from the journal
     assert (trace.stopped_reason, trace.final_answer) == ("final", "sent")
     assert len(asked) == 3  # only the answer was new: the task's and the call's verdicts were replayed
+    # the replayed verdicts' tokens are counted again: the usage is that of the run made in one go
+    whole = lw.run("send bob a note", lw.ScriptedPolicy(script), [send], approver=lambda r: True, guardrails=guards)
+    bare = lw.run("send bob a note", lw.ScriptedPolicy(script), [send], approver=lambda r: True)
+    assert trace.usage == whole.usage and whole.usage.total_tokens > bare.usage.total_tokens
     with pytest.raises(TypeError, match="pass guardrails= again"):
         lw.resume("r1", lw.ScriptedPolicy(script), [send], store=store, approver=lambda r: True)
     store.close()

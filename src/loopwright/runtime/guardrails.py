@@ -13,8 +13,11 @@ allow, False blocks.
 A block ends the run with stop reason "guardrail" and a Step of kind "guardrail" naming the
 guardrail and its reason; a guardrail that raises or outlives `timeout_s` blocks (fails
 closed) unless it was made with `fail_open=True`. Every verdict but a plain allow is listed
-in `trace.meta["guardrails"]`. With a journal every verdict is recorded before it is used, and
-a resumed or forked run replays it: a model guardrail is not paid for twice.
+in `trace.meta["guardrails"]`. A model guardrail's tokens are the run's: they are added to
+`trace.usage`, priced and held to the token and cost budgets (a spent budget stops the run
+before the check's input or tool call goes on). With a journal every verdict is recorded, its
+tokens with it, before it is used, and a resumed or forked run replays it: a model guardrail
+is not paid for twice, and the resumed run's usage is the same.
 
 The checks are sans-I/O like the modes: `input_checks`, `args_check`, `result_check` and
 `output_check` are generators that yield a `Check` (call this guardrail on these values)
@@ -39,7 +42,7 @@ from loopwright.modes.machine import CallTool, Executed, StopRun
 from loopwright.offload import Outcome, Timeout, call_in_thread, capture, run_until_complete
 from loopwright.policy import ModelRequest, Policy, call_policy
 from loopwright.tools.registry import ToolError, ToolResult
-from loopwright.trace import Step, Trace
+from loopwright.trace import Step, Trace, Usage
 from loopwright.untrusted import fence
 
 GuardrailKind = Literal["input", "output", "tool"]
@@ -51,21 +54,26 @@ T = TypeVar("T")
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """What a guardrail decided: `action` and, for block and revise, why (`reason`, the
-    feedback the model reads on a revise); for replace, the `value` put in place."""
+    feedback the model reads on a revise); for replace, the `value` put in place. A model
+    guardrail's verdict carries the `usage` of the call that decided it."""
 
     action: Action
     reason: str = ""
     value: Any = None
+    usage: Usage | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"action": self.action, "reason": self.reason}
         if self.action == "replace":
             out["value"] = json.loads(json.dumps(self.value, default=str))
+        if self.usage is not None:
+            out["usage"] = self.usage.to_dict()
         return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Verdict:
-        return cls(d["action"], d.get("reason", ""), d.get("value"))
+        usage = d.get("usage")
+        return cls(d["action"], d.get("reason", ""), d.get("value"), None if usage is None else Usage.from_dict(usage))
 
 
 def allow() -> Verdict:
@@ -172,7 +180,8 @@ VERDICT_SCHEMA: Final = {
 class ModelCheck:
     """A classifier prompt through a policy: `prompt` with `{text}` replaced by what is
     checked (fenced as untrusted data). The reply is JSON {"verdict": "allow" | "block",
-    "reason": ...}, or text starting with allow/block."""
+    "reason": ...}, or text starting with allow/block; the verdict carries the call's usage
+    (the backend's, else the documented estimate)."""
 
     def __init__(self, policy: Policy, prompt: str, max_tokens: int) -> None:
         if "{text}" not in prompt:
@@ -185,7 +194,9 @@ class ModelCheck:
         text = values[0] if len(values) == 1 else json.dumps({"tool": values[0], "value": values[1]}, default=str)
         request = ModelRequest(self.prompt.replace("{text}", fence(str(text), "checked")), purpose="solve",
                                max_tokens=self.max_tokens, output_schema=VERDICT_SCHEMA)
-        return model_verdict(call_policy(self.policy, request).text)
+        completion = call_policy(self.policy, request)
+        usage = completion.usage or Usage.estimate(request.prompt, completion.text)
+        return dataclasses.replace(model_verdict(completion.text), usage=usage)
 
 
 def model_verdict(text: str) -> Verdict:
@@ -272,10 +283,12 @@ class Host(Protocol):
     task: str
     trace: Trace
     output: Any
+    cost: Any  # a CostMeter, or None
 
     @property
     def next_index(self) -> int: ...
     def record(self, step: Step) -> Step: ...
+    def guard_after_call(self) -> str | None: ...
 
 
 class RunGuards:
@@ -292,6 +305,7 @@ class RunGuards:
         self.revisions: dict[str, int] = {}
         self.race: Any = None  # the raced input check in flight (a future or a task), until settled
         self.started = False  # the input guardrails were started (before the machine's first request)
+        self.prices: dict[str, Any] = {}  # a model guardrail's price function, by name (see `spend`)
         self._lock = threading.Lock()
 
     # -- shared by every check ------------------------------------------------------
@@ -302,7 +316,9 @@ class RunGuards:
         key = f"{guardrail.name} @ {where}"
         recorded = self.journal.recorded_verdict(key) if self.journal is not None else None
         if recorded is not None:
-            return Verdict.from_dict(recorded)
+            verdict = Verdict.from_dict(recorded)
+            self.spend(guardrail, where, verdict)
+            return verdict
         start = time.perf_counter()
         ok, out = yield Check(guardrail, values, key)
         failure = None
@@ -321,7 +337,31 @@ class RunGuards:
         if self.journal is not None:
             self.journal.record_verdict(key, guardrail.name, {**verdict.to_dict(),
                                                               "seconds": round(time.perf_counter() - start, 6)})
+        self.spend(guardrail, where, verdict)
         return verdict
+
+    def spend(self, guardrail: Guardrail, where: str, verdict: Verdict) -> None:
+        """Add a model guardrail's tokens to the run's usage and cost. When they spent a
+        budget, the input or tool call it checked goes no further (StopRun; a block still
+        wins); an answer it allowed stands, as one whose own model call overran would."""
+        usage = verdict.usage
+        if usage is None:
+            return
+        ctx = self.ctx
+        ctx.trace.add_usage(usage)
+        if ctx.cost is not None:
+            with self._lock:  # ReWOO's workers may check calls at once
+                price = self.prices.get(guardrail.name)
+                if price is None:
+                    price = self.prices[guardrail.name] = ctx.cost.price_of(getattr(guardrail.check, "policy", None))
+                ctx.cost.add_apart(usage, price(usage))
+        spent = ctx.guard_after_call()
+        if spent is None or spent == "timeout" or verdict.action == "block" or guardrail.kind == "output":
+            return
+        message = f"{spent.replace('_', ' ')} reached: guardrail {guardrail.name!r} spent what was left on the {where}"
+        ctx.record(Step(ctx.next_index, "guardrail", error=message,
+                        meta={"guardrail": guardrail.name, "where": where, "reason": message}))
+        raise StopRun(spent, message)
 
     def note(self, guardrail: Guardrail, where: str, verdict: Verdict, **extra: Any) -> dict[str, Any]:
         """List a verdict in trace.meta["guardrails"] (what the viewer and the journal keep)."""
