@@ -548,3 +548,131 @@ def test_a_model_guardrail_on_the_embedded_model_gives_a_journaled_verdict(tmp_p
     assert trace.stopped_reason in ("final", "guardrail")
     assert (trace.stopped_reason == "guardrail") == ('"block"' in verdict)
     store.close()
+
+
+# -- a watched run's answer: streamed through the output guardrails ------------------------
+
+ANSWER = "The capital is Paris. It is big! The secret code is 1234. Bye"
+
+
+class Streaming:
+    """A scripted policy that streams each reply in pieces of 4 characters (a marker such
+    as "Final Answer:" arrives cut across deltas)."""
+
+    def __init__(self, replies: list[str]) -> None:
+        self.script = lw.ScriptedPolicy(replies)
+
+    def complete(self, request: Any) -> str:
+        return str(self.script(request.prompt))
+
+    def stream(self, request: Any) -> Any:
+        text = self.complete(request)
+        for at in range(0, len(text), 4):
+            yield text[at:at + 4]
+
+
+def watch(guardrails: list[lw.Guardrail], driver: str, answer: str = ANSWER) -> list[Any]:
+    policy = Streaming([act("search", '{"q": "france"}'), final(answer)])
+    if driver == "sync":
+        return list(lw.iter_events("q", policy, make_registry(), guardrails=guardrails))
+
+    async def collect() -> list[Any]:
+        return [e async for e in lw.aiter_events("q", policy, make_registry(), guardrails=guardrails)]
+    return asyncio.run(collect())
+
+
+def sent(events: list[Any]) -> str:
+    """Everything the events carry to a watcher but the run's own trace (which keeps all)."""
+    import json
+
+    out = [json.dumps(e.to_dict()) for e in events if e.kind != "run_finished"]
+    return "\n".join(out) + str(events[-1].trace.final_answer)
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_blocked_answer_never_appears_in_any_event(driver: str) -> None:
+    guard = lw.output_guardrail(lambda text: lw.block("no codes") if "secret" in text else None, name="leak")
+    events = watch([guard], driver)
+    trace = events[-1].trace
+    step = tripped(trace)
+    assert "secret" not in sent(events) and "1234" not in sent(events) and "Bye" not in sent(events)
+    deltas = "".join(e.text for e in events if e.kind == "model_delta")
+    assert deltas.endswith("Final Answer: The capital is Paris. It is big!")  # the sentences that passed
+    assert [e.step.kind for e in events if e.kind == "step"] == ["action", "guardrail"]  # no final step out
+    assert step.meta["where"] == "output chunk 3 of step 2" and "secret code" in step.raw  # the trace keeps it
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_whole_answer_blocked_after_its_sentences_went_out_withholds_the_answer(driver: str) -> None:
+    guard = lw.output_guardrail(lambda text: lw.block("too long") if len(text) > 40 else None, name="short")
+    events = watch([guard], driver)
+    tripped(events[-1].trace)
+    deltas = "".join(e.text for e in events if e.kind == "model_delta")
+    assert deltas.endswith(ANSWER)  # each sentence passed on its own, so each went out
+    assert [e.step.kind for e in events if e.kind == "step"] == ["action", "guardrail"]
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_an_allowed_answer_streams_and_its_step_follows_the_verdict(driver: str) -> None:
+    order: list[str] = []
+
+    def check(text: str) -> None:
+        order.append(f"check {text.strip()}")
+
+    events = watch([lw.output_guardrail(check)], driver)
+    trace = events[-1].trace
+    assert (trace.stopped_reason, trace.final_answer) == ("final", ANSWER)
+    second = [e for e in events if getattr(e, "step", None) == 2 or getattr(getattr(e, "step", None), "index", 0) == 2]
+    deltas = [e.text for e in second if e.kind == "model_delta"]
+    assert "".join(deltas) == final(ANSWER) and len(deltas) > 4  # streamed, sentence by sentence
+    assert [e.kind for e in second][-1] == "step" and events[-1].kind == "run_finished"
+    assert order[-1] == f"check {ANSWER}"  # the whole answer, judged before its step went out
+
+
+def test_sentence_chunks_reach_the_output_guardrail_in_order_while_the_model_streams() -> None:
+    seen: list[str] = []
+    policy = Streaming([act("search", '{"q": "france"}'), final(ANSWER)])
+    stream = policy.stream
+
+    def streamed(request: Any) -> Any:
+        for piece in stream(request):
+            seen.append(f"model: {piece}")
+            yield piece
+
+    policy.stream = streamed  # type: ignore[method-assign]
+    list(lw.iter_events("q", policy, make_registry(), guardrails=[lw.output_guardrail(lambda t: seen.append(t))]))
+    checks = [s for s in seen if not s.startswith("model: ")]
+    assert checks == [" The capital is Paris.", " It is big!", " The secret code is 1234.", " Bye", ANSWER]
+    # each sentence was judged as soon as it was whole, while the model went on
+    last_piece = max(i for i, s in enumerate(seen) if s.startswith("model: "))
+    assert seen.index(" The capital is Paris.") < seen.index(" It is big!") < last_piece
+
+
+def test_a_streamed_replace_sends_the_redacted_sentence() -> None:
+    guard = lw.output_guardrail(lambda text: lw.replace(text.replace("1234", "****")) if "1234" in text else None)
+    events = watch([guard], "sync")
+    assert "1234" not in sent(events) and "The secret code is ****." in sent(events)
+    assert events[-1].trace.final_answer == ANSWER.replace("1234", "****")
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_iter_run_yields_the_final_step_only_after_the_output_verdict(driver: str) -> None:
+    order: list[str] = []
+
+    def check(answer: str) -> lw.Verdict | None:
+        order.append("verdict")
+        return lw.block("no") if answer == "blocked" else None
+
+    for answer in ("Paris", "blocked"):
+        order.clear()
+        options: dict[str, Any] = {"guardrails": [lw.output_guardrail(check)]}
+        policy = lw.ScriptedPolicy([act("search", '{"q": "france"}'), final(answer)])
+        if driver == "sync":
+            for step in lw.iter_run("q", policy, make_registry(), **options):
+                order.append(step.kind)
+        else:
+            async def drive(policy: Any, options: dict[str, Any]) -> None:
+                async for step in lw.aiter_run("q", policy, make_registry(), **options):
+                    order.append(step.kind)
+            asyncio.run(drive(policy, options))
+        assert order == (["action", "verdict", "final"] if answer == "Paris" else ["action", "verdict"])

@@ -19,6 +19,12 @@ before the check's input or tool call goes on). With a journal every verdict is 
 tokens with it, before it is used, and a resumed or forked run replays it: a model guardrail
 is not paid for twice, and the resumed run's usage is the same.
 
+When the run is watched (`iter_events`, the web page) and has output guardrails, the model's
+text reaches the watcher through a StreamCheck: text before the answer passes, the answer is
+released sentence by sentence as the output guardrails allow each, and after a block nothing
+more leaves; the run's last step (the answer's) goes out, and is yielded, only after the
+verdict on the whole answer.
+
 The checks are sans-I/O like the modes: `input_checks`, `args_check`, `result_check` and
 `output_check` are generators that yield a `Check` (call this guardrail on these values)
 and are sent its Outcome; `drive` serves them on this thread and `adrive` on an event loop,
@@ -30,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
+import re
 import threading
 import time
 import weakref
@@ -38,6 +45,7 @@ from dataclasses import KW_ONLY, dataclass
 from functools import partial
 from typing import Any, Final, Literal, Protocol, TypeVar, runtime_checkable
 
+from loopwright.events import Emitter
 from loopwright.modes.machine import CallTool, Executed, StopRun
 from loopwright.offload import Outcome, Timeout, call_in_thread, capture, run_until_complete
 from loopwright.policy import ModelRequest, Policy, call_policy
@@ -284,10 +292,11 @@ class Host(Protocol):
     trace: Trace
     output: Any
     cost: Any  # a CostMeter, or None
+    events: Emitter | None
 
     @property
     def next_index(self) -> int: ...
-    def record(self, step: Step) -> Step: ...
+    def record(self, step: Step, emit: bool = True) -> Step: ...
     def guard_after_call(self) -> str | None: ...
 
 
@@ -306,6 +315,7 @@ class RunGuards:
         self.race: Any = None  # the raced input check in flight (a future or a task), until settled
         self.started = False  # the input guardrails were started (before the machine's first request)
         self.prices: dict[str, Any] = {}  # a model guardrail's price function, by name (see `spend`)
+        self.replaced: tuple[str, str] | None = None  # the answer an output guardrail replaced, and by what
         self._lock = threading.Lock()
 
     # -- shared by every check ------------------------------------------------------
@@ -371,13 +381,18 @@ class RunGuards:
         return entry
 
     def trip(self, guardrail: Guardrail, where: str, verdict: Verdict, tool: str | None = None,
-             args: dict[str, Any] | None = None) -> StopRun:
-        """Record the step of a block and return the StopRun that ends the run."""
+             args: dict[str, Any] | None = None, withheld: str = "") -> StopRun:
+        """Record the step of a block and return the StopRun that ends the run. `withheld`:
+        the model text it stopped on the way out, kept as the step's raw in the trace and
+        the journal, not in the step's event."""
         message = f"guardrail {guardrail.name!r} blocked the {where}: {verdict.reason}"
         self.note(guardrail, where, Verdict("block", verdict.reason))
         ctx = self.ctx
-        ctx.record(Step(ctx.next_index, "guardrail", tool=tool, args=args, error=message,
-                        meta={"guardrail": guardrail.name, "where": where, "reason": verdict.reason}))
+        step = Step(ctx.next_index, "guardrail", withheld, tool=tool, args=args, error=message,
+                    meta={"guardrail": guardrail.name, "where": where, "reason": verdict.reason})
+        ctx.record(step, emit=not withheld)
+        if withheld and ctx.events is not None:
+            ctx.events.step(dataclasses.replace(step, raw=""))
         return StopRun("guardrail", message)
 
     # -- input ----------------------------------------------------------------------
@@ -482,13 +497,132 @@ class RunGuards:
                 raise self.trip(guardrail, "output", Verdict("block", verdict.reason))
             if verdict.action == "replace":
                 self.note(guardrail, "output", verdict)
-                trace.final_answer = _text(verdict.value)
+                original, trace.final_answer = trace.final_answer, _text(verdict.value)
+                self.replaced = (original if self.replaced is None else self.replaced[0], trace.final_answer)
                 spec = self.ctx.output
                 if spec is not None:
                     try:
                         trace.output = spec.parse(trace.final_answer)
                     except ValueError:
                         trace.output = None
+
+
+    def as_sent(self, step: Step) -> Step:
+        """A step as its event carries it: where an output guardrail replaced the answer,
+        the replacement in its text (the trace keeps what the model said)."""
+        if self.replaced is None:
+            return step
+        original, replacement = self.replaced
+        raw = step.raw.replace(original, replacement) if original in step.raw else ""
+        return dataclasses.replace(step, raw=raw, thought=step.thought.replace(original, replacement))
+
+    def stream(self, step: int, release: Callable[[str], None], whole: bool,
+               serve: Callable[[Checks[Verdict]], Verdict]) -> StreamCheck:
+        """The StreamCheck of one model call's text (see StreamCheck)."""
+        return StreamCheck(self, step, release, whole, serve)
+
+    def end_stream(self, stream: StreamCheck, raw: str) -> None:
+        """The streamed call returned: StopRun when a sentence of it was blocked (its text,
+        `raw`, withheld from the events) or a check spent a budget."""
+        if stream.blocked is not None:
+            guardrail, verdict, where = stream.blocked
+            raise self.trip(guardrail, where, Verdict("block", verdict.reason), withheld=raw)
+        if stream.stop is not None:
+            raise stream.stop
+
+
+ANSWER_MARKERS: Final = ("final answer:", "finish[")
+"""Where a model's answer starts in its text (the ReAct family's JSON and bracket dialects)."""
+
+_SENTENCE_END: Final = re.compile(r"[.!?]+[\"')\]]*(?=\s)|\n")
+
+
+class StreamCheck:
+    """One model call's text on its way to a watcher while the run has output guardrails.
+
+    Text before the answer (before "Final Answer:" or "finish[") passes as it comes; the
+    answer (or all of the call's text, `whole`, for a call whose text is the answer: a
+    solve call, native tool calling) is cut at sentence ends, and each sentence is released
+    once every output guardrail allows it (a replace releases the replacement). After a
+    block nothing more of the call leaves (`blocked`; the driver ends the run when the
+    call returns). Chunk verdicts are journaled by step and chunk number, so a replayed
+    call is not judged again."""
+
+    def __init__(self, guards: RunGuards, step: int, release: Callable[[str], None], whole: bool,
+                 serve: Callable[[Checks[Verdict]], Verdict]) -> None:
+        self.guards = guards
+        self.step = step
+        self.release = release
+        self.serve = serve
+        self.answer = whole  # in the answer: text waits for the checks
+        self.pending = ""  # text not yet released
+        self.chunks = 0
+        self.blocked: tuple[Guardrail, Verdict, str] | None = None
+        self.stop: StopRun | None = None  # a check spent a budget
+
+    def feed(self, text: str) -> None:
+        """A delta of the model's text."""
+        if self.blocked is not None or self.stop is not None:
+            return
+        self.pending += text
+        if not self.answer:
+            self._before_answer()
+        if self.answer:
+            self._sentences(False)
+
+    def close(self) -> None:
+        """The call's text ended: the rest is the last chunk."""
+        if self.blocked is None and self.stop is None:
+            if self.answer:
+                self._sentences(True)
+            elif self.pending:
+                self.release(self.pending)
+                self.pending = ""
+
+    def _before_answer(self) -> None:
+        text = self.pending
+        lower = text.lower()
+        found = [(at, marker) for marker in ANSWER_MARKERS if (at := lower.find(marker)) >= 0]
+        if found:
+            at, marker = min(found)
+            cut = at + len(marker)
+            self.answer = True
+        else:  # hold back a tail that may be the start of a marker
+            cut = len(text) - max((n for marker in ANSWER_MARKERS for n in range(len(marker), 0, -1)
+                                   if lower.endswith(marker[:n])), default=0)
+        if cut:
+            self.release(text[:cut])
+            self.pending = text[cut:]
+
+    def _sentences(self, last: bool) -> None:
+        while self.blocked is None and self.stop is None and self.pending:
+            end = _SENTENCE_END.search(self.pending)
+            if end is None and not last:
+                return
+            cut = len(self.pending) if end is None else end.end()
+            chunk, self.pending = self.pending[:cut], self.pending[cut:]
+            self._check(chunk)
+
+    def _check(self, chunk: str) -> None:
+        if not chunk.strip():
+            self.release(chunk)
+            return
+        self.chunks += 1
+        where = f"output chunk {self.chunks} of step {self.step}"
+        text = chunk
+        try:
+            for guardrail in self.guards.outputs:
+                verdict = self.serve(self.guards.verdict(guardrail, (text,), where))
+                if verdict.action in ("block", "revise"):
+                    self.blocked = (guardrail, verdict, where)
+                    return
+                if verdict.action == "replace":
+                    self.guards.note(guardrail, where, verdict)
+                    text = _text(verdict.value)
+        except StopRun as stop:
+            self.stop = stop
+            return
+        self.release(text)
 
 
 def _text(value: Any) -> str:
@@ -554,5 +688,5 @@ async def adrive(checks: Checks[T]) -> T:
         return done.value  # type: ignore[no-any-return]
 
 
-__all__ = ["Check", "Guardrail", "RunGuards", "Verdict", "adrive", "allow", "block", "drive", "input_guardrail",
+__all__ = ["Check", "Guardrail", "RunGuards", "StreamCheck", "Verdict", "adrive", "allow", "block", "drive", "input_guardrail",
            "model_guardrail", "model_verdict", "output_guardrail", "replace", "revise", "tool_guardrail"]
