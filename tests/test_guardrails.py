@@ -1,5 +1,5 @@
 """Guardrails: input, output and tool checks in every mode, on both drivers; blocks end the
-run "guardrail", fail closed, replace redacts, retry is bounded, verdicts are journaled."""
+run "guardrail", fail closed, replace redacts, revise is bounded, verdicts are journaled."""
 
 from __future__ import annotations
 
@@ -164,7 +164,7 @@ def test_a_result_guardrail_block_ends_the_run_before_the_model_reads_it(mode: s
     assert not any(FACT in p for p in prompts)
 
 
-def test_a_tool_guardrail_retry_gives_the_model_feedback_and_is_bounded() -> None:
+def test_a_tool_guardrail_revise_gives_the_model_feedback_and_is_bounded() -> None:
     calls: list[Any] = []
     prompts: list[str] = []
     script = lw.ScriptedPolicy([act("search", '{"q": "france"}')] * 3)
@@ -173,15 +173,15 @@ def test_a_tool_guardrail_retry_gives_the_model_feedback_and_is_bounded() -> Non
         prompts.append(prompt)
         return str(script(prompt))
 
-    guard = lw.tool_guardrail(lambda n, a: lw.retry("ask about a country's capital, not the country"),
-                              max_retries=2, name="scope")
+    guard = lw.tool_guardrail(lambda n, a: lw.revise("ask about a country's capital, not the country"),
+                              max_revisions=2, name="scope")
     trace = lw.run("q", policy, make_registry(calls), guardrails=[guard], on_repeat="off")
     assert calls == []
     assert [s.kind for s in trace.steps] == ["guardrail", "guardrail", "guardrail"]
     assert "ask about a country's capital" in prompts[1] and "ask about a country's capital" in prompts[2]
     step = tripped(trace)
-    assert "still refused after 2 retries" in step.meta["reason"]
-    assert [e["action"] for e in trace.meta["guardrails"]] == ["retry", "retry", "block"]
+    assert "still refused after 2 revisions" in step.meta["reason"]
+    assert [e["action"] for e in trace.meta["guardrails"]] == ["revise", "revise", "block"]
 
 
 @pytest.mark.parametrize("driver", ["sync", "async"])
@@ -341,6 +341,84 @@ def test_a_classifier_reply_that_is_not_plainly_an_allow_blocks(reply: str, acti
     assert model_verdict(reply).action == action
 
 
+def billed_classifier(usage: lw.Usage, verdict: str = "allow", asked: list[str] | None = None) -> Any:
+    """A classifier that reports `usage` for each call, as a backend does."""
+    def classifier(request: Any) -> lw.Completion:
+        if asked is not None:
+            asked.append(request.prompt)
+        return lw.Completion(f'{{"verdict": "{verdict}", "reason": ""}}', usage=usage)
+
+    return type("Classifier", (), {"complete": staticmethod(classifier)})()
+
+
+GUARD_USAGE = lw.Usage(100, 60, 7)
+
+
+def test_a_model_guardrails_tokens_are_the_runs_and_are_priced() -> None:
+    classifier = billed_classifier(GUARD_USAGE)
+    guards = [lw.model_guardrail(classifier, CLASSIFIER, name="topic"),
+              lw.model_guardrail(classifier, CLASSIFIER, kind="tool", name="calls"),
+              lw.model_guardrail(classifier, CLASSIFIER, kind="output", name="answer")]
+    prices = lw.pricing.Prices(1.0, 2.0, 0.5)
+    plain = run("react", [], prices=prices)
+    trace = run("react", guards, prices=prices)
+    assert trace.stopped_reason == "final"
+    three = GUARD_USAGE + GUARD_USAGE + GUARD_USAGE
+    assert trace.usage == plain.usage + three  # prompt, evaluated and completion tokens
+    assert trace.meta["cost_usd"] == pytest.approx(plain.meta["cost_usd"] + prices(three))
+
+
+def test_a_model_guardrail_is_priced_by_its_own_models_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    table = {"big": lw.pricing.Prices(10.0, 30.0), "small": lw.pricing.Prices(0.1, 0.2)}
+
+    def price_function(policy: Any, prices: Any) -> Any:  # genai-prices, by the model's name
+        if prices is not None:
+            return prices
+        name = getattr(policy, "model", None)
+        if name not in table:
+            raise ValueError(f"no price for {name!r}")
+        return table[name]
+
+    monkeypatch.setattr(lw.pricing, "price_function", price_function)
+    script = policy_for("react")
+    big = type("Big", (), {"model": "big", "complete": staticmethod(lambda request: script(request.prompt))})
+    classifier = billed_classifier(GUARD_USAGE)
+    classifier.model = "small"
+    plain = lw.run("q", big(), make_registry(), cost_budget_usd=100)
+    script = policy_for("react")
+    trace = lw.run("q", big(), make_registry(), cost_budget_usd=100,
+                   guardrails=[lw.model_guardrail(classifier, CLASSIFIER, name="topic")])
+    assert trace.meta["cost_usd"] == pytest.approx(plain.meta["cost_usd"] + table["small"](GUARD_USAGE))
+    unnamed = billed_classifier(GUARD_USAGE)  # no price of its own: the run's
+    script = policy_for("react")
+    trace = lw.run("q", big(), make_registry(), cost_budget_usd=100,
+                   guardrails=[lw.model_guardrail(unnamed, CLASSIFIER, name="topic")])
+    assert trace.meta["cost_usd"] == pytest.approx(plain.meta["cost_usd"] + table["big"](GUARD_USAGE))
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+@pytest.mark.parametrize("budget", ["token_budget", "cost_budget"])
+def test_a_model_guardrail_that_spends_the_budget_stops_the_run_before_the_model_is_asked(budget: str,
+                                                                                        driver: str) -> None:
+    prompts: list[str] = []
+    calls: list[Any] = []
+    limit: dict[str, Any] = ({"token_budget": 50} if budget == "token_budget"
+                             else {"cost_budget_usd": 1e-4, "prices": lw.pricing.Prices(1.0, 1.0)})
+    trace = run("react", [lw.model_guardrail(billed_classifier(GUARD_USAGE), CLASSIFIER, name="topic")], driver,
+                calls, prompts, **limit)
+    assert trace.stopped_reason == budget and prompts == [] and calls == [] and trace.llm_calls == 0
+    assert trace.usage == GUARD_USAGE
+    step = trace.steps[-1]
+    assert step.kind == "guardrail" and step.meta["guardrail"] == "topic" and "spent what was left" in step.meta["reason"]
+
+
+def test_a_block_wins_over_a_spent_budget() -> None:
+    trace = run("react", [lw.model_guardrail(billed_classifier(GUARD_USAGE, "block"), CLASSIFIER, name="topic")],
+                token_budget=50)
+    tripped(trace)
+    assert trace.usage == GUARD_USAGE
+
+
 # -- the journal ---------------------------------------------------------------------------
 
 
@@ -371,6 +449,10 @@ def test_verdicts_are_journaled_and_a_resumed_run_does_not_ask_again(tmp_path: A
                       guardrails=guards)  # the first model call is replayed from the journal
     assert (trace.stopped_reason, trace.final_answer) == ("final", "sent")
     assert len(asked) == 3  # only the answer was new: the task's and the call's verdicts were replayed
+    # the replayed verdicts' tokens are counted again: the usage is that of the run made in one go
+    whole = lw.run("send bob a note", lw.ScriptedPolicy(script), [send], approver=lambda r: True, guardrails=guards)
+    bare = lw.run("send bob a note", lw.ScriptedPolicy(script), [send], approver=lambda r: True)
+    assert trace.usage == whole.usage and whole.usage.total_tokens > bare.usage.total_tokens
     with pytest.raises(TypeError, match="pass guardrails= again"):
         lw.resume("r1", lw.ScriptedPolicy(script), [send], store=store, approver=lambda r: True)
     store.close()
@@ -466,3 +548,131 @@ def test_a_model_guardrail_on_the_embedded_model_gives_a_journaled_verdict(tmp_p
     assert trace.stopped_reason in ("final", "guardrail")
     assert (trace.stopped_reason == "guardrail") == ('"block"' in verdict)
     store.close()
+
+
+# -- a watched run's answer: streamed through the output guardrails ------------------------
+
+ANSWER = "The capital is Paris. It is big! The secret code is 1234. Bye"
+
+
+class Streaming:
+    """A scripted policy that streams each reply in pieces of 4 characters (a marker such
+    as "Final Answer:" arrives cut across deltas)."""
+
+    def __init__(self, replies: list[str]) -> None:
+        self.script = lw.ScriptedPolicy(replies)
+
+    def complete(self, request: Any) -> str:
+        return str(self.script(request.prompt))
+
+    def stream(self, request: Any) -> Any:
+        text = self.complete(request)
+        for at in range(0, len(text), 4):
+            yield text[at:at + 4]
+
+
+def watch(guardrails: list[lw.Guardrail], driver: str, answer: str = ANSWER) -> list[Any]:
+    policy = Streaming([act("search", '{"q": "france"}'), final(answer)])
+    if driver == "sync":
+        return list(lw.iter_events("q", policy, make_registry(), guardrails=guardrails))
+
+    async def collect() -> list[Any]:
+        return [e async for e in lw.aiter_events("q", policy, make_registry(), guardrails=guardrails)]
+    return asyncio.run(collect())
+
+
+def sent(events: list[Any]) -> str:
+    """Everything the events carry to a watcher but the run's own trace (which keeps all)."""
+    import json
+
+    out = [json.dumps(e.to_dict()) for e in events if e.kind != "run_finished"]
+    return "\n".join(out) + str(events[-1].trace.final_answer)
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_blocked_answer_never_appears_in_any_event(driver: str) -> None:
+    guard = lw.output_guardrail(lambda text: lw.block("no codes") if "secret" in text else None, name="leak")
+    events = watch([guard], driver)
+    trace = events[-1].trace
+    step = tripped(trace)
+    assert "secret" not in sent(events) and "1234" not in sent(events) and "Bye" not in sent(events)
+    deltas = "".join(e.text for e in events if e.kind == "model_delta")
+    assert deltas.endswith("Final Answer: The capital is Paris. It is big!")  # the sentences that passed
+    assert [e.step.kind for e in events if e.kind == "step"] == ["action", "guardrail"]  # no final step out
+    assert step.meta["where"] == "output chunk 3 of step 2" and "secret code" in step.raw  # the trace keeps it
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_whole_answer_blocked_after_its_sentences_went_out_withholds_the_answer(driver: str) -> None:
+    guard = lw.output_guardrail(lambda text: lw.block("too long") if len(text) > 40 else None, name="short")
+    events = watch([guard], driver)
+    tripped(events[-1].trace)
+    deltas = "".join(e.text for e in events if e.kind == "model_delta")
+    assert deltas.endswith(ANSWER)  # each sentence passed on its own, so each went out
+    assert [e.step.kind for e in events if e.kind == "step"] == ["action", "guardrail"]
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_an_allowed_answer_streams_and_its_step_follows_the_verdict(driver: str) -> None:
+    order: list[str] = []
+
+    def check(text: str) -> None:
+        order.append(f"check {text.strip()}")
+
+    events = watch([lw.output_guardrail(check)], driver)
+    trace = events[-1].trace
+    assert (trace.stopped_reason, trace.final_answer) == ("final", ANSWER)
+    second = [e for e in events if getattr(e, "step", None) == 2 or getattr(getattr(e, "step", None), "index", 0) == 2]
+    deltas = [e.text for e in second if e.kind == "model_delta"]
+    assert "".join(deltas) == final(ANSWER) and len(deltas) > 4  # streamed, sentence by sentence
+    assert [e.kind for e in second][-1] == "step" and events[-1].kind == "run_finished"
+    assert order[-1] == f"check {ANSWER}"  # the whole answer, judged before its step went out
+
+
+def test_sentence_chunks_reach_the_output_guardrail_in_order_while_the_model_streams() -> None:
+    seen: list[str] = []
+    policy = Streaming([act("search", '{"q": "france"}'), final(ANSWER)])
+    stream = policy.stream
+
+    def streamed(request: Any) -> Any:
+        for piece in stream(request):
+            seen.append(f"model: {piece}")
+            yield piece
+
+    policy.stream = streamed  # type: ignore[method-assign]
+    list(lw.iter_events("q", policy, make_registry(), guardrails=[lw.output_guardrail(lambda t: seen.append(t))]))
+    checks = [s for s in seen if not s.startswith("model: ")]
+    assert checks == [" The capital is Paris.", " It is big!", " The secret code is 1234.", " Bye", ANSWER]
+    # each sentence was judged as soon as it was whole, while the model went on
+    last_piece = max(i for i, s in enumerate(seen) if s.startswith("model: "))
+    assert seen.index(" The capital is Paris.") < seen.index(" It is big!") < last_piece
+
+
+def test_a_streamed_replace_sends_the_redacted_sentence() -> None:
+    guard = lw.output_guardrail(lambda text: lw.replace(text.replace("1234", "****")) if "1234" in text else None)
+    events = watch([guard], "sync")
+    assert "1234" not in sent(events) and "The secret code is ****." in sent(events)
+    assert events[-1].trace.final_answer == ANSWER.replace("1234", "****")
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_iter_run_yields_the_final_step_only_after_the_output_verdict(driver: str) -> None:
+    order: list[str] = []
+
+    def check(answer: str) -> lw.Verdict | None:
+        order.append("verdict")
+        return lw.block("no") if answer == "blocked" else None
+
+    for answer in ("Paris", "blocked"):
+        order.clear()
+        options: dict[str, Any] = {"guardrails": [lw.output_guardrail(check)]}
+        policy = lw.ScriptedPolicy([act("search", '{"q": "france"}'), final(answer)])
+        if driver == "sync":
+            for step in lw.iter_run("q", policy, make_registry(), **options):
+                order.append(step.kind)
+        else:
+            async def drive(policy: Any, options: dict[str, Any]) -> None:
+                async for step in lw.aiter_run("q", policy, make_registry(), **options):
+                    order.append(step.kind)
+            asyncio.run(drive(policy, options))
+        assert order == (["action", "verdict", "final"] if answer == "Paris" else ["action", "verdict"])

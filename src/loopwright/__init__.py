@@ -88,7 +88,7 @@ from loopwright.runtime.guardrails import (
     model_guardrail,
     output_guardrail,
     replace,
-    retry,
+    revise,
     tool_guardrail,
 )
 from loopwright.runtime.spec import (
@@ -153,7 +153,7 @@ __all__ = [
     "model_guardrail",
     "output_guardrail",
     "replace",
-    "retry",
+    "revise",
     "tool_guardrail",
     "Agent",
     "STOP_REASONS",

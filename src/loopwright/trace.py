@@ -50,7 +50,7 @@ STEP_KINDS: Final = frozenset(
         "reflection",  # a critique of a failed attempt or tool call (Reflexion, on_tool_error)
         "propose",  # Tree-of-Thoughts: candidate next steps for one node
         "value",  # Tree-of-Thoughts: the score of one node (meta: node, parent, score)
-        "guardrail",  # a guardrail blocked (meta: guardrail, where, reason) or held a call back (retry)
+        "guardrail",  # a guardrail blocked (meta: guardrail, where, reason) or held a call back (revise)
     }
 )
 

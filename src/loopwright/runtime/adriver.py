@@ -40,9 +40,9 @@ from loopwright.policy import (
 )
 from loopwright.runtime.calls import bind_call, unbind_call
 from loopwright.runtime.context import RunContext
-from loopwright.runtime.driver import USER_CODE, Run, user_call
+from loopwright.runtime.driver import USER_CODE, Run, end_watched, user_call, watched_text
 from loopwright.runtime.gate import Admitted
-from loopwright.runtime.guardrails import adrive
+from loopwright.runtime.guardrails import adrive, drive
 from loopwright.tools.registry import ToolResult
 from loopwright.trace import Step, Trace
 
@@ -56,17 +56,20 @@ async def acall_model(ctx: RunContext, request: ModelRequest) -> ModelCall:
     recorded = ctx.begin_model(start)
     events = ctx.events  # someone watches: the policy streams, its deltas go out as they come
     racing = ctx.guards is not None and ctx.guards.race is not None  # a raced input check: hold the text
+    # (a StreamCheck's checks are served on the thread the text arrives on: sync, as it comes)
+    out, stream = watched_text(ctx, request, drive) if events is not None else (None, None)
     if recorded is not None:
         if racing:
             await asettle_race(ctx)
-        if events is not None:
-            events.delta(ctx.next_index, recorded.text)
+        if out is not None:
+            out(recorded.text)
+            end_watched(ctx, stream, recorded.text)
         return recorded
     remaining = ctx.deadline.remaining() if ctx.timed else None
     held: list[str] = []
     try:
-        if events is not None:
-            emit = held.append if racing else partial(events.delta, ctx.next_index)
+        if out is not None:
+            emit = held.append if racing else out
             if is_async_policy(ctx.policy):
                 ok, reply = await guard(astream_reply(ctx.policy, request, emit), remaining)
             else:  # a sync stream is read on a thread; the sink hears it from there
@@ -83,9 +86,11 @@ async def acall_model(ctx: RunContext, request: ModelRequest) -> ModelCall:
     done = ctx.model_done(request, reply, start)
     if racing:
         await asettle_race(ctx)
-        if events is not None:
+        if out is not None:
             for text in held:
-                events.delta(ctx.next_index, text)
+                out(text)
+    if out is not None:
+        end_watched(ctx, stream, done.text)
     return done
 
 
@@ -151,6 +156,7 @@ class AsyncRun:
         self._ctx.asynchronous = True
         self._tasks: set[asyncio.Task[CallDone]] = set()
         self._locks: dict[str, asyncio.Lock] = {}
+        self._next: Any = None  # what the machine asked for after a held step (see Run.hold)
 
     @property
     def trace(self) -> Trace:
@@ -165,17 +171,28 @@ class AsyncRun:
         guards = ctx.guards
         if guards is not None and not guards.started:
             await abegin_guards(ctx)
+        hold = guards is not None and bool(guards.outputs)
+        following, self._next = self._next, None
         while True:
-            try:  # (a StopIteration must not leave a coroutine)
-                item = machine.send(value) if thrown is None else machine.throw(thrown)
-            except StopIteration:
-                return None
+            if following is not None:
+                item, following = following, None
+            else:
+                try:  # (a StopIteration must not leave a coroutine)
+                    item = machine.send(value) if thrown is None else machine.throw(thrown)
+                except StopIteration:
+                    return None
             thrown = None
             if guards is not None and guards.race is not None and type(item) is not ModelRequest:
                 await asettle_race(ctx)  # nothing the model said leaves, and no tool runs, before it allows
             try:
                 if type(item) is Step:
-                    return ctx.record(item)
+                    if not hold:
+                        return ctx.record(item)
+                    try:
+                        self._next = self._run.hold(item)
+                    except StopIteration:  # the run's last step: it waits for the output verdict
+                        return None
+                    return item
                 if type(item) is ModelRequest:
                     value = await acall_model(ctx, item)
                 elif type(item) is CallTool:
@@ -207,7 +224,7 @@ class AsyncRun:
         if guards is None or not (guards.args or guards.results):
             return await self._gated(call)
         checked = await adrive(guards.args_check(call)) if guards.args else call
-        if isinstance(checked, Executed):  # a retry: not run, the model reads the feedback
+        if isinstance(checked, Executed):  # a revise: not run, the model reads the feedback
             return checked
         executed = await self._gated(checked)
         return await adrive(guards.result_check(checked, executed)) if guards.results else executed
@@ -282,11 +299,12 @@ class AsyncRun:
             run.end(exc)
             return None
         if step is None:
-            await self._finish()
+            return await self._finish()
         return step
 
-    async def _finish(self) -> None:
-        """`Run.finish`, awaited: the guardrails still owed a verdict, then the close."""
+    async def _finish(self) -> Step | None:
+        """`Run.finish`, awaited: the guardrails still owed a verdict, then the close; the
+        step the machine ended on, when it waited for the verdict and was allowed."""
         import asyncio
 
         run = self._run
@@ -297,9 +315,12 @@ class AsyncRun:
                 self._interrupt()
                 raise
             except BaseException as exc:
+                run.release(send=False)
                 run.end(exc)
-                return
+                return None
+        step = run.release()
         run.close()
+        return step
 
     def _interrupt(self) -> None:
         """End the run as "interrupted": the started calls are cancelled, what was cut off

@@ -127,10 +127,13 @@ class RunContext:
     def next_index(self) -> int:
         return len(self.trace.steps) + 1
 
-    def record(self, step: Step) -> Step:
+    def record(self, step: Step, emit: bool = True) -> Step:
+        """Add a step to the trace and tell the observers; with emit=False the watchers'
+        event waits (the driver sends it once the output guardrails allow, or never)."""
         self.trace.steps.append(step)
         for observer in self.observers:
-            observer.step(step)
+            if emit or observer is not self.events:
+                observer.step(step)
         return step
 
     def stop(self, reason: str, answer: str | None = None) -> None:

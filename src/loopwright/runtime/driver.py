@@ -38,10 +38,32 @@ from loopwright.policy import ModelRequest, policy_reply, stream_reply
 from loopwright.runtime.calls import bind_call, unbind_call
 from loopwright.runtime.context import RunContext
 from loopwright.runtime.gate import Admitted
-from loopwright.runtime.guardrails import drive
+from loopwright.runtime.guardrails import StreamCheck, drive
 from loopwright.runtime.observers import store_failed
 from loopwright.tools.registry import ToolResult
 from loopwright.trace import Step, Trace
+
+
+def watched_text(ctx: RunContext, request: ModelRequest,
+                 serve: Callable[[Any], Any]) -> tuple[Callable[[str], None], StreamCheck | None]:
+    """Where a watched run's model text goes: out as it comes, or through the output
+    guardrails' StreamCheck (served by `serve`) when the run has some."""
+    events, guards = ctx.events, ctx.guards
+    assert events is not None
+    release = partial(events.delta, ctx.next_index)
+    if guards is None or not guards.outputs:
+        return release, None
+    whole = request.purpose == "solve" or request.dialect == "native"
+    stream = guards.stream(ctx.next_index, release, whole, serve)
+    return stream.feed, stream
+
+
+def end_watched(ctx: RunContext, stream: StreamCheck | None, text: str) -> None:
+    """The call's text is all out: StopRun when its StreamCheck blocked a sentence."""
+    if stream is not None:
+        stream.close()
+        assert ctx.guards is not None
+        ctx.guards.end_stream(stream, text)
 
 
 def call_model(ctx: RunContext, request: ModelRequest) -> ModelCall:
@@ -50,17 +72,19 @@ def call_model(ctx: RunContext, request: ModelRequest) -> ModelCall:
     recorded = ctx.begin_model(start)
     events = ctx.events  # someone watches: the policy streams, its deltas go out as they come
     racing = ctx.guards is not None and ctx.guards.race is not None  # a raced input check: hold the text
+    out, stream = watched_text(ctx, request, drive) if events is not None else (None, None)
     if recorded is not None:
         if racing:
             settle_race(ctx)
-        if events is not None:
-            events.delta(ctx.next_index, recorded.text)
+        if out is not None:
+            out(recorded.text)
+            end_watched(ctx, stream, recorded.text)
         return recorded
     held: list[str] = []
-    if events is None:
+    if out is None:
         answer: Callable[..., Any] = policy_reply
     else:
-        answer = partial(stream_reply, emit=held.append if racing else partial(events.delta, ctx.next_index))
+        answer = partial(stream_reply, emit=held.append if racing else out)
     remaining = ctx.deadline.remaining() if ctx.timed else None
     try:
         if remaining is None:
@@ -74,9 +98,11 @@ def call_model(ctx: RunContext, request: ModelRequest) -> ModelCall:
     done = ctx.model_done(request, reply, start)
     if racing:
         settle_race(ctx)
-        if events is not None:
+        if out is not None:
             for text in held:
-                events.delta(ctx.next_index, text)
+                out(text)
+    if out is not None:
+        end_watched(ctx, stream, done.text)
     return done
 
 
@@ -121,7 +147,7 @@ def execute(ctx: RunContext, call: CallTool) -> Executed:
     if guards is None or not (guards.args or guards.results):
         return _gated(ctx, call)
     checked = drive(guards.args_check(call)) if guards.args else call
-    if isinstance(checked, Executed):  # a retry: not run, the model reads the feedback
+    if isinstance(checked, Executed):  # a revise: not run, the model reads the feedback
         return checked
     executed = _gated(ctx, checked)
     return drive(guards.result_check(checked, executed)) if guards.results else executed
@@ -228,6 +254,10 @@ class Run(Iterator[Step]):
         self._finished = False
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._started: set[concurrent.futures.Future[CallDone]] = set()
+        # with output guardrails a step goes out once the machine has said what comes next
+        # (`hold`), and the run's last step only after the output verdict (`finish`)
+        self._next: Any = None  # what the machine asked for after the step last handed out
+        self._held: Step | None = None  # the step the machine ended on, waiting for the verdict
 
     # -- the lifecycle the async driver, the event watchers and agents use -------------
 
@@ -260,7 +290,9 @@ class Run(Iterator[Step]):
         try:
             return self._advance()
         except StopIteration:
-            self.finish()
+            last = self.finish()
+            if last is not None:
+                return last
             raise
         except BaseException as exc:
             self.end(exc)
@@ -273,15 +305,23 @@ class Run(Iterator[Step]):
         guards = ctx.guards
         if guards is not None and not guards.started:
             begin_guards(ctx)
-        item = machine.send(None)
+        hold = guards is not None and bool(guards.outputs)
+        item, self._next = (machine.send(None), None) if self._next is None else (self._next, None)
         while True:
             if guards is not None and guards.race is not None and type(item) is not ModelRequest:
                 settle_race(ctx)  # nothing the model said leaves, and no tool runs, before it allows
             if type(item) is Step:
-                ctx.record(item)
+                step = item
+                if hold:
+                    item = self.hold(step)  # StopIteration: the run's last step waits for the verdict
+                else:
+                    ctx.record(step)
+                    item = None
                 if not to_end:
-                    return item
-                item = machine.send(None)
+                    self._next = item
+                    return step
+                if item is None:
+                    item = machine.send(None)
                 continue
             try:
                 if type(item) is ModelRequest:
@@ -320,16 +360,44 @@ class Run(Iterator[Step]):
 
     # -- the end ---------------------------------------------------------------------
 
-    def finish(self) -> None:
+    def hold(self, step: Step) -> Any:
+        """Record a step, and send its event once the machine has asked for what comes
+        next (returned); when the machine ends instead (StopIteration), the step waits
+        for the output verdict (`finish`)."""
+        self._ctx.record(step, emit=False)
+        self._held = step
+        try:
+            following = self._machine.send(None)
+        except StopIteration:
+            raise
+        except BaseException:
+            self.release()
+            raise
+        self.release()
+        return following
+
+    def release(self, send: bool = True) -> Step | None:
+        """Send the held step's event (not when a block withholds it); the step."""
+        step, self._held = self._held, None
+        ctx = self._ctx
+        if step is not None and ctx.events is not None and send:
+            ctx.events.step(step if ctx.guards is None else ctx.guards.as_sent(step))
+        return step
+
+    def finish(self) -> Step | None:
         """The machine returned: the guardrails still owed a verdict give it (a block ends
-        the run "guardrail"), then the run closes."""
+        the run "guardrail", the step it ended on never sent), then the run closes. The
+        step the machine ended on, when it waited for the verdict and was allowed."""
         if self._ctx.guards is not None:
             try:
                 settle_output(self._ctx)
             except BaseException as exc:
+                self.release(send=False)
                 self.end(exc)
-                return
+                return None
+        step = self.release()
         self.close()
+        return step
 
     def end(self, exc: BaseException) -> None:
         """End the run on what the mode raised: StopRun and defects (any Exception) are

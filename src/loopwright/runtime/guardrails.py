@@ -6,15 +6,24 @@ returned, journaled as the run's end or sent as `run_finished`) and `tool_guardr
 arguments before it runs and before any approval question, or its result before the model
 reads it). A guardrail is a plain or async function, or a classifier prompt through any
 policy (`model_guardrail`); it returns a Verdict: `allow()`, `block(reason)`, `replace(value)`
-(redacted text or arguments, recorded as such) or `retry(feedback)` (a tool call is not run
-and the model reads the feedback; bounded by `max_retries`, then it blocks). None or True
+(redacted text or arguments, recorded as such) or `revise(feedback)` (a tool call is not run
+and the model reads the feedback; bounded by `max_revisions`, then it blocks). None or True
 allow, False blocks.
 
 A block ends the run with stop reason "guardrail" and a Step of kind "guardrail" naming the
 guardrail and its reason; a guardrail that raises or outlives `timeout_s` blocks (fails
 closed) unless it was made with `fail_open=True`. Every verdict but a plain allow is listed
-in `trace.meta["guardrails"]`. With a journal every verdict is recorded before it is used, and
-a resumed or forked run replays it: a model guardrail is not paid for twice.
+in `trace.meta["guardrails"]`. A model guardrail's tokens are the run's: they are added to
+`trace.usage`, priced and held to the token and cost budgets (a spent budget stops the run
+before the check's input or tool call goes on). With a journal every verdict is recorded, its
+tokens with it, before it is used, and a resumed or forked run replays it: a model guardrail
+is not paid for twice, and the resumed run's usage is the same.
+
+When the run is watched (`iter_events`, the web page) and has output guardrails, the model's
+text reaches the watcher through a StreamCheck: text before the answer passes, the answer is
+released sentence by sentence as the output guardrails allow each, and after a block nothing
+more leaves; the run's last step (the answer's) goes out, and is yielded, only after the
+verdict on the whole answer.
 
 The checks are sans-I/O like the modes: `input_checks`, `args_check`, `result_check` and
 `output_check` are generators that yield a `Check` (call this guardrail on these values)
@@ -27,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
+import re
 import threading
 import time
 import weakref
@@ -35,37 +45,43 @@ from dataclasses import KW_ONLY, dataclass
 from functools import partial
 from typing import Any, Final, Literal, Protocol, TypeVar, runtime_checkable
 
+from loopwright.events import Emitter
 from loopwright.modes.machine import CallTool, Executed, StopRun
 from loopwright.offload import Outcome, Timeout, call_in_thread, capture, run_until_complete
 from loopwright.policy import ModelRequest, Policy, call_policy
 from loopwright.tools.registry import ToolError, ToolResult
-from loopwright.trace import Step, Trace
+from loopwright.trace import Step, Trace, Usage
 from loopwright.untrusted import fence
 
 GuardrailKind = Literal["input", "output", "tool"]
-Action = Literal["allow", "block", "replace", "retry"]
+Action = Literal["allow", "block", "replace", "revise"]
 On = Literal["args", "result"]
 T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """What a guardrail decided: `action` and, for block and retry, why (`reason`, the
-    feedback the model reads on a retry); for replace, the `value` put in place."""
+    """What a guardrail decided: `action` and, for block and revise, why (`reason`, the
+    feedback the model reads on a revise); for replace, the `value` put in place. A model
+    guardrail's verdict carries the `usage` of the call that decided it."""
 
     action: Action
     reason: str = ""
     value: Any = None
+    usage: Usage | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"action": self.action, "reason": self.reason}
         if self.action == "replace":
             out["value"] = json.loads(json.dumps(self.value, default=str))
+        if self.usage is not None:
+            out["usage"] = self.usage.to_dict()
         return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Verdict:
-        return cls(d["action"], d.get("reason", ""), d.get("value"))
+        usage = d.get("usage")
+        return cls(d["action"], d.get("reason", ""), d.get("value"), None if usage is None else Usage.from_dict(usage))
 
 
 def allow() -> Verdict:
@@ -84,11 +100,11 @@ def replace(value: Any, reason: str = "") -> Verdict:
     return Verdict("replace", str(reason), value)
 
 
-def retry(feedback: str) -> Verdict:
+def revise(feedback: str) -> Verdict:
     """A tool guardrail's: do not run the call; the model reads `feedback` as the call's
-    observation and may try again (at most the guardrail's `max_retries` times, then it blocks).
-    From an input or output guardrail, where the model has nothing to redo, it blocks."""
-    return Verdict("retry", str(feedback))
+    observation and may revise it (at most the guardrail's `max_revisions` times, then it
+    blocks). From an input or output guardrail, where the model has nothing to redo, it blocks."""
+    return Verdict("revise", str(feedback))
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +123,7 @@ class Guardrail:
     race: bool = False
     tools: tuple[str, ...] | None = None
     on: On = "args"
-    max_retries: int = 2
+    max_revisions: int = 2
     model: bool = False  # a classifier prompt through a policy (what a replay saves)
 
     def __post_init__(self) -> None:
@@ -120,8 +136,8 @@ class Guardrail:
         if self.timeout_s is not None and (isinstance(self.timeout_s, bool) or not isinstance(
                 self.timeout_s, int | float) or self.timeout_s <= 0):
             raise ValueError(f"timeout_s must be a positive number of seconds or None, got {self.timeout_s!r}")
-        if isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int) or self.max_retries < 0:
-            raise ValueError(f"max_retries must be a non-negative integer, got {self.max_retries!r}")
+        if isinstance(self.max_revisions, bool) or not isinstance(self.max_revisions, int) or self.max_revisions < 0:
+            raise ValueError(f"max_revisions must be a non-negative integer, got {self.max_revisions!r}")
         if self.race and self.kind != "input":
             raise ValueError("race=True is for input guardrails only")
 
@@ -151,14 +167,14 @@ def output_guardrail(fn: Callable[[str], Any], *, name: str | None = None, fail_
 
 def tool_guardrail(fn: Callable[[str, Any], Any], *, tools: Iterable[str] | None = None, on: On = "args",
                    name: str | None = None, fail_open: bool = False, timeout_s: float | None = None,
-                   max_retries: int = 2) -> Guardrail:
+                   max_revisions: int = 2) -> Guardrail:
     """A check of tool calls (all, or those named in `tools`): `fn(tool, args)` before the
     call and before any approval question (on="args"), or `fn(tool, observation)` on the
     text the model would read (on="result"). replace gives new arguments (a dict) or a new
-    observation; retry gives the model feedback in place of the call or its result."""
+    observation; revise gives the model feedback in place of the call or its result."""
     names = None if tools is None else tuple(tools)
     return Guardrail(fn, "tool", name=_name(fn, name), fail_open=fail_open, timeout_s=timeout_s, tools=names,
-                     on=on, max_retries=max_retries)
+                     on=on, max_revisions=max_revisions)
 
 
 VERDICT_SCHEMA: Final = {
@@ -172,7 +188,8 @@ VERDICT_SCHEMA: Final = {
 class ModelCheck:
     """A classifier prompt through a policy: `prompt` with `{text}` replaced by what is
     checked (fenced as untrusted data). The reply is JSON {"verdict": "allow" | "block",
-    "reason": ...}, or text starting with allow/block."""
+    "reason": ...}, or text starting with allow/block; the verdict carries the call's usage
+    (the backend's, else the documented estimate)."""
 
     def __init__(self, policy: Policy, prompt: str, max_tokens: int) -> None:
         if "{text}" not in prompt:
@@ -185,7 +202,9 @@ class ModelCheck:
         text = values[0] if len(values) == 1 else json.dumps({"tool": values[0], "value": values[1]}, default=str)
         request = ModelRequest(self.prompt.replace("{text}", fence(str(text), "checked")), purpose="solve",
                                max_tokens=self.max_tokens, output_schema=VERDICT_SCHEMA)
-        return model_verdict(call_policy(self.policy, request).text)
+        completion = call_policy(self.policy, request)
+        usage = completion.usage or Usage.estimate(request.prompt, completion.text)
+        return dataclasses.replace(model_verdict(completion.text), usage=usage)
 
 
 def model_verdict(text: str) -> Verdict:
@@ -238,7 +257,7 @@ def as_verdict(returned: Any, guardrail: str) -> Verdict:
         return allow()
     if returned is False:
         return block(f"{guardrail} said no")
-    raise TypeError(f"a guardrail returns lw.allow(), lw.block(reason), lw.replace(value), lw.retry(feedback), "
+    raise TypeError(f"a guardrail returns lw.allow(), lw.block(reason), lw.replace(value), lw.revise(feedback), "
                     f"None or a bool; {guardrail} returned {returned!r}")
 
 
@@ -272,14 +291,17 @@ class Host(Protocol):
     task: str
     trace: Trace
     output: Any
+    cost: Any  # a CostMeter, or None
+    events: Emitter | None
 
     @property
     def next_index(self) -> int: ...
-    def record(self, step: Step) -> Step: ...
+    def record(self, step: Step, emit: bool = True) -> Step: ...
+    def guard_after_call(self) -> str | None: ...
 
 
 class RunGuards:
-    """One run's guardrails by kind, their retry counts and the raced input check in flight."""
+    """One run's guardrails by kind, their revision counts and the raced input check in flight."""
 
     def __init__(self, ctx: Host, guardrails: Sequence[Guardrail], journal: Any) -> None:
         self.ctx: Host = weakref.proxy(ctx)  # the context owns this: no reference cycle
@@ -289,9 +311,11 @@ class RunGuards:
         self.args = tuple(g for g in guardrails if g.kind == "tool" and g.on == "args")
         self.results = tuple(g for g in guardrails if g.kind == "tool" and g.on == "result")
         self.journal = journal if isinstance(journal, VerdictJournal) else None
-        self.retries: dict[str, int] = {}
+        self.revisions: dict[str, int] = {}
         self.race: Any = None  # the raced input check in flight (a future or a task), until settled
         self.started = False  # the input guardrails were started (before the machine's first request)
+        self.prices: dict[str, Any] = {}  # a model guardrail's price function, by name (see `spend`)
+        self.replaced: tuple[str, str] | None = None  # the answer an output guardrail replaced, and by what
         self._lock = threading.Lock()
 
     # -- shared by every check ------------------------------------------------------
@@ -302,7 +326,9 @@ class RunGuards:
         key = f"{guardrail.name} @ {where}"
         recorded = self.journal.recorded_verdict(key) if self.journal is not None else None
         if recorded is not None:
-            return Verdict.from_dict(recorded)
+            verdict = Verdict.from_dict(recorded)
+            self.spend(guardrail, where, verdict)
+            return verdict
         start = time.perf_counter()
         ok, out = yield Check(guardrail, values, key)
         failure = None
@@ -321,7 +347,31 @@ class RunGuards:
         if self.journal is not None:
             self.journal.record_verdict(key, guardrail.name, {**verdict.to_dict(),
                                                               "seconds": round(time.perf_counter() - start, 6)})
+        self.spend(guardrail, where, verdict)
         return verdict
+
+    def spend(self, guardrail: Guardrail, where: str, verdict: Verdict) -> None:
+        """Add a model guardrail's tokens to the run's usage and cost. When they spent a
+        budget, the input or tool call it checked goes no further (StopRun; a block still
+        wins); an answer it allowed stands, as one whose own model call overran would."""
+        usage = verdict.usage
+        if usage is None:
+            return
+        ctx = self.ctx
+        ctx.trace.add_usage(usage)
+        if ctx.cost is not None:
+            with self._lock:  # ReWOO's workers may check calls at once
+                price = self.prices.get(guardrail.name)
+                if price is None:
+                    price = self.prices[guardrail.name] = ctx.cost.price_of(getattr(guardrail.check, "policy", None))
+                ctx.cost.add_apart(usage, price(usage))
+        spent = ctx.guard_after_call()
+        if spent is None or spent == "timeout" or verdict.action == "block" or guardrail.kind == "output":
+            return
+        message = f"{spent.replace('_', ' ')} reached: guardrail {guardrail.name!r} spent what was left on the {where}"
+        ctx.record(Step(ctx.next_index, "guardrail", error=message,
+                        meta={"guardrail": guardrail.name, "where": where, "reason": message}))
+        raise StopRun(spent, message)
 
     def note(self, guardrail: Guardrail, where: str, verdict: Verdict, **extra: Any) -> dict[str, Any]:
         """List a verdict in trace.meta["guardrails"] (what the viewer and the journal keep)."""
@@ -331,13 +381,18 @@ class RunGuards:
         return entry
 
     def trip(self, guardrail: Guardrail, where: str, verdict: Verdict, tool: str | None = None,
-             args: dict[str, Any] | None = None) -> StopRun:
-        """Record the step of a block and return the StopRun that ends the run."""
+             args: dict[str, Any] | None = None, withheld: str = "") -> StopRun:
+        """Record the step of a block and return the StopRun that ends the run. `withheld`:
+        the model text it stopped on the way out, kept as the step's raw in the trace and
+        the journal, not in the step's event."""
         message = f"guardrail {guardrail.name!r} blocked the {where}: {verdict.reason}"
         self.note(guardrail, where, Verdict("block", verdict.reason))
         ctx = self.ctx
-        ctx.record(Step(ctx.next_index, "guardrail", tool=tool, args=args, error=message,
-                        meta={"guardrail": guardrail.name, "where": where, "reason": verdict.reason}))
+        step = Step(ctx.next_index, "guardrail", withheld, tool=tool, args=args, error=message,
+                    meta={"guardrail": guardrail.name, "where": where, "reason": verdict.reason})
+        ctx.record(step, emit=not withheld)
+        if withheld and ctx.events is not None:
+            ctx.events.step(dataclasses.replace(step, raw=""))
         return StopRun("guardrail", message)
 
     # -- input ----------------------------------------------------------------------
@@ -356,7 +411,7 @@ class RunGuards:
         return out
 
     def apply_input(self, verdicts: list[tuple[Guardrail, Verdict]], raced: bool) -> None:
-        """Raise StopRun at a block (a retry, or a raced replace: the model read the task
+        """Raise StopRun at a block (a revise, or a raced replace: the model read the task
         already); note a replace (the task is the replaced one from now on)."""
         for guardrail, verdict in verdicts:
             if verdict.action == "replace" and not raced:
@@ -371,28 +426,28 @@ class RunGuards:
 
     # -- tools ----------------------------------------------------------------------
 
-    def _retry(self, guardrail: Guardrail, verdict: Verdict) -> Verdict:
-        """A retry within the guardrail's bound, else a block saying so."""
+    def _revise(self, guardrail: Guardrail, verdict: Verdict) -> Verdict:
+        """A revise within the guardrail's bound, else a block saying so."""
         with self._lock:
-            n = self.retries[guardrail.name] = self.retries.get(guardrail.name, 0) + 1
-        if n > guardrail.max_retries:
-            return block(f"{verdict.reason} (still refused after {guardrail.max_retries} retries)")
+            n = self.revisions[guardrail.name] = self.revisions.get(guardrail.name, 0) + 1
+        if n > guardrail.max_revisions:
+            return block(f"{verdict.reason} (still refused after {guardrail.max_revisions} revisions)")
         return verdict
 
     def args_check(self, call: CallTool) -> Checks[CallTool | Executed]:
         """The call to run (its arguments replaced, if a guardrail said so), or an Executed
-        in its place (a retry: not run, the feedback as its observation). Raises StopRun at
+        in its place (a revise: not run, the feedback as its observation). Raises StopRun at
         a block."""
         for guardrail in self.args:
             if not guardrail.applies_to(call.name):
                 continue
             verdict = yield from self.verdict(guardrail, (call.name, call.args), f"args of {call.name}#{call.key}")
             where = f"args of {call.name}#{call.key}"
-            if verdict.action == "retry":
-                verdict = self._retry(guardrail, verdict)
+            if verdict.action == "revise":
+                verdict = self._revise(guardrail, verdict)
             if verdict.action == "block":
                 raise self.trip(guardrail, where, verdict, call.name, call.args)
-            if verdict.action == "retry":
+            if verdict.action == "revise":
                 self.note(guardrail, where, verdict)
                 return _not_run(call, guardrail, verdict.reason)
             if verdict.action == "replace":
@@ -406,22 +461,22 @@ class RunGuards:
 
     def result_check(self, call: CallTool, executed: Executed) -> Checks[Executed]:
         """The Executed the model reads: its observation replaced, or the feedback of a
-        retry in its place. Raises StopRun at a block."""
+        revise in its place. Raises StopRun at a block."""
         result = executed.result
         for guardrail in self.results:
             if not guardrail.applies_to(call.name):
                 continue
             where = f"result of {call.name}#{call.key}"
             verdict = yield from self.verdict(guardrail, (call.name, result.observation), where)
-            if verdict.action == "retry":
-                verdict = self._retry(guardrail, verdict)
+            if verdict.action == "revise":
+                verdict = self._revise(guardrail, verdict)
             if verdict.action == "block":
                 raise self.trip(guardrail, where, verdict, call.name, call.args)
-            if verdict.action in ("retry", "replace"):
+            if verdict.action in ("revise", "replace"):
                 self.note(guardrail, where, verdict)
-                observation = verdict.reason if verdict.action == "retry" else _text(verdict.value)
-                value = None if verdict.action == "retry" else verdict.value
-                error = ToolError(call.name, verdict.reason, "guardrail") if verdict.action == "retry" else None
+                observation = verdict.reason if verdict.action == "revise" else _text(verdict.value)
+                value = None if verdict.action == "revise" else verdict.value
+                error = ToolError(call.name, verdict.reason, "guardrail") if verdict.action == "revise" else None
                 result = dataclasses.replace(result, value=value, observation=observation, error=error)
                 meta = {**(executed.meta or {}), "guardrail": {"name": guardrail.name, "action": verdict.action}}
                 executed = Executed(result, executed.kind, meta)
@@ -437,18 +492,137 @@ class RunGuards:
             return
         for guardrail in self.outputs:
             verdict = yield from self.verdict(guardrail, (trace.final_answer,), "output")
-            if verdict.action in ("block", "retry"):
+            if verdict.action in ("block", "revise"):
                 trace.output = None
                 raise self.trip(guardrail, "output", Verdict("block", verdict.reason))
             if verdict.action == "replace":
                 self.note(guardrail, "output", verdict)
-                trace.final_answer = _text(verdict.value)
+                original, trace.final_answer = trace.final_answer, _text(verdict.value)
+                self.replaced = (original if self.replaced is None else self.replaced[0], trace.final_answer)
                 spec = self.ctx.output
                 if spec is not None:
                     try:
                         trace.output = spec.parse(trace.final_answer)
                     except ValueError:
                         trace.output = None
+
+
+    def as_sent(self, step: Step) -> Step:
+        """A step as its event carries it: where an output guardrail replaced the answer,
+        the replacement in its text (the trace keeps what the model said)."""
+        if self.replaced is None:
+            return step
+        original, replacement = self.replaced
+        raw = step.raw.replace(original, replacement) if original in step.raw else ""
+        return dataclasses.replace(step, raw=raw, thought=step.thought.replace(original, replacement))
+
+    def stream(self, step: int, release: Callable[[str], None], whole: bool,
+               serve: Callable[[Checks[Verdict]], Verdict]) -> StreamCheck:
+        """The StreamCheck of one model call's text (see StreamCheck)."""
+        return StreamCheck(self, step, release, whole, serve)
+
+    def end_stream(self, stream: StreamCheck, raw: str) -> None:
+        """The streamed call returned: StopRun when a sentence of it was blocked (its text,
+        `raw`, withheld from the events) or a check spent a budget."""
+        if stream.blocked is not None:
+            guardrail, verdict, where = stream.blocked
+            raise self.trip(guardrail, where, Verdict("block", verdict.reason), withheld=raw)
+        if stream.stop is not None:
+            raise stream.stop
+
+
+ANSWER_MARKERS: Final = ("final answer:", "finish[")
+"""Where a model's answer starts in its text (the ReAct family's JSON and bracket dialects)."""
+
+_SENTENCE_END: Final = re.compile(r"[.!?]+[\"')\]]*(?=\s)|\n")
+
+
+class StreamCheck:
+    """One model call's text on its way to a watcher while the run has output guardrails.
+
+    Text before the answer (before "Final Answer:" or "finish[") passes as it comes; the
+    answer (or all of the call's text, `whole`, for a call whose text is the answer: a
+    solve call, native tool calling) is cut at sentence ends, and each sentence is released
+    once every output guardrail allows it (a replace releases the replacement). After a
+    block nothing more of the call leaves (`blocked`; the driver ends the run when the
+    call returns). Chunk verdicts are journaled by step and chunk number, so a replayed
+    call is not judged again."""
+
+    def __init__(self, guards: RunGuards, step: int, release: Callable[[str], None], whole: bool,
+                 serve: Callable[[Checks[Verdict]], Verdict]) -> None:
+        self.guards = guards
+        self.step = step
+        self.release = release
+        self.serve = serve
+        self.answer = whole  # in the answer: text waits for the checks
+        self.pending = ""  # text not yet released
+        self.chunks = 0
+        self.blocked: tuple[Guardrail, Verdict, str] | None = None
+        self.stop: StopRun | None = None  # a check spent a budget
+
+    def feed(self, text: str) -> None:
+        """A delta of the model's text."""
+        if self.blocked is not None or self.stop is not None:
+            return
+        self.pending += text
+        if not self.answer:
+            self._before_answer()
+        if self.answer:
+            self._sentences(False)
+
+    def close(self) -> None:
+        """The call's text ended: the rest is the last chunk."""
+        if self.blocked is None and self.stop is None:
+            if self.answer:
+                self._sentences(True)
+            elif self.pending:
+                self.release(self.pending)
+                self.pending = ""
+
+    def _before_answer(self) -> None:
+        text = self.pending
+        lower = text.lower()
+        found = [(at, marker) for marker in ANSWER_MARKERS if (at := lower.find(marker)) >= 0]
+        if found:
+            at, marker = min(found)
+            cut = at + len(marker)
+            self.answer = True
+        else:  # hold back a tail that may be the start of a marker
+            cut = len(text) - max((n for marker in ANSWER_MARKERS for n in range(len(marker), 0, -1)
+                                   if lower.endswith(marker[:n])), default=0)
+        if cut:
+            self.release(text[:cut])
+            self.pending = text[cut:]
+
+    def _sentences(self, last: bool) -> None:
+        while self.blocked is None and self.stop is None and self.pending:
+            end = _SENTENCE_END.search(self.pending)
+            if end is None and not last:
+                return
+            cut = len(self.pending) if end is None else end.end()
+            chunk, self.pending = self.pending[:cut], self.pending[cut:]
+            self._check(chunk)
+
+    def _check(self, chunk: str) -> None:
+        if not chunk.strip():
+            self.release(chunk)
+            return
+        self.chunks += 1
+        where = f"output chunk {self.chunks} of step {self.step}"
+        text = chunk
+        try:
+            for guardrail in self.guards.outputs:
+                verdict = self.serve(self.guards.verdict(guardrail, (text,), where))
+                if verdict.action in ("block", "revise"):
+                    self.blocked = (guardrail, verdict, where)
+                    return
+                if verdict.action == "replace":
+                    self.guards.note(guardrail, where, verdict)
+                    text = _text(verdict.value)
+        except StopRun as stop:
+            self.stop = stop
+            return
+        self.release(text)
 
 
 def _text(value: Any) -> str:
@@ -459,7 +633,7 @@ def _not_run(call: CallTool, guardrail: Guardrail, feedback: str) -> Executed:
     error = ToolError(call.name, feedback, "guardrail")
     observation = f"ERROR[{call.name}]: not run: guardrail {guardrail.name!r}: {feedback}"
     result = ToolResult(call.name, call.args, None, observation=observation, error=error, duration_s=0.0)
-    return Executed(result, "guardrail", {"guardrail": {"name": guardrail.name, "action": "retry"}})
+    return Executed(result, "guardrail", {"guardrail": {"name": guardrail.name, "action": "revise"}})
 
 
 # -- serving the checks ---------------------------------------------------------------
@@ -514,5 +688,5 @@ async def adrive(checks: Checks[T]) -> T:
         return done.value  # type: ignore[no-any-return]
 
 
-__all__ = ["Check", "Guardrail", "RunGuards", "Verdict", "adrive", "allow", "block", "drive", "input_guardrail",
-           "model_guardrail", "model_verdict", "output_guardrail", "replace", "retry", "tool_guardrail"]
+__all__ = ["Check", "Guardrail", "RunGuards", "StreamCheck", "Verdict", "adrive", "allow", "block", "drive", "input_guardrail",
+           "model_guardrail", "model_verdict", "output_guardrail", "replace", "revise", "tool_guardrail"]

@@ -72,29 +72,49 @@ def store_failed(trace: Trace, exc: StoreError) -> None:
 
 class CostMeter:
     """What the run's model calls cost (`prices`, `cost_budget_usd`): each step's cost on
-    the step, the run's so far in `trace.meta["cost_usd"]`."""
+    the step, the run's so far in `trace.meta["cost_usd"]`. `looked_up`: the run's price
+    came from its model's name (no `prices=`), so another model is priced by its own."""
 
-    __slots__ = ("budget", "children_cost", "children_usage", "price", "trace")
+    __slots__ = ("apart_cost", "apart_usage", "budget", "looked_up", "price", "trace")
 
-    def __init__(self, price: pricing.PriceFunction, budget: float | None, trace: Trace) -> None:
+    def __init__(self, price: pricing.PriceFunction, budget: float | None, trace: Trace,
+                 looked_up: bool = False) -> None:
         self.price = price
         self.budget = budget
         self.trace = trace
-        self.children_usage = Usage()  # child agents' usage, in trace.usage but priced by them
-        self.children_cost = 0.0
+        self.looked_up = looked_up
+        # child agents' and model guardrails' usage: in trace.usage, but priced apart
+        self.apart_usage = Usage()
+        self.apart_cost = 0.0
         trace.meta["cost_usd"] = 0.0
 
     def spent(self) -> bool:
         """Record the run's cost so far on its trace; True when it reached the budget."""
         usage = self.trace.usage
-        if self.children_cost or self.children_usage.total_tokens:
-            kids = self.children_usage
-            usage = Usage(usage.prompt_tokens - kids.prompt_tokens, usage.evaluated_tokens - kids.evaluated_tokens,
-                          usage.completion_tokens - kids.completion_tokens, estimated=usage.estimated)
-            cost = self.trace.meta["cost_usd"] = self.price(usage) + self.children_cost
+        if self.apart_cost or self.apart_usage.total_tokens:
+            apart = self.apart_usage
+            usage = Usage(usage.prompt_tokens - apart.prompt_tokens, usage.evaluated_tokens - apart.evaluated_tokens,
+                          usage.completion_tokens - apart.completion_tokens, estimated=usage.estimated)
+            cost = self.trace.meta["cost_usd"] = self.price(usage) + self.apart_cost
         else:
             cost = self.trace.meta["cost_usd"] = self.price(usage)
         return self.budget is not None and bool(cost >= self.budget)
+
+    def price_of(self, policy: Any) -> pricing.PriceFunction:
+        """The price of another model's calls (a model guardrail's): its own, looked up by
+        its name, when the run's was; else (prices= given, or a name with no price) the run's."""
+        if self.looked_up and policy is not None:
+            try:
+                return pricing.price_function(policy, None)
+            except ValueError:
+                pass
+        return self.price
+
+    def add_apart(self, usage: Usage, cost: float) -> None:
+        """Usage already in trace.usage that was priced apart (a model guardrail's call)."""
+        self.apart_usage = self.apart_usage + usage
+        self.apart_cost += cost
+        self.spent()
 
     def left(self) -> float | None:
         """What is left of the budget (None: no budget)."""
@@ -106,9 +126,7 @@ class CostMeter:
     def add_child(self, usage: Usage, cost: float | None) -> None:
         """A child agent's run: its usage (already in trace.usage) at its own cost, or at
         this run's prices when it priced nothing."""
-        self.children_usage = self.children_usage + usage
-        self.children_cost += self.price(usage) if cost is None else cost
-        self.spent()
+        self.add_apart(usage, self.price(usage) if cost is None else cost)
 
     def model(self, n: int, request: ModelRequest, completion: Completion, usage: Usage, start: float) -> None:
         pass
@@ -133,7 +151,8 @@ def cost_meter(policy: Any, budget: Any, prices: Any, trace: Trace) -> CostMeter
         return None
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int | float) or budget <= 0):
         raise ValueError(f"cost_budget_usd must be a positive number of dollars, got {budget!r}")
-    return CostMeter(pricing.price_function(policy, prices), None if budget is None else float(budget), trace)
+    return CostMeter(pricing.price_function(policy, prices), None if budget is None else float(budget), trace,
+                     looked_up=prices is None)
 
 
 __all__ = ["CostMeter", "JournalObserver", "Observer", "cost_meter", "store_failed"]
