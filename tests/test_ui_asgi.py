@@ -23,7 +23,7 @@ from ag_ui.core import RunErrorEvent, RunFinishedEvent, TextMessageContentEvent
 
 import loopwright as lw
 from helpers.agui import EVENT, check_order, custom
-from loopwright.modes import MODES
+from loopwright.runtime import MODES
 from loopwright.safety import Decision, approval_key
 from loopwright.ui import AGUIMapper, app
 from loopwright.ui.server import LiveRun
