@@ -15,6 +15,7 @@ partial trace is on the AsyncRun and in the journal.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -62,22 +63,14 @@ async def acall_model(ctx: RunContext, request: ModelRequest) -> ModelCall:
         if events is not None:
             events.delta(ctx.next_index, recorded.text)
         return recorded
-    remaining = ctx.deadline.remaining() if ctx.timed else None
     held: list[str] = []
+    emit = None if events is None else held.append if racing else partial(events.delta, ctx.next_index)
     try:
-        if events is not None:
-            emit = held.append if racing else partial(events.delta, ctx.next_index)
-            if is_async_policy(ctx.policy):
-                ok, reply = await guard(astream_reply(ctx.policy, request, emit), remaining)
-            else:  # a sync stream is read on a thread; the sink hears it from there
-                ok, reply = await acall_in_thread(partial(stream_reply, ctx.policy, request, emit), remaining,
-                                                  "policy")
-        elif is_async_policy(ctx.policy):
-            ok, reply = await guard(acall_policy(ctx.policy, request), remaining)
+        chain = getattr(ctx.policy, "aanswer_in_turn", None)  # lw.models.Fallback: each model with its retries
+        if callable(chain):
+            reply = await chain(request, partial(_aattempts, ctx, emit))
         else:
-            ok, reply = await acall_in_thread(partial(policy_reply, ctx.policy, request), remaining, "policy")
-        if not ok:
-            raise reply
+            reply = await _aattempts(ctx, emit, ctx.policy, request)
     except Exception as exc:  # the choke point: any policy failure ends the run cleanly
         raise ctx.model_failed(request, exc, start) from exc
     done = ctx.model_done(request, reply, start)
@@ -87,6 +80,37 @@ async def acall_model(ctx: RunContext, request: ModelRequest) -> ModelCall:
             for text in held:
                 events.delta(ctx.next_index, text)
     return done
+
+
+async def _aattempts(ctx: RunContext, emit: Callable[[str], None] | None, policy: Any,
+                     request: ModelRequest) -> Any:
+    """`driver._attempts`, awaited: an async policy on this loop, a sync one on a thread."""
+    import asyncio
+
+    attempt = 1
+    while True:
+        limit, own = ctx.attempt_limit()
+        try:
+            with ctx.retrying():
+                if emit is not None:
+                    if is_async_policy(policy):
+                        ok, reply = await guard(astream_reply(policy, request, emit), limit)
+                    else:  # a sync stream is read on a thread; the sink hears it from there
+                        ok, reply = await acall_in_thread(partial(stream_reply, policy, request, emit), limit,
+                                                          "policy")
+                elif is_async_policy(policy):
+                    ok, reply = await guard(acall_policy(policy, request), limit)
+                else:
+                    ok, reply = await acall_in_thread(partial(policy_reply, policy, request), limit, "policy")
+            if not ok:
+                raise ctx.attempt_timed_out(reply, own)
+            return reply
+        except Exception as exc:
+            delay = ctx.retry_model(exc, attempt, policy)
+            if delay is None:
+                raise
+        await asyncio.sleep(delay)
+        attempt += 1
 
 
 async def abegin_guards(ctx: RunContext) -> None:

@@ -61,14 +61,12 @@ def call_model(ctx: RunContext, request: ModelRequest) -> ModelCall:
         answer: Callable[..., Any] = policy_reply
     else:
         answer = partial(stream_reply, emit=held.append if racing else partial(events.delta, ctx.next_index))
-    remaining = ctx.deadline.remaining() if ctx.timed else None
     try:
-        if remaining is None:
-            reply = answer(ctx.policy, request)
+        chain = getattr(ctx.policy, "answer_in_turn", None)  # lw.models.Fallback: each model with its retries
+        if callable(chain):
+            reply = chain(request, partial(_attempts, ctx, answer))
         else:
-            ok, reply = call_in_thread(partial(answer, ctx.policy, request), remaining, "policy")
-            if not ok:
-                raise reply
+            reply = _attempts(ctx, answer, ctx.policy, request)
     except Exception as exc:  # the choke point: any policy failure ends the run cleanly
         raise ctx.model_failed(request, exc, start) from exc
     done = ctx.model_done(request, reply, start)
@@ -78,6 +76,28 @@ def call_model(ctx: RunContext, request: ModelRequest) -> ModelCall:
             for text in held:
                 events.delta(ctx.next_index, text)
     return done
+
+
+def _attempts(ctx: RunContext, answer: Callable[..., Any], policy: Any, request: ModelRequest) -> Any:
+    """`answer(policy, request)`, tried again after a transient failure as the run's
+    `retry=` allows, each attempt held to the run's clock and `per_attempt_timeout_s`."""
+    attempt = 1
+    while True:
+        limit, own = ctx.attempt_limit()
+        try:
+            with ctx.retrying():
+                if limit is None:
+                    return answer(policy, request)
+                ok, reply = call_in_thread(partial(answer, policy, request), limit, "policy")
+            if not ok:
+                raise ctx.attempt_timed_out(reply, own)
+            return reply
+        except Exception as exc:
+            delay = ctx.retry_model(exc, attempt, policy)
+            if delay is None:
+                raise
+        time.sleep(delay)
+        attempt += 1
 
 
 def begin_guards(ctx: RunContext) -> None:
