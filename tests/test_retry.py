@@ -257,3 +257,114 @@ def test_otel_model_span_has_an_event_per_failed_attempt() -> None:
     assert event.name == "retry" and event.attributes is not None
     assert event.attributes["loopwright.retry.kind"] == "rate_limit"
     assert event.attributes["loopwright.retry.attempt"] == 1
+
+
+# -- tool calls ------------------------------------------------------------------------
+
+
+def act(tool: str, args: str) -> str:
+    return f"Thought: call\nAction: {tool}\nAction Input: {args}"
+
+
+def flaky_tool(fails: int, **declared: Any) -> tuple[lw.Tool, list[int]]:
+    """A tool raising ConnectionError `fails` times, then answering; its calls counted."""
+    calls: list[int] = []
+
+    def fetch(n: int) -> int:
+        "Fetch a number."
+        calls.append(n)
+        if len(calls) <= fails:
+            raise ConnectionError("reset by peer")
+        return n * 2
+
+    return lw.tool(**declared)(fetch), calls
+
+
+def test_an_idempotent_tool_failing_transiently_is_retried_and_its_attempts_recorded() -> None:
+    fetch, calls = flaky_tool(2, side_effects="read")
+    policy = lw.ScriptedPolicy([act("fetch", '{"n": 4}'), FINAL])
+    trace = lw.run("q", policy, [fetch], retry=Retry(backoff=0.0, on={"tool_exception"}))
+    assert len(calls) == 3 and trace.steps[0].observation == "8"
+    assert [a["kind"] for a in trace.steps[0].meta["attempts"]] == ["tool_exception", "tool_exception"]
+    assert "reset by peer" in trace.steps[0].meta["attempts"][0]["error"]
+    assert trace.tool_calls == 1
+
+
+def test_a_tool_failure_is_not_retried_unless_the_policy_names_it() -> None:
+    fetch, calls = flaky_tool(1, side_effects="read")
+    policy = lw.ScriptedPolicy([act("fetch", '{"n": 4}'), FINAL])
+    trace = lw.run("q", policy, [fetch], retry=Retry(backoff=0.0))  # the default covers tool timeouts only
+    assert len(calls) == 1 and "reset by peer" in (trace.steps[0].observation or "")
+
+
+def test_a_non_idempotent_tool_that_started_and_failed_is_not_retried_but_stops_in_doubt(tmp_path: Any) -> None:
+    store = lw.SQLiteStore(tmp_path / "runs.db")
+    pay, calls = flaky_tool(1, side_effects="write")
+    policy = lw.ScriptedPolicy([act("fetch", '{"n": 4}'), FINAL])
+    trace = lw.run("q", policy, [pay], store=store, retry=Retry(backoff=0.0, on={"tool_exception"}))
+    assert len(calls) == 1  # its effect may have happened: never run twice
+    assert trace.stopped_reason == "error" and trace.steps[-1].meta["in_doubt"] is True
+    assert "whether it took effect is unknown" in (trace.steps[-1].error or "")
+    [unsettled] = store.unsettled(trace.run_id)  # blocked until a person settles it, as after a crash
+    assert unsettled.key == "1"
+
+
+def test_a_non_idempotent_tool_that_dedupes_on_its_call_key_is_retried_with_the_same_key(tmp_path: Any) -> None:
+    keys: list[str] = []
+
+    @lw.tool(side_effects="write", dedupes_on_call_key=True)
+    def pay(amount: int) -> str:
+        "Pay."
+        info = lw.current_call()
+        assert info is not None
+        keys.append(f"{info.key}#{info.attempt}")
+        if len(keys) == 1:
+            raise ConnectionError("reset")
+        return "paid"
+
+    store = lw.SQLiteStore(tmp_path / "runs.db")
+    policy = lw.ScriptedPolicy([act("pay", '{"amount": 5}'), FINAL])
+    trace = lw.run("q", policy, [pay], store=store, retry=Retry(backoff=0.0, on={"tool_exception"}))
+    assert trace.final_answer == "42" and trace.steps[0].observation == "paid"
+    assert [k.split(":", 1)[1] for k in keys] == ["1#1", "1#2"]  # the same call key, the next attempt
+    assert store.unsettled(trace.run_id) == []
+
+
+def test_an_idempotent_tool_past_per_attempt_timeout_is_retried() -> None:
+    calls: list[float] = []
+
+    @lw.tool(side_effects="read")
+    def lookup(q: str) -> str:
+        "Look up."
+        calls.append(time.perf_counter())
+        if len(calls) == 1:
+            time.sleep(1.0)
+        return "found"
+
+    policy = lw.ScriptedPolicy([act("lookup", '{"q": "a"}'), FINAL])
+    trace = lw.run("q", policy, [lookup], retry=Retry(backoff=0.0, per_attempt_timeout_s=0.2))
+    assert trace.steps[0].observation == "found" and len(calls) == 2
+    assert trace.steps[0].meta["attempts"][0]["kind"] == "tool_timeout"
+
+
+def test_tool_retries_stop_at_the_run_clock() -> None:
+    fetch, calls = flaky_tool(100, side_effects="read")
+    policy = lw.ScriptedPolicy([act("fetch", '{"n": 4}'), FINAL])
+    started = time.perf_counter()
+    trace = lw.run("q", policy, [fetch], timeout_s=0.5,
+                   retry=Retry(attempts=50, backoff=0.1, on={"tool_exception"}))
+    assert time.perf_counter() - started < 1.0
+    assert 2 <= len(calls) <= 4  # waits of 0.1 and 0.2 s fit in 0.5 s; 0.4 more would not
+    assert trace.steps[0].meta["attempts"][-1]["delay_s"] is None
+
+
+def test_the_async_driver_retries_tools_only_when_safe(tmp_path: Any) -> None:
+    fetch, fetched = flaky_tool(1, side_effects="read")
+    trace = asyncio.run(lw.arun("q", lw.ScriptedPolicy([act("fetch", '{"n": 4}'), FINAL]), [fetch],
+                                retry=Retry(backoff=0.0, on={"tool_exception"})))
+    assert len(fetched) == 2 and trace.final_answer == "42"
+    pay, paid = flaky_tool(1, side_effects="write")
+    store = lw.SQLiteStore(tmp_path / "runs.db")
+    trace = asyncio.run(lw.arun("q", lw.ScriptedPolicy([act("fetch", '{"n": 4}'), FINAL]), [pay], store=store,
+                                retry=Retry(backoff=0.0, on={"tool_exception"})))
+    assert len(paid) == 1 and trace.steps[-1].meta["in_doubt"] is True

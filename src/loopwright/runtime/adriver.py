@@ -257,17 +257,30 @@ class AsyncRun:
         else:
             admitted = gate.admit(call)
         if admitted is None:  # nothing to gate, record or deduplicate
-            return gate.done(call.key, await self._run_tool(call, 1))
+            return gate.done(call.key, await self._tool_attempts(call, 1))
         if type(admitted) is not Admitted:
             return admitted  # type: ignore[no-any-return]
         if admitted.ledger is None:
-            return gate.finish(admitted, await self._run_tool(call, gate.begin(admitted)))
+            return gate.finish(admitted, await self._tool_attempts(call, gate.begin(admitted)))
         if admitted.ledger == held:
-            return gate.reuse(admitted) or gate.finish(admitted, await self._run_tool(call, gate.begin(admitted)))
+            return gate.reuse(admitted) or gate.finish(admitted, await self._tool_attempts(call, gate.begin(admitted)))
         import asyncio
 
         async with self._locks.setdefault(admitted.ledger, asyncio.Lock()):  # the second reuses
-            return gate.reuse(admitted) or gate.finish(admitted, await self._run_tool(call, gate.begin(admitted)))
+            return gate.reuse(admitted) or gate.finish(admitted, await self._tool_attempts(call, gate.begin(admitted)))
+
+    async def _tool_attempts(self, call: CallTool, attempt: int) -> ToolResult:
+        """`driver._tool_attempts`, awaited."""
+        import asyncio
+
+        ctx = self._ctx
+        while True:
+            result = await self._run_tool(call, attempt)
+            delay = ctx.gate.retry_tool(call, result, attempt) if ctx.retry is not None else None
+            if delay is None:
+                return result
+            await asyncio.sleep(delay)
+            attempt += 1
 
     async def _run_tool(self, call: CallTool, attempt: int) -> ToolResult:
         ctx = self._ctx
@@ -277,7 +290,7 @@ class AsyncRun:
         if events is not None:
             step = ctx.next_index
             events.tool_started(step, call.name, call.args, call.key)
-        timeout = ctx.deadline.remaining() if ctx.timed else None
+        timeout = ctx.attempt_limit()[0]
         try:
             result = await ctx.registry.aexecute(call.name, call.args, timeout_s=timeout)
         finally:

@@ -159,13 +159,25 @@ def _through_gate(ctx: RunContext, call: CallTool) -> Executed:
     gate = ctx.gate
     admitted = gate.admit(call)
     if admitted is None:  # nothing to gate, record or deduplicate
-        return gate.done(call.key, _run_tool(ctx, call, 1))
+        return gate.done(call.key, _tool_attempts(ctx, call, 1))
     if type(admitted) is not Admitted:
         return admitted  # type: ignore[return-value]
     if admitted.ledger is None:
-        return gate.finish(admitted, _run_tool(ctx, call, gate.begin(admitted)))
+        return gate.finish(admitted, _tool_attempts(ctx, call, gate.begin(admitted)))
     with gate.lock(admitted.ledger):  # two identical side effects at once: the second reuses
-        return gate.reuse(admitted) or gate.finish(admitted, _run_tool(ctx, call, gate.begin(admitted)))
+        return gate.reuse(admitted) or gate.finish(admitted, _tool_attempts(ctx, call, gate.begin(admitted)))
+
+
+def _tool_attempts(ctx: RunContext, call: CallTool, attempt: int) -> ToolResult:
+    """The tool run, and run again after a failure the run's `retry=` covers when the gate
+    finds that safe (`ToolGate.retry_tool`; StopRun when the call is left in doubt)."""
+    while True:
+        result = _run_tool(ctx, call, attempt)
+        delay = ctx.gate.retry_tool(call, result, attempt) if ctx.retry is not None else None
+        if delay is None:
+            return result
+        time.sleep(delay)
+        attempt += 1
 
 
 def _run_tool(ctx: RunContext, call: CallTool, attempt: int) -> ToolResult:
@@ -176,7 +188,7 @@ def _run_tool(ctx: RunContext, call: CallTool, attempt: int) -> ToolResult:
     if events is not None:
         step = ctx.next_index
         events.tool_started(step, call.name, call.args, call.key)
-    timeout = ctx.deadline.remaining() if ctx.timed else None
+    timeout = ctx.attempt_limit()[0]
     try:
         result = ctx.registry.execute(call.name, call.args, timeout_s=timeout)
     finally:
