@@ -269,11 +269,11 @@ class RunContext:
         if self.attempts:
             message += f" (after {len(self.attempts)} attempt{'s' if len(self.attempts) > 1 else ''})"
             self.call_meta["attempts"] = self.attempts
-            fallback = getattr(exc, "fallback", None)  # lw.models.Fallback: every model failed
-            if fallback:
-                self.call_meta["fallback"] = fallback
             if self.expired():  # the wait for another attempt would have outlasted the clock
                 reason = "timeout"
+        fallback = getattr(exc, "fallback", None)  # lw.models.Fallback: no model answered
+        if fallback:
+            self.call_meta["fallback"] = fallback
         for observer in self.observers:
             observer.model_failed(request.purpose, message, seconds)
         return PolicyFailed(message, reason, seconds)
