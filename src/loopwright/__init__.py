@@ -27,6 +27,7 @@ from loopwright.errors import (
     StoreError,
     ToolDefinitionError,
     ToolSetChangedError,
+    TransientModelError,
     UntypedParameterWarning,
 )
 from loopwright.events import (
@@ -91,6 +92,7 @@ from loopwright.runtime.guardrails import (
     revise,
     tool_guardrail,
 )
+from loopwright.runtime.retry import Retry
 from loopwright.runtime.spec import (
     PlanExecuteSettings,
     ReActSettings,
@@ -146,6 +148,8 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "A2AAgent",
     "Guardrail",
+    "Retry",
+    "TransientModelError",
     "Verdict",
     "allow",
     "block",

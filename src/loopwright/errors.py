@@ -3,7 +3,7 @@ and the run's own control signals (which carry the partial trace)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from loopwright.trace import Trace
@@ -33,6 +33,26 @@ class ScriptExhaustedError(LoopwrightError):
 
 class ModelError(LoopwrightError):
     """A model backend failed (server unreachable after retries, bad response)."""
+
+
+TransientKind = Literal["rate_limit", "server", "timeout", "connection", "context"]
+
+
+class TransientModelError(ModelError):
+    """A model call that failed for a reason that may pass: the server was busy (HTTP 429:
+    `rate_limit`), failed (HTTP 5xx: `server`), did not answer in time (`timeout`), could
+    not be reached (`connection`), or the prompt did not fit the model's context window
+    (`context`: the same request fails again on the same model, but another model may take
+    it). `status` is the HTTP status when there was one; `retry_after_s` the wait the server
+    asked for (its Retry-After header), if any. A run's `retry=` and `lw.models.Fallback`
+    decide on `kind`."""
+
+    def __init__(self, message: str, kind: TransientKind, *, status: int | None = None,
+                 retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.kind: TransientKind = kind
+        self.status = status
+        self.retry_after_s = retry_after_s
 
 
 class ModelNotFoundError(ModelError):

@@ -187,6 +187,8 @@ class RunSpans:
             f"{self.operation} {self.model_name}", context=parent, start_time=start,
             kind=self._trace.SpanKind.CLIENT, attributes=attributes,
         )
+        if meta:
+            _attempt_events(span, meta, start)
         self._pending.insert(0, (span, end))
 
     def model_failed(self, purpose: str, message: str, seconds: float) -> None:
@@ -280,3 +282,18 @@ class RunSpans:
         if trace.stopped_reason == "error":
             span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, "the run stopped on an error"))
         span.end()
+
+
+def _attempt_events(span: Any, meta: dict[str, Any], start: int) -> None:
+    """A `retry` event on a model call's span for each failed attempt (`meta["attempts"]`,
+    runtime/retry.py), and a `fallback` event for each model a Fallback passed over."""
+    for attempt in meta.get("attempts") or ():
+        attributes = {f"loopwright.retry.{key}": value for key, value in attempt.items() if value is not None}
+        span.add_event("retry", attributes=attributes, timestamp=start)
+    for passed in meta.get("fallback") or ():
+        attributes = {f"loopwright.fallback.{key}": str(value) for key, value in passed.items()
+                      if key != "usage" and value is not None}
+        span.add_event("fallback", attributes=attributes, timestamp=start)
+    answered = meta.get("answered_by")
+    if isinstance(answered, str):
+        span.set_attribute("loopwright.answered_by", answered)

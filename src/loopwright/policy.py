@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import KW_ONLY, dataclass, field
 from types import FunctionType
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -77,6 +79,27 @@ class ModelRequest:
     dialect: str = "json"
     known_calls: tuple[tuple[str, dict[str, Any]], ...] = ()
     output_schema: dict[str, Any] | None = None
+
+
+_RUN_RETRIES: ContextVar[bool] = ContextVar("loopwright_run_retries", default=False)
+
+
+def run_retries() -> bool:
+    """Whether the run calling this model retries its transient failures itself (the run's
+    `retry=`): a backend that would retry on its own then tries once and raises
+    `TransientModelError`, so one place decides and attempts never multiply."""
+    return _RUN_RETRIES.get()
+
+
+@contextmanager
+def retried_by_run() -> Iterator[None]:
+    """Around a model call of a run with `retry=`: `run_retries()` is True inside (and in
+    the threads loopwright starts from here, which copy the context)."""
+    token = _RUN_RETRIES.set(True)
+    try:
+        yield
+    finally:
+        _RUN_RETRIES.reset(token)
 
 
 @runtime_checkable

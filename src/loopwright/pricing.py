@@ -8,17 +8,21 @@ Prices are per million tokens. Prompt tokens the KV cache saved (sent minus eval
 charged at the cache-read price. Without `prices`, the model's name is looked up in the
 maintained price table of the `genai-prices` package (`pip install 'loopwright[prices]'`);
 a model it does not know is a clear error at the start of the run, not a silent $0.
+
+With `lw.models.Fallback`, each model is priced by its own name: a call another model
+answered (`meta["answered_by"]`) costs what each model it went to spent at that model's
+price (`by_model`, `split_usage`); `prices=` may then map model names to prices.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from loopwright.trace import Step, Usage
 
-__all__ = ["Prices", "charge", "price_function"]
+__all__ = ["Prices", "by_model", "charge", "price_function", "split_usage"]
 
 PriceFunction = Callable[[Usage], float]
 
@@ -51,9 +55,18 @@ def _model_name(policy: Any) -> str | None:
 
 
 def price_function(policy: Any, prices: Any) -> PriceFunction:
-    """The cost of one call's Usage: `prices` (a Prices, or any Usage -> dollars function),
-    else the policy's model looked up in genai-prices. Raises ValueError when no price is
-    known."""
+    """The cost of one call's Usage: `prices` (a Prices, or any Usage -> dollars function,
+    or a mapping of model names to those), else the policy's model looked up in
+    genai-prices. A Fallback is priced as its first model (`by_model` prices the others).
+    Raises ValueError when no price is known."""
+    models = getattr(policy, "models", None)
+    if isinstance(models, tuple) and models:  # lw.models.Fallback
+        policy = models[0]
+    if isinstance(prices, Mapping):
+        name = _model_name(policy)
+        if name not in prices:
+            raise ValueError(f"prices has no entry for model {name!r}; it has {', '.join(map(repr, prices))}")
+        prices = prices[name]
     if prices is not None:
         if not callable(prices):
             raise TypeError(f"prices must be a loopwright.pricing.Prices or a function of Usage, got {type(prices).__name__}")
@@ -91,3 +104,31 @@ def charge(price: PriceFunction, step: Step) -> None:
     """Put the cost of a step's model call on the step (`meta["cost_usd"]`)."""
     if step.usage.prompt_tokens or step.usage.completion_tokens:
         step.meta["cost_usd"] = price(step.usage)
+
+
+def by_model(policy: Any, prices: Any) -> dict[str, PriceFunction] | None:
+    """Each model of a Fallback by name, with its price (checked now: a model with no known
+    price is a ValueError at the start of the run); None for any other policy."""
+    models = getattr(policy, "models", None)
+    if not isinstance(models, tuple) or not models:
+        return None
+    return {str(_model_name(m)): price_function(m, prices) for m in models}
+
+
+def split_usage(usage: Usage, meta: Mapping[str, Any]) -> list[tuple[str, Usage]] | None:
+    """A Fallback's call, its usage by the model that spent it (the answering model's share
+    is what the others' recorded usage leaves); None for a call no Fallback answered."""
+    answered = meta.get("answered_by")
+    if not isinstance(answered, str):
+        return None
+    parts: list[tuple[str, Usage]] = []
+    rest = usage
+    for entry in meta.get("fallback") or ():
+        spent = entry.get("usage") if isinstance(entry, Mapping) else None
+        if isinstance(spent, Mapping):
+            part = Usage.from_dict(spent)
+            parts.append((str(entry.get("model")), part))
+            rest = Usage(rest.prompt_tokens - part.prompt_tokens, rest.evaluated_tokens - part.evaluated_tokens,
+                         rest.completion_tokens - part.completion_tokens, estimated=rest.estimated)
+    parts.append((answered, rest))
+    return parts

@@ -5,6 +5,7 @@ llama-cpp-python is imported only when a LlamaCpp model first loads.
 """
 
 from loopwright.errors import ModelChecksumError
+from loopwright.models.fallback import Fallback
 from loopwright.models.grammar import grammar_for, plan_grammar, react_grammar
 from loopwright.models.hub import parse_hub_ref
 from loopwright.models.llamacpp import LlamaCpp, default_model_path, default_n_ctx
@@ -12,6 +13,7 @@ from loopwright.models.openai_compat import OpenAICompatible
 from loopwright.models.record import Recorder, Replay, read_cassette
 
 __all__ = [
+    "Fallback",
     "LlamaCpp",
     "ModelChecksumError",
     "OpenAICompatible",

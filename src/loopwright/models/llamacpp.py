@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from loopwright.errors import ModelError, ModelNotFoundError
+from loopwright.errors import ModelError, ModelNotFoundError, TransientModelError
 from loopwright.models.gguf import trained_context
 from loopwright.models.grammar import CONSTRAINED_MIN_TOKENS, grammar_for
 from loopwright.policy import Completion, ModelRequest
@@ -472,9 +472,9 @@ class LlamaCpp:
         tokens = self._tokens_for(request.prompt)
         room = self.n_ctx - len(tokens)
         if room < 2:
-            raise ModelError(
+            raise TransientModelError(
                 f"the prompt has {len(tokens)} tokens and does not fit the context "
-                f"window of {self.n_ctx}; raise n_ctx or lower max_steps"
+                f"window of {self.n_ctx}; raise n_ctx or lower max_steps", "context"
             )
         wanted = request.max_tokens or self.max_tokens
         if grammar is not None:

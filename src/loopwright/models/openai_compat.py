@@ -42,7 +42,11 @@ Completion.meta["constrain_rejected"] lists what was refused on that call.
 
 Transient failures (connection errors and timeouts, HTTP 429, HTTP 5xx) are retried up
 to max_retries times with exponential backoff; Completion.meta["retries"] says how many
-retries the call took.
+retries the call took. One place decides: in a run with `retry=lw.Retry(...)` the run
+retries (every attempt recorded on the step, in the journal and on the span) and this
+model tries once; either way a transient failure it gives up on is a
+`TransientModelError` whose `kind` says which ("rate_limit", "server", "timeout",
+"connection"), so `lw.models.Fallback` and a run's `retry=` can tell it from a refusal.
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from loopwright.errors import ModelError
+from loopwright.errors import ModelError, TransientKind, TransientModelError
 from loopwright.models.constrain import (
     GRAMMAR_SERVERS,
     SERVERS,
@@ -65,7 +69,7 @@ from loopwright.models.constrain import (
 )
 from loopwright.models.grammar import CONSTRAINED_MIN_TOKENS, grammar_for
 from loopwright.models.sse import StreamedResponse
-from loopwright.policy import Completion, ModelRequest, ToolCall
+from loopwright.policy import Completion, ModelRequest, ToolCall, run_retries
 from loopwright.trace import Usage
 
 ToolChoice = str | Callable[[ModelRequest], str]
@@ -96,6 +100,36 @@ def _is_transient(exc: Exception) -> bool:
     if isinstance(exc, openai.APIStatusError):
         return exc.status_code == 429 or (exc.status_code >= 500 and not _is_validation(exc))
     return False
+
+
+def _transient_kind(exc: Exception) -> TransientKind:
+    """Which transient failure `exc` is (one `_is_transient` accepted)."""
+    import openai
+
+    if isinstance(exc, openai.APITimeoutError):
+        return "timeout"
+    if isinstance(exc, openai.APIConnectionError):
+        return "connection"
+    return "rate_limit" if getattr(exc, "status_code", None) == 429 else "server"
+
+
+def _given_up(where: str, exc: Exception, retries: int) -> TransientModelError:
+    """The TransientModelError for a transient failure no longer retried here."""
+    after = f" after {retries} retries" if retries else ""
+    status = getattr(exc, "status_code", None)
+    return TransientModelError(f"{where}: {type(exc).__name__}{after}: {exc}", _transient_kind(exc),
+                               status=status if isinstance(status, int) else None,
+                               retry_after_s=_retry_after(exc))
+
+
+def _retry_after(exc: Exception) -> float | None:
+    """The seconds a server's Retry-After header asks for (its number form), if any."""
+    response = getattr(exc, "response", None)
+    value = getattr(response, "headers", {}).get("retry-after") if response is not None else None
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
 
 
 def _is_validation(exc: Any) -> bool:
@@ -393,10 +427,8 @@ class OpenAICompatible:
             except openai.OpenAIError as exc:
                 if not _is_transient(exc):
                     raise ModelError(f"{self.base_url}: {type(exc).__name__}: {exc}") from exc
-                if retries >= self.max_retries:
-                    raise ModelError(
-                        f"{self.base_url}: {type(exc).__name__} after {retries} retries: {exc}"
-                    ) from exc
+                if retries >= self.max_retries or run_retries():  # the run's retry= decides
+                    raise _given_up(self.base_url, exc, retries) from exc
                 await asyncio.sleep(self.backoff_s * 2**retries)
                 retries += 1
 
@@ -488,10 +520,8 @@ class OpenAICompatible:
             except openai.OpenAIError as exc:
                 if not _is_transient(exc):
                     raise ModelError(f"{self.base_url}: {type(exc).__name__}: {exc}") from exc
-                if retries >= self.max_retries:
-                    raise ModelError(
-                        f"{self.base_url}: {type(exc).__name__} after {retries} retries: {exc}"
-                    ) from exc
+                if retries >= self.max_retries or run_retries():  # the run's retry= decides
+                    raise _given_up(self.base_url, exc, retries) from exc
                 time.sleep(self.backoff_s * 2**retries)
                 retries += 1
 

@@ -15,6 +15,7 @@ partial trace is on the AsyncRun and in the journal.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -65,22 +66,14 @@ async def acall_model(ctx: RunContext, request: ModelRequest) -> ModelCall:
             out(recorded.text)
             end_watched(ctx, stream, recorded.text)
         return recorded
-    remaining = ctx.deadline.remaining() if ctx.timed else None
     held: list[str] = []
+    emit = None if out is None else held.append if racing else out
     try:
-        if out is not None:
-            emit = held.append if racing else out
-            if is_async_policy(ctx.policy):
-                ok, reply = await guard(astream_reply(ctx.policy, request, emit), remaining)
-            else:  # a sync stream is read on a thread; the sink hears it from there
-                ok, reply = await acall_in_thread(partial(stream_reply, ctx.policy, request, emit), remaining,
-                                                  "policy")
-        elif is_async_policy(ctx.policy):
-            ok, reply = await guard(acall_policy(ctx.policy, request), remaining)
+        chain = getattr(ctx.policy, "aanswer_in_turn", None)  # lw.models.Fallback: each model with its retries
+        if callable(chain):
+            reply = await chain(request, partial(_aattempts, ctx, emit))
         else:
-            ok, reply = await acall_in_thread(partial(policy_reply, ctx.policy, request), remaining, "policy")
-        if not ok:
-            raise reply
+            reply = await _aattempts(ctx, emit, ctx.policy, request)
     except Exception as exc:  # the choke point: any policy failure ends the run cleanly
         raise ctx.model_failed(request, exc, start) from exc
     done = ctx.model_done(request, reply, start)
@@ -92,6 +85,37 @@ async def acall_model(ctx: RunContext, request: ModelRequest) -> ModelCall:
     if out is not None:
         end_watched(ctx, stream, done.text)
     return done
+
+
+async def _aattempts(ctx: RunContext, emit: Callable[[str], None] | None, policy: Any,
+                     request: ModelRequest) -> Any:
+    """`driver._attempts`, awaited: an async policy on this loop, a sync one on a thread."""
+    import asyncio
+
+    attempt = 1
+    while True:
+        limit, own = ctx.attempt_limit()
+        try:
+            with ctx.retrying():
+                if emit is not None:
+                    if is_async_policy(policy):
+                        ok, reply = await guard(astream_reply(policy, request, emit), limit)
+                    else:  # a sync stream is read on a thread; the sink hears it from there
+                        ok, reply = await acall_in_thread(partial(stream_reply, policy, request, emit), limit,
+                                                          "policy")
+                elif is_async_policy(policy):
+                    ok, reply = await guard(acall_policy(policy, request), limit)
+                else:
+                    ok, reply = await acall_in_thread(partial(policy_reply, policy, request), limit, "policy")
+            if not ok:
+                raise ctx.attempt_timed_out(reply, own)
+            return reply
+        except Exception as exc:
+            delay = ctx.retry_model(exc, attempt, policy)
+            if delay is None:
+                raise
+        await asyncio.sleep(delay)
+        attempt += 1
 
 
 async def abegin_guards(ctx: RunContext) -> None:
@@ -250,17 +274,30 @@ class AsyncRun:
         else:
             admitted = gate.admit(call)
         if admitted is None:  # nothing to gate, record or deduplicate
-            return gate.done(call.key, await self._run_tool(call, 1))
+            return gate.done(call.key, await self._tool_attempts(call, 1))
         if type(admitted) is not Admitted:
             return admitted  # type: ignore[no-any-return]
         if admitted.ledger is None:
-            return gate.finish(admitted, await self._run_tool(call, gate.begin(admitted)))
+            return gate.finish(admitted, await self._tool_attempts(call, gate.begin(admitted)))
         if admitted.ledger == held:
-            return gate.reuse(admitted) or gate.finish(admitted, await self._run_tool(call, gate.begin(admitted)))
+            return gate.reuse(admitted) or gate.finish(admitted, await self._tool_attempts(call, gate.begin(admitted)))
         import asyncio
 
         async with self._locks.setdefault(admitted.ledger, asyncio.Lock()):  # the second reuses
-            return gate.reuse(admitted) or gate.finish(admitted, await self._run_tool(call, gate.begin(admitted)))
+            return gate.reuse(admitted) or gate.finish(admitted, await self._tool_attempts(call, gate.begin(admitted)))
+
+    async def _tool_attempts(self, call: CallTool, attempt: int) -> ToolResult:
+        """`driver._tool_attempts`, awaited."""
+        import asyncio
+
+        ctx = self._ctx
+        while True:
+            result = await self._run_tool(call, attempt)
+            delay = ctx.gate.retry_tool(call, result, attempt) if ctx.retry is not None else None
+            if delay is None:
+                return result
+            await asyncio.sleep(delay)
+            attempt += 1
 
     async def _run_tool(self, call: CallTool, attempt: int) -> ToolResult:
         ctx = self._ctx
@@ -270,7 +307,7 @@ class AsyncRun:
         if events is not None:
             step = ctx.next_index
             events.tool_started(step, call.name, call.args, call.key)
-        timeout = ctx.deadline.remaining() if ctx.timed else None
+        timeout = ctx.attempt_limit()[0]
         try:
             result = await ctx.registry.aexecute(call.name, call.args, timeout_s=timeout)
         finally:

@@ -6,22 +6,25 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from types import FunctionType
 from typing import Any, Literal
 
 from loopwright import otel
+from loopwright.errors import TransientModelError
 from loopwright.events import Emitter, EventSink
 from loopwright.guards import Deadline, RunLimits
 from loopwright.modes.machine import Journal, ModelCall, PolicyFailed, StopRun
 from loopwright.modes.toolsearch import context_window
 from loopwright.offload import Timeout
 from loopwright.outputs import output_spec
-from loopwright.policy import Completion, ModelRequest, Policy
+from loopwright.policy import Completion, ModelRequest, Policy, retried_by_run
 from loopwright.prompting.templates import DEFAULT_PROMPTS, PromptSet
 from loopwright.runtime.calls import ephemeral_run_id
 from loopwright.runtime.gate import ToolGate
 from loopwright.runtime.guardrails import RunGuards
 from loopwright.runtime.observers import CostMeter, JournalObserver, Observer, cost_meter
+from loopwright.runtime.retry import Retry, attempt_record, error_text, model_failure
 from loopwright.runtime.spec import RunSpec
 from loopwright.safety import Approver
 from loopwright.tools.registry import ToolRegistry
@@ -35,7 +38,8 @@ class RunContext:
 
     __slots__ = ("task", "policy", "registry", "unscoped", "limits", "prompts", "trace", "deadline", "timed",
                  "started", "_schemas", "prompt_only", "journal", "output", "gate", "observers", "cost", "events",
-                 "in_flight", "_ephemeral_id", "agent", "parent", "asynchronous", "summaries", "guards", "__weakref__")  # fmt: skip
+                 "in_flight", "_ephemeral_id", "agent", "parent", "asynchronous", "summaries", "guards", "retry", "attempts",
+                 "call_meta", "__weakref__")  # fmt: skip
 
     def __init__(
         self,
@@ -94,6 +98,9 @@ class RunContext:
         self.asynchronous = False  # driven by the async driver (an agent tool then awaits its child)
         self.summaries = 0  # summarizer calls made for the run's memory (journaled as model calls -1, -2, ...)
         self.guards: RunGuards | None = None  # set by open_context when the run has guardrails
+        self.retry: Retry | None = None  # set by open_context: the run's retry= policy
+        self.attempts: list[dict[str, Any]] = []  # the current model call's failed attempts (retry.attempt_record)
+        self.call_meta: dict[str, Any] = {}  # what the last model call adds to the next step's meta
 
     def call_run_id(self) -> tuple[str, bool]:
         """The run id `lw.current_call()` reports, and whether it is durable."""
@@ -130,6 +137,9 @@ class RunContext:
     def record(self, step: Step, emit: bool = True) -> Step:
         """Add a step to the trace and tell the observers; with emit=False the watchers'
         event waits (the driver sends it once the output guardrails allow, or never)."""
+        if self.call_meta:  # the model call this step came from: its attempts, the model that answered
+            step.meta.update(self.call_meta)
+            self.call_meta = {}
         self.trace.steps.append(step)
         for observer in self.observers:
             if emit or observer is not self.events:
@@ -164,10 +174,14 @@ class RunContext:
         if trace.children and (spent := self.guard_after_call()) is not None:
             raise StopRun(spent, f"{spent}: the run's child agents spent what was left")
         trace.llm_calls += 1
+        self.attempts = []
         if self.journal is not None:
             recorded = self.journal.recorded_completion(trace.llm_calls)
             if recorded is not None:
                 completion, usage = recorded
+                self._call_meta(completion)
+                if self.cost is not None:
+                    self.cost.answered(completion, usage)
                 trace.add_usage(usage)
                 return ModelCall(completion.text, completion, usage, 0.0, _retries(completion),
                                  self.guard_after_call())
@@ -195,12 +209,18 @@ class RunContext:
     def model_done(self, request: ModelRequest, reply: str | Completion, start: float) -> ModelCall:
         """The answer, journaled before it is used and added to the run's usage."""
         self.in_flight.pop("model", None)
+        if self.attempts:  # it answered after failed attempts: they are journaled with the answer
+            reply = Completion(reply) if isinstance(reply, str) else reply
+            reply.meta["attempts"] = self.attempts
         completion: Completion | None
         if isinstance(reply, str):  # a plain policy's answer
             completion, text, usage = None, reply, Usage.estimate(request.prompt, reply)
         else:
             completion, text = reply, reply.text
             usage = reply.usage or Usage.estimate(request.prompt, text)
+            self._call_meta(completion)
+            if self.cost is not None:
+                self.cost.answered(completion, usage)
         if self.observers:
             recorded = completion or Completion(text)
             for observer in self.observers:
@@ -241,16 +261,72 @@ class RunContext:
         return ModelCall("", None, Usage(), time.perf_counter() - start, None, "timeout")
 
     def model_failed(self, request: ModelRequest, exc: BaseException, start: float) -> PolicyFailed:
-        """The choke point for a policy's failure: what the mode is thrown."""
+        """The choke point for a policy's failure: what the mode is thrown (its failed
+        attempts go on the step the mode records for it)."""
         self.in_flight.pop("model", None)
         seconds = time.perf_counter() - start
         if isinstance(exc, Timeout):
             message, reason = f"model call outlived the run's timeout_s={self.limits.timeout_s}", "timeout"
         else:
             message, reason = f"policy raised {type(exc).__name__}: {exc}", "error"
+        if self.attempts:
+            message += f" (after {len(self.attempts)} attempt{'s' if len(self.attempts) > 1 else ''})"
+            self.call_meta["attempts"] = self.attempts
+            if self.expired():  # the wait for another attempt would have outlasted the clock
+                reason = "timeout"
+        fallback = getattr(exc, "fallback", None)  # lw.models.Fallback: no model answered
+        if fallback:
+            self.call_meta["fallback"] = fallback
         for observer in self.observers:
             observer.model_failed(request.purpose, message, seconds)
         return PolicyFailed(message, reason, seconds)
+
+    def _call_meta(self, completion: Completion) -> None:
+        """What a model call's Completion puts on the step it leads to: its failed attempts,
+        and with lw.models.Fallback the model that answered and why the ones before did not."""
+        meta = completion.meta
+        for key in _STEP_KEYS:
+            if key in meta:
+                self.call_meta[key] = meta[key]
+
+    # -- retries (retry=lw.Retry(...); see runtime/retry.py) -------------------------
+
+    def attempt_limit(self) -> tuple[float | None, bool]:
+        """How long the next attempt of a call may take (None: no limit), and whether that
+        is the retry policy's per-attempt limit rather than the run's clock."""
+        remaining = self.deadline.remaining() if self.timed else None
+        own = None if self.retry is None else self.retry.per_attempt_timeout_s
+        if own is not None and (remaining is None or own < remaining):
+            return own, True
+        return remaining, False
+
+    def attempt_timed_out(self, exc: BaseException, own: bool) -> BaseException:
+        """An attempt that outlived its limit: past the per-attempt one it is a transient
+        "timeout" (it may be retried); past the run's clock the run's own timeout."""
+        if own and isinstance(exc, Timeout) and self.retry is not None:
+            return TransientModelError(f"the attempt took longer than per_attempt_timeout_s="
+                                       f"{self.retry.per_attempt_timeout_s:g}", "timeout")
+        return exc
+
+    def retrying(self) -> AbstractContextManager[None]:
+        """Around an attempt: with `retry=`, a backend's own retries are off (one place decides)."""
+        return retried_by_run() if self.retry is not None else nullcontext()
+
+    def retry_model(self, exc: BaseException, attempt: int, policy: Any) -> float | None:
+        """After failed attempt `attempt` of a model call: the seconds to wait before the
+        next one, or None to give up. Each failure is recorded (`attempts`); no wait is
+        begun that the run's clock would not outlast."""
+        retry, kind = self.retry, model_failure(exc)
+        if retry is None or kind is None:
+            return None
+        delay: float | None = None
+        if retry.covers(kind) and attempt < retry.attempts:
+            delay = retry.delay(attempt, getattr(exc, "retry_after_s", None))
+            if self.timed and delay >= (self.deadline.remaining() or 0.0):
+                delay = None
+        model = _model_name(policy) if policy is not self.policy else None
+        self.attempts.append(attempt_record(attempt, kind, error_text(exc), delay, model))
+        return delay
 
 
 def open_context(
@@ -275,6 +351,7 @@ def open_context(
     )
     if spec.guardrails:
         ctx.guards = RunGuards(ctx, spec.guardrails, journal)
+    ctx.retry = spec.retry
     ctx.cost = cost_meter(policy, spec.cost_budget_usd, spec.prices, ctx.trace)
     spans = otel.run_spans(spec.tracer, spec.task, spec.mode, policy, run_id,
                            None if ctx.cost is None else ctx.cost.price)
@@ -287,6 +364,14 @@ def open_context(
         ctx.observers.append(ctx.events)
         ctx.events.started(spec.task, spec.mode)
     return ctx
+
+
+_STEP_KEYS = ("attempts", "answered_by", "fallback")
+
+
+def _model_name(policy: Any) -> str:
+    name = getattr(policy, "name", None) or getattr(policy, "model", None)
+    return name if isinstance(name, str) else type(policy).__name__
 
 
 def _retries(completion: Completion) -> Any:

@@ -85,14 +85,12 @@ def call_model(ctx: RunContext, request: ModelRequest) -> ModelCall:
         answer: Callable[..., Any] = policy_reply
     else:
         answer = partial(stream_reply, emit=held.append if racing else out)
-    remaining = ctx.deadline.remaining() if ctx.timed else None
     try:
-        if remaining is None:
-            reply = answer(ctx.policy, request)
+        chain = getattr(ctx.policy, "answer_in_turn", None)  # lw.models.Fallback: each model with its retries
+        if callable(chain):
+            reply = chain(request, partial(_attempts, ctx, answer))
         else:
-            ok, reply = call_in_thread(partial(answer, ctx.policy, request), remaining, "policy")
-            if not ok:
-                raise reply
+            reply = _attempts(ctx, answer, ctx.policy, request)
     except Exception as exc:  # the choke point: any policy failure ends the run cleanly
         raise ctx.model_failed(request, exc, start) from exc
     done = ctx.model_done(request, reply, start)
@@ -104,6 +102,28 @@ def call_model(ctx: RunContext, request: ModelRequest) -> ModelCall:
     if out is not None:
         end_watched(ctx, stream, done.text)
     return done
+
+
+def _attempts(ctx: RunContext, answer: Callable[..., Any], policy: Any, request: ModelRequest) -> Any:
+    """`answer(policy, request)`, tried again after a transient failure as the run's
+    `retry=` allows, each attempt held to the run's clock and `per_attempt_timeout_s`."""
+    attempt = 1
+    while True:
+        limit, own = ctx.attempt_limit()
+        try:
+            with ctx.retrying():
+                if limit is None:
+                    return answer(policy, request)
+                ok, reply = call_in_thread(partial(answer, policy, request), limit, "policy")
+            if not ok:
+                raise ctx.attempt_timed_out(reply, own)
+            return reply
+        except Exception as exc:
+            delay = ctx.retry_model(exc, attempt, policy)
+            if delay is None:
+                raise
+        time.sleep(delay)
+        attempt += 1
 
 
 def begin_guards(ctx: RunContext) -> None:
@@ -165,13 +185,25 @@ def _through_gate(ctx: RunContext, call: CallTool) -> Executed:
     gate = ctx.gate
     admitted = gate.admit(call)
     if admitted is None:  # nothing to gate, record or deduplicate
-        return gate.done(call.key, _run_tool(ctx, call, 1))
+        return gate.done(call.key, _tool_attempts(ctx, call, 1))
     if type(admitted) is not Admitted:
         return admitted  # type: ignore[return-value]
     if admitted.ledger is None:
-        return gate.finish(admitted, _run_tool(ctx, call, gate.begin(admitted)))
+        return gate.finish(admitted, _tool_attempts(ctx, call, gate.begin(admitted)))
     with gate.lock(admitted.ledger):  # two identical side effects at once: the second reuses
-        return gate.reuse(admitted) or gate.finish(admitted, _run_tool(ctx, call, gate.begin(admitted)))
+        return gate.reuse(admitted) or gate.finish(admitted, _tool_attempts(ctx, call, gate.begin(admitted)))
+
+
+def _tool_attempts(ctx: RunContext, call: CallTool, attempt: int) -> ToolResult:
+    """The tool run, and run again after a failure the run's `retry=` covers when the gate
+    finds that safe (`ToolGate.retry_tool`; StopRun when the call is left in doubt)."""
+    while True:
+        result = _run_tool(ctx, call, attempt)
+        delay = ctx.gate.retry_tool(call, result, attempt) if ctx.retry is not None else None
+        if delay is None:
+            return result
+        time.sleep(delay)
+        attempt += 1
 
 
 def _run_tool(ctx: RunContext, call: CallTool, attempt: int) -> ToolResult:
@@ -182,7 +214,7 @@ def _run_tool(ctx: RunContext, call: CallTool, attempt: int) -> ToolResult:
     if events is not None:
         step = ctx.next_index
         events.tool_started(step, call.name, call.args, call.key)
-    timeout = ctx.deadline.remaining() if ctx.timed else None
+    timeout = ctx.attempt_limit()[0]
     try:
         result = ctx.registry.execute(call.name, call.args, timeout_s=timeout)
     finally:

@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from loopwright.events import Emitter
-from loopwright.guards import call_key
+from loopwright.guards import Deadline, call_key
 from loopwright.modes.machine import CallTool, Executed, Journal, StopRun
 from loopwright.runtime.observers import Observer
+from loopwright.runtime.retry import Retry, attempt_record, tool_failure
 from loopwright.safety import (
     NO_APPROVER,
     ApprovalPending,
@@ -47,6 +48,9 @@ class Host(Protocol):
     registry: ToolRegistry
     trace: Trace
     events: Emitter | None
+    retry: Retry | None
+    timed: bool
+    deadline: Deadline
 
     @property
     def observers(self) -> Sequence[Observer]: ...
@@ -86,6 +90,7 @@ class ToolGate:
         self._ledger: dict[str, tuple[str, ToolResult]] = {}
         self.children: dict[str, str] = {}  # call key -> the child agent run it started (RunContext.adopt)
         self.step_meta: dict[str, dict[str, Any]] = {}  # call key -> what its step's meta adds (RunContext.adopt)
+        self.attempts: dict[str, list[dict[str, Any]]] = {}  # call key -> its failed attempts (retry=)
         self._locks: dict[str, threading.RLock] = {}
         self._lock = threading.Lock()
 
@@ -177,8 +182,7 @@ class ToolGate:
             recorded is not None
             and recorded[0] == "started"
             and tool is not None
-            and not tool.idempotent
-            and not tool.dedupes_on_call_key  # its system ignores the same key twice: safe to rerun
+            and not rerun_safe(tool)
             and not self.rerun_unfinished
         ):
             message = (
@@ -192,6 +196,32 @@ class ToolGate:
         attempt = journal.attempt(call.key)
         journal.record_tool_start(call.key, call.name, call.args)
         return attempt
+
+    def retry_tool(self, call: CallTool, result: ToolResult, attempt: int) -> float | None:
+        """After attempt `attempt` of a call failed: the seconds to wait before the next one,
+        or None to keep this result. Only a call that is safe to run again (`rerun_safe`)
+        is retried; one whose effect may have happened stops the run in doubt (StopRun),
+        its journal row left `started`, as after a crash. The next attempt is journaled."""
+        retry = self.ctx.retry
+        kind = tool_failure(result)
+        if retry is None or not retry.covers(kind) or result.error is None:
+            return None
+        tool = self.ctx.registry.get(call.name)
+        if tool is not None and not rerun_safe(tool):
+            if kind == "tool_timeout":
+                return None  # `finish` stops the run at it: a side effect abandoned while it ran
+            self._in_doubt(call, tool, f"failed ({result.error.message})", "error")
+        delay: float | None = None
+        if attempt < retry.attempts:
+            delay = retry.delay(attempt)
+            if self.ctx.timed and delay >= (self.ctx.deadline.remaining() or 0.0):
+                delay = None
+        with self._lock:
+            self.attempts.setdefault(call.key, []).append(
+                attempt_record(attempt, str(kind), result.error.message, delay))
+        if delay is not None and self.journal is not None and tool is not None:
+            self.journal.record_tool_start(call.key, call.name, call.args)  # the next attempt
+        return delay
 
     def finish(self, admitted: Admitted, result: ToolResult) -> Executed:
         """Journal the result, remember a side effect's success, tell the observers.
@@ -210,14 +240,20 @@ class ToolGate:
         return executed
 
     def _timed_out(self, admitted: Admitted, result: ToolResult) -> None:
-        """Stop the run at a side effect that outlived its deadline. The call was abandoned,
-        not stopped: it may still take effect, so it is in doubt, as after a crash. Reported
-        as a failure, the model would call it again and the effect could happen twice. Its
-        journal row stays `started`, so the run is blocked until a person settles it (or,
-        for a tool that dedupes on its call key, a resume runs it again with the same key).
-        The stop reason is `timeout` when the run's own wall clock cut the call, else `error`."""
-        call, tool = admitted.call, admitted.tool
+        """Stop the run at a side effect that outlived its deadline: abandoned, not stopped,
+        it may still take effect. The stop reason is `timeout` when the run's own wall clock
+        cut the call, else `error`."""
         reason = result.error.message if result.error is not None else "timeout"
+        self._in_doubt(admitted.call, admitted.tool, f"did not finish in time ({reason}) and was abandoned while it ran",
+                       "timeout" if self.ctx.expired() else "error")
+
+    def _in_doubt(self, call: CallTool, tool: Tool | None, what: str, stop: str) -> None:
+        """Stop the run (StopRun `stop`) at a side effect that may have happened: it timed
+        out, or failed in a way a retry would cover (it may have failed after its effect). It
+        is in doubt, as after a crash: reported as a failure, the model would call it again
+        and the effect could happen twice. Its journal row stays `started`, so the run is
+        blocked until a person settles it (or, for a tool that dedupes on its call key, a
+        resume runs it again with the same key)."""
         if self.journal is None:
             then = "Check whether it took effect before running the task again."
         elif tool is not None and tool.dedupes_on_call_key:
@@ -226,14 +262,18 @@ class ToolGate:
         else:
             then = ("Check whether it took effect, then settle it (store.settle or `loopwright runs settle`), "
                     "resume with rerun_unfinished=True, or finish the run by hand.")
-        message = (f"{call.name} did not finish in time ({reason}) and was abandoned while it ran; it is not "
+        message = (f"{call.name} {what}; it is not "
                    f"idempotent, so whether it took effect is unknown and it was not reported to the model "
                    f"as failed (a retry could repeat it). {then}")
         run_id = self.ctx.trace.run_id
-        meta = {"in_doubt": True} if run_id is None else {"in_doubt": True, "call_key": f"{run_id}:{call.key}"}
+        meta: dict[str, Any] = {"in_doubt": True}
+        if run_id is not None:
+            meta["call_key"] = f"{run_id}:{call.key}"
+        if call.key in self.attempts:
+            meta["attempts"] = self.attempts.pop(call.key)
         self.ctx.record(Step(self.ctx.next_index, "error", tool=call.name, args=call.args, error=message,
                              meta=meta))
-        raise StopRun("timeout" if self.ctx.expired() else "error", message)  # the run's clock, or the tool's
+        raise StopRun(stop, message)
 
     def done(self, key: str, result: ToolResult) -> Executed:
         """Keep a result past the cap, count the call and tell the observers (all `finish`
@@ -246,6 +286,8 @@ class ToolGate:
             observer.tool(key, result, "action")
         if result.error is not None and result.error.traceback:  # the step keeps where the tool failed
             kept = {**(kept or {}), "traceback": result.error.traceback}
+        if self.attempts and key in self.attempts:  # retried (retry=): each failed attempt
+            kept = {**(kept or {}), "attempts": self.attempts.pop(key)}
         if self.children and key in self.children:  # the call ran a child agent
             self._child_paused(key)
             meta = {**(kept or {}), "child_run_id": self.children.pop(key), **self.step_meta.pop(key, {})}
@@ -304,6 +346,13 @@ class ToolGate:
         return decision, failure
 
 
+def rerun_safe(tool: Tool) -> bool:
+    """Whether running a started call of `tool` again cannot repeat its effect: it has
+    none that repeats (idempotent), or its system ignores the same call key twice. The one
+    rule for a resume after a crash and for a retry after a failed attempt."""
+    return tool.idempotent or tool.dedupes_on_call_key
+
+
 def idempotency_key(tool: Any, args: dict[str, Any]) -> str:
     """Same arguments and same idempotency key make the same side effect. A tool may
     name the argument that carries its key (`idempotency_key="request_id"`) or give a
@@ -316,4 +365,4 @@ def idempotency_key(tool: Any, args: dict[str, Any]) -> str:
     return call_key("", args)
 
 
-__all__ = ["Admitted", "ToolGate", "idempotency_key"]
+__all__ = ["Admitted", "ToolGate", "idempotency_key", "rerun_safe"]

@@ -75,10 +75,10 @@ class CostMeter:
     the step, the run's so far in `trace.meta["cost_usd"]`. `looked_up`: the run's price
     came from its model's name (no `prices=`), so another model is priced by its own."""
 
-    __slots__ = ("apart_cost", "apart_usage", "budget", "looked_up", "price", "trace")
+    __slots__ = ("adjust", "apart_cost", "apart_usage", "budget", "by_model", "looked_up", "price", "trace")
 
     def __init__(self, price: pricing.PriceFunction, budget: float | None, trace: Trace,
-                 looked_up: bool = False) -> None:
+                 looked_up: bool = False, by_model: dict[str, pricing.PriceFunction] | None = None) -> None:
         self.price = price
         self.budget = budget
         self.trace = trace
@@ -86,7 +86,22 @@ class CostMeter:
         # child agents' and model guardrails' usage: in trace.usage, but priced apart
         self.apart_usage = Usage()
         self.apart_cost = 0.0
+        self.by_model = by_model  # lw.models.Fallback: each model's price, by name
+        self.adjust = 0.0  # what calls other models answered cost beyond `price` of their usage
         trace.meta["cost_usd"] = 0.0
+
+    def cost_of(self, usage: Usage, meta: dict[str, Any]) -> float:
+        """One call's cost: each model's share at its own price (lw.models.Fallback)."""
+        parts = pricing.split_usage(usage, meta) if self.by_model is not None else None
+        if parts is None:
+            return self.price(usage)
+        by_model = self.by_model or {}
+        return sum(by_model.get(name, self.price)(part) for name, part in parts)
+
+    def answered(self, completion: Completion, usage: Usage) -> None:
+        """A model call answered (or replayed): a Fallback's call is priced by model."""
+        if self.by_model is not None and "answered_by" in completion.meta:
+            self.adjust += self.cost_of(usage, completion.meta) - self.price(usage)
 
     def spent(self) -> bool:
         """Record the run's cost so far on its trace; True when it reached the budget."""
@@ -95,9 +110,9 @@ class CostMeter:
             apart = self.apart_usage
             usage = Usage(usage.prompt_tokens - apart.prompt_tokens, usage.evaluated_tokens - apart.evaluated_tokens,
                           usage.completion_tokens - apart.completion_tokens, estimated=usage.estimated)
-            cost = self.trace.meta["cost_usd"] = self.price(usage) + self.apart_cost
+            cost = self.trace.meta["cost_usd"] = self.price(usage) + self.adjust + self.apart_cost
         else:
-            cost = self.trace.meta["cost_usd"] = self.price(usage)
+            cost = self.trace.meta["cost_usd"] = self.price(usage) + self.adjust
         return self.budget is not None and bool(cost >= self.budget)
 
     def price_of(self, policy: Any) -> pricing.PriceFunction:
@@ -138,7 +153,10 @@ class CostMeter:
         pass
 
     def step(self, step: Step) -> None:
-        pricing.charge(self.price, step)
+        if self.by_model is not None and "answered_by" in step.meta:
+            step.meta["cost_usd"] = self.cost_of(step.usage, step.meta)
+        else:
+            pricing.charge(self.price, step)
 
     def end(self, trace: Trace) -> None:
         self.spent()
@@ -152,7 +170,7 @@ def cost_meter(policy: Any, budget: Any, prices: Any, trace: Trace) -> CostMeter
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int | float) or budget <= 0):
         raise ValueError(f"cost_budget_usd must be a positive number of dollars, got {budget!r}")
     return CostMeter(pricing.price_function(policy, prices), None if budget is None else float(budget), trace,
-                     looked_up=prices is None)
+                     looked_up=prices is None, by_model=pricing.by_model(policy, prices))
 
 
 __all__ = ["CostMeter", "JournalObserver", "Observer", "cost_meter", "store_failed"]

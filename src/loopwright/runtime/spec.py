@@ -33,6 +33,7 @@ from loopwright.modes.toolsearch import check_option
 from loopwright.pricing import Prices
 from loopwright.prompting.templates import PromptSet
 from loopwright.runtime.guardrails import Guardrail, guardrail_list
+from loopwright.runtime.retry import Retry, check_retry
 from loopwright.safety import Approver
 from loopwright.tools.toolset import Scope, tool_names
 from loopwright.trace import Usage
@@ -208,6 +209,7 @@ class RunSpec:
     tool_search: ToolSearchOption | None = None  # None: "auto" (see modes/toolsearch.py)
     tool_embedder: Embedder | None = None  # fused with BM25 in tool search; the journal keeps its name
     guardrails: Sequence[Guardrail] | None = None  # held as a tuple; the journal keeps their names
+    retry: Retry | None = None  # transient model and tool failures tried again (runtime/retry.py)
     # the same options grouped: spread into the fields above when the spec is made
     limits: InitVar[Limits | None] = None
     settings: InitVar[ModeSettings | None] = None
@@ -228,6 +230,7 @@ class RunSpec:
             check_option(self.tool_search)
         if self.guardrails is not None:
             object.__setattr__(self, "guardrails", guardrail_list(self.guardrails) or None)
+        object.__setattr__(self, "retry", check_retry(self.retry))
         own = MODES[self.mode].settings
         foreign = [name for name in sorted(_MODE_ONLY) if name not in own and getattr(self, name) is not None]
         if foreign:
@@ -267,6 +270,8 @@ class RunSpec:
             config["tool_embedder"] = embedder_name(self.tool_embedder)
         if self.guardrails:  # code: their names, so a resume can ask for them again
             config["guardrails"] = [g.name for g in self.guardrails]
+        if self.retry is not None:
+            config["retry"] = self.retry.config()
         if self.journal_meta is not None:
             config["meta"] = dict(self.journal_meta)
         return config
@@ -335,6 +340,7 @@ class ResumeOptions(TypedDict, total=False):
     tool_search: ToolSearchOption | None
     tool_embedder: Embedder | None
     guardrails: Sequence[Guardrail] | None
+    retry: Retry | None
     limits: Limits | None
     settings: ModeSettings | None
 
