@@ -6,7 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,13 +23,15 @@ from a2a.utils.errors import TaskNotFoundError
 from google.protobuf.json_format import MessageToDict
 
 import loopwright as lw
-from helpers.a2a_serving import client, message, serving
+from helpers.a2a_serving import cli_serving, client, free_port, message, serving
 from loopwright.a2a import app
 
 ADD = 'Thought: add them\nAction: add\nAction Input: {"x": 2, "y": 3}'
 FINAL = "Thought: I know it\nFinal Answer: 5"
 DELETE = 'Thought: delete it\nAction: delete\nAction Input: {"name": "notes.txt"}'
 BINDINGS = ("JSONRPC", "HTTP+JSON")
+ROOT = Path(__file__).resolve().parents[1]
+REACT_CASSETTE = str(ROOT / "tests" / "cassettes" / "react_json_17x23.jsonl")
 
 
 @lw.tool
@@ -320,27 +328,29 @@ def test_with_a_token_the_card_is_open_declares_bearer_and_calls_need_the_token(
 
 
 def test_the_cli_serves_a2a(tmp_path: Any) -> None:
-    from loopwright.interfaces.cli import build_parser
+    """`loopwright a2a serve` for real: a subprocess on a free port (the model a cassette),
+    its card read, a message sent with a2a-sdk's client and answered, stopped by Ctrl-C."""
+    db = tmp_path / "tasks.db"
+    with cli_serving(["--replay", REACT_CASSETTE, "--max-steps", "4", "--db", str(db), "--name", "calc"]) as served:
+        card = httpx.get(f"{served.base}/.well-known/agent-card.json").json()
 
-    args = build_parser().parse_args(["a2a", "serve", "--tools", "loopwright.interfaces.demo_tools:demo_registry",
-                                      "--db", str(tmp_path / "a.db"), "--port", "8123", "--name", "calc"])
-    assert (args.a2a_command, args.db, args.port, args.name) == ("serve", str(tmp_path / "a.db"), 8123, "calc")
+        async def ask() -> Any:
+            async with client(served.base, streaming=False) as c:
+                return [r async for r in c.send_message(message("What is 17 * 23?"))][-1].task
+
+        task = asyncio.run(ask())
+    assert served.returncode == 0, served.stderr[-3000:]
+    assert f"A2A agent 'calc' at {served.base}/" in served.stderr
+    assert card["name"] == "calc" and {s["id"] for s in card["skills"]} == {"lookup", "calculate"}
+    assert TaskState.Name(task.status.state) == "TASK_STATE_COMPLETED" and task.artifacts[0].parts[0].text == "391"
+    record = lw.SQLiteStore(str(db)).load_run(task.id)
+    assert record.status == "finished" and record.final_answer == "391"
 
 
 @pytest.mark.slow
 def test_a_server_sigkilled_mid_task_resumes_it_on_restart_and_the_tool_runs_once(tmp_path: Any) -> None:
-    import os
-    import signal
-    import socket
-    import subprocess
-    import sys
-    import time
-
     script = os.path.join(os.path.dirname(__file__), "helpers", "a2a_crash_server.py")
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.join(os.path.dirname(__file__), "..", "src"),
                                                          os.environ.get("PYTHONPATH", "")])}

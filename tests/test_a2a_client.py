@@ -271,3 +271,11 @@ def test_a_coordinator_killed_mid_delegation_resumes_by_following_the_remote_tas
     assert effects == ["once"] and len(remote_tasks) == 1  # sent once, followed after the crash
     step = next(s for s in trace.steps if s.tool == "worker")
     assert step.meta["a2a_task_id"] == remote_tasks[0] and step.observation == "recorded once"
+
+
+def test_as_tool_takes_worked_examples_checked_like_any_tools() -> None:
+    agent = lw.A2AAgent("http://127.0.0.1:9", name="calc", description="Arithmetic")
+    tool = agent.as_tool(examples=[{"question": "What is 6 times 7?", "args": {"task": "6 * 7"}, "result": "42"}])
+    assert [(e.question, e.args) for e in tool.examples] == [("What is 6 times 7?", {"task": "6 * 7"})]
+    with pytest.raises(lw.ToolDefinitionError):
+        agent.as_tool(examples=[{"question": "?", "args": {"sum": "6 * 7"}, "result": "42"}])

@@ -35,7 +35,7 @@ import itertools
 import json
 import re
 import uuid
-from collections.abc import AsyncIterator, Coroutine, Mapping
+from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
@@ -115,17 +115,20 @@ class A2AAgent:
             raise ValueError(f"the agent card at {self.url + CARD_PATH} is not a JSON object")
         return card
 
-    def as_tool(self, description: str | None = None, name: str | None = None) -> Tool:
+    def as_tool(self, description: str | None = None, name: str | None = None,
+                examples: Sequence[Mapping[str, Any]] | None = None) -> Tool:
         """The remote agent as a tool: it takes a `task` (and optional `context`) and returns
         the remote task's answer (see the module's docstring). Without a name or a
-        description, here or on the agent, the agent card is read now for them."""
+        description, here or on the agent, the agent card is read now for them. `examples`:
+        tool examples (`{"question", "args": {"task": ...}, "result"}`), as for
+        `lw.Agent.as_tool`, so a small model sees a worked delegation."""
         name, description = name or self.name, description or self.description
         if name is None or description is None:
             card = self.card()
             name = name or _tool_name(str(card.get("name") or "remote_agent"))
             description = description or f"Ask the remote agent {card.get('name', name)!r}: " \
                                          f"{card.get('description') or 'an A2A agent'}"
-        return A2ATool(self, name, description)
+        return A2ATool(self, name, description, examples)
 
 
 class A2ATool(Tool):
@@ -135,7 +138,8 @@ class A2ATool(Tool):
 
     agent: A2AAgent
 
-    def __init__(self, agent: A2AAgent, name: str, description: str) -> None:
+    def __init__(self, agent: A2AAgent, name: str, description: str,
+                 examples: Sequence[Mapping[str, Any]] | None = None) -> None:
         def call(task: str, context: str = "") -> Coroutine[Any, Any, Any]:
             text = task if not context else f"{task}\n\nContext: {context}"
             return Delegation(agent, name, text).run()  # either driver awaits it (the sync one on its own loop)
@@ -143,7 +147,7 @@ class A2ATool(Tool):
         call.__doc__ = "Give the remote agent a task.\n\nArgs:\n    task: what to do, in plain words\n" \
                        "    context: anything the agent should know (optional)"
         super().__init__(call, name=name, description=description, side_effects="write",
-                         dedupes_on_call_key=True)
+                         dedupes_on_call_key=True, examples=examples)
         self.agent = agent
 
     def recorded_child(self, ctx: RunContext, key: str) -> str | None:
