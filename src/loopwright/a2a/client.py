@@ -208,7 +208,7 @@ class Delegation:
                                     f"{self.agent.url} did not end within {self.agent.timeout_s:g}s", "timeout")
             task = None
         except InDoubt as exc:
-            result, task = ToolError(self.tool, f"in doubt: {exc}", "timeout"), None
+            result, task = ToolError(self.tool, str(exc), "in_doubt"), None
         except TRANSPORT_ERRORS as exc:
             result = ToolError(self.tool, f"the remote agent at {self.agent.url} failed: {type(exc).__name__}: "
                                f"{exc}".rstrip(": "))

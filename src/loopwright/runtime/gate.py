@@ -200,8 +200,8 @@ class ToolGate:
         key = admitted.call.key
         if self.children and key in self.children:
             self._child_paused(key)
-        if result.error is not None and result.error.kind == "timeout" and admitted.ledger is not None:
-            self._timed_out(admitted, result)
+        if result.error is not None and result.error.kind in ("timeout", "in_doubt") and admitted.ledger is not None:
+            self._in_doubt(admitted, result.error)
         if self.journal is not None:
             self.journal.record_tool_result(key, result)  # whole
         executed = self.done(key, result)
@@ -209,15 +209,15 @@ class ToolGate:
             self._ledger[admitted.ledger] = (key, executed.result)
         return executed
 
-    def _timed_out(self, admitted: Admitted, result: ToolResult) -> None:
-        """Stop the run at a side effect that outlived its deadline. The call was abandoned,
-        not stopped: it may still take effect, so it is in doubt, as after a crash. Reported
-        as a failure, the model would call it again and the effect could happen twice. Its
-        journal row stays `started`, so the run is blocked until a person settles it (or,
-        for a tool that dedupes on its call key, a resume runs it again with the same key).
-        The stop reason is `timeout` when the run's own wall clock cut the call, else `error`."""
+    def _in_doubt(self, admitted: Admitted, error: ToolError) -> None:
+        """Stop the run at a side effect whose outcome is unknown: it outlived its deadline
+        (abandoned, not stopped, so it may still take effect, as after a crash), or the tool
+        said it cannot tell (kind "in_doubt", its message says why). Reported as a failure,
+        the model would call it again and the effect could happen twice. Its journal row
+        stays `started`, so the run is blocked until a person settles it (or, for a tool
+        that dedupes on its call key, a resume runs it again with the same key). The stop
+        reason is `timeout` when the run's own wall clock cut the call, else `error`."""
         call, tool = admitted.call, admitted.tool
-        reason = result.error.message if result.error is not None else "timeout"
         if self.journal is None:
             then = "Check whether it took effect before running the task again."
         elif tool is not None and tool.dedupes_on_call_key:
@@ -226,9 +226,13 @@ class ToolGate:
         else:
             then = ("Check whether it took effect, then settle it (store.settle or `loopwright runs settle`), "
                     "resume with rerun_unfinished=True, or finish the run by hand.")
-        message = (f"{call.name} did not finish in time ({reason}) and was abandoned while it ran; it is not "
-                   f"idempotent, so whether it took effect is unknown and it was not reported to the model "
-                   f"as failed (a retry could repeat it). {then}")
+        unreported = "it was not reported to the model as failed (a retry could repeat it)"
+        if error.kind == "timeout":
+            message = (f"{call.name} did not finish in time ({error.message}) and was abandoned while it ran; it is "
+                       f"not idempotent, so whether it took effect is unknown and {unreported}. {then}")
+        else:
+            message = (f"{call.name} cannot tell whether it took effect: {error.message.rstrip('.')}. It is not "
+                       f"idempotent, so {unreported}. {then}")
         run_id = self.ctx.trace.run_id
         meta = {"in_doubt": True} if run_id is None else {"in_doubt": True, "call_key": f"{run_id}:{call.key}"}
         self.ctx.record(Step(self.ctx.next_index, "error", tool=call.name, args=call.args, error=message,
