@@ -237,6 +237,28 @@ def test_input_required_is_a_tool_error_and_the_remote_task_stays_open() -> None
     assert step.observation is not None and "asks for input" in step.observation and "delete" in step.observation
 
 
+def test_the_run_record_counts_the_delegation_once_while_it_runs_and_after(tmp_path: Path) -> None:
+    """The remote task's id is journaled as a note on the call while the call runs; the
+    run's record counts calls, not notes: 0 until the call's result, then 1."""
+    effects: list[str] = []
+    release, started = threading.Event(), threading.Event()
+    store = lw.SQLiteStore(str(tmp_path / "coord.db"))
+    with serving(lambda base: _worker(effects, release, started, base)) as base:
+        done: list[lw.Trace] = []
+        runner = threading.Thread(target=lambda: done.append(lw.run(
+            "Have the note recorded.", coordinator_policy, coordinator_registry(base), max_steps=4, store=store,
+            run_id="coord")))
+        runner.start()
+        try:
+            assert started.wait(60) and _journaled_task(tmp_path / "coord.db")
+            during = store.load_run("coord")
+        finally:
+            release.set()
+            runner.join(60)
+    assert (during.status, during.tool_calls) == ("running", 0)
+    assert done[0].tool_calls == 1 and store.load_run("coord").tool_calls == 1
+
+
 def _journaled_task(db: Path) -> bool:
     """Whether the coordinator's journal holds the remote task's id (it is written when the
     first response arrives, which may come after the remote tool started)."""
@@ -265,6 +287,7 @@ def test_a_coordinator_killed_mid_delegation_resumes_by_following_the_remote_tas
         finally:
             child.send_signal(signal.SIGKILL)
             child.wait(30)
+        assert lw.SQLiteStore(db).load_run("coord").tool_calls == 0  # the task's note is not a call
         if not journaled:  # as if the crash fell between the send and the journal's row
             with sqlite3.connect(db) as con:
                 assert con.execute("DELETE FROM tool_calls WHERE key LIKE '%@a2a'").rowcount == 1
