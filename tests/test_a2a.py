@@ -18,7 +18,14 @@ from typing import Any
 import httpx
 import pytest
 from a2a.helpers import get_data_parts, get_message_text
-from a2a.types import CancelTaskRequest, GetTaskRequest, ListTasksRequest, TaskState
+from a2a.types import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    ListTasksRequest,
+    SendMessageConfiguration,
+    SubscribeToTaskRequest,
+    TaskState,
+)
 from a2a.utils.errors import TaskNotFoundError
 from google.protobuf.json_format import MessageToDict
 
@@ -347,32 +354,48 @@ def test_the_cli_serves_a2a(tmp_path: Any) -> None:
     assert record.status == "finished" and record.final_answer == "391"
 
 
+CRASH_SERVER = str(ROOT / "tests" / "helpers" / "a2a_crash_server.py")
+
+
+def _crash_server(tmp_path: Path, port: int, block: bool) -> subprocess.Popen[bytes]:
+    """tests/helpers/a2a_crash_server.py on `port`, journaling to tmp_path/a.db; once its card is served."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, CRASH_SERVER, str(tmp_path / "a.db"), str(port), str(tmp_path),
+                             "1" if block else "0"], env=env)
+    for _ in range(400):
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/.well-known/agent-card.json", timeout=1)
+            return proc
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    proc.kill()
+    raise AssertionError("the server did not start")
+
+
+def _wait_for(path: Path) -> None:
+    for _ in range(400):
+        if path.exists():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{path.name} never appeared")
+
+
+async def _send_and_leave(base: str) -> str:
+    async with client(base, streaming=False) as c:
+        request = message("Record a note")
+        request.configuration.CopyFrom(SendMessageConfiguration(return_immediately=True))
+        return str([r async for r in c.send_message(request)][-1].task.id)
+
+
+def _stop(proc: subprocess.Popen[bytes], sig: int) -> None:
+    proc.send_signal(sig)
+    proc.wait(30)
+
+
 @pytest.mark.slow
-def test_a_server_sigkilled_mid_task_resumes_it_on_restart_and_the_tool_runs_once(tmp_path: Any) -> None:
-    script = os.path.join(os.path.dirname(__file__), "helpers", "a2a_crash_server.py")
+def test_a_server_sigkilled_mid_task_resumes_it_on_restart_and_the_tool_runs_once(tmp_path: Path) -> None:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.join(os.path.dirname(__file__), "..", "src"),
-                                                         os.environ.get("PYTHONPATH", "")])}
-
-    def launch(block: str) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen([sys.executable, script, str(tmp_path / "a.db"), str(port), str(tmp_path), block],
-                                env=env)
-        for _ in range(400):
-            try:
-                httpx.get(f"{base}/.well-known/agent-card.json", timeout=1)
-                return proc
-            except httpx.HTTPError:
-                time.sleep(0.05)
-        proc.kill()
-        raise AssertionError("the server did not start")
-
-    async def send_and_leave() -> str:
-        async with client(base, streaming=False) as c:
-            from a2a.types import SendMessageConfiguration
-            request = message("Record a note")
-            request.configuration.CopyFrom(SendMessageConfiguration(return_immediately=True))
-            return str([r async for r in c.send_message(request)][-1].task.id)
 
     async def poll(task_id: str) -> tuple[list[str], Any]:
         seen = []
@@ -385,26 +408,54 @@ def test_a_server_sigkilled_mid_task_resumes_it_on_restart_and_the_tool_runs_onc
                 await asyncio.sleep(0.05)
         raise AssertionError(f"never completed: {seen[-5:]}")
 
-    first = launch("1")
+    first = _crash_server(tmp_path, port, block=True)
     try:
-        task_id = asyncio.run(send_and_leave())
-        for _ in range(400):
-            if (tmp_path / "waiting").exists():
-                break
-            time.sleep(0.05)
-        assert (tmp_path / "waiting").exists()
+        task_id = asyncio.run(_send_and_leave(base))
+        _wait_for(tmp_path / "waiting")
     finally:
-        first.send_signal(signal.SIGKILL)
-        first.wait(10)
+        _stop(first, signal.SIGKILL)
     assert lw.SQLiteStore(str(tmp_path / "a.db")).load_run(task_id).status == "running"
-    second = launch("0")
+    second = _crash_server(tmp_path, port, block=False)
     try:
         seen, task = asyncio.run(poll(task_id))
     finally:
-        second.terminate()
-        second.wait(10)
+        _stop(second, signal.SIGTERM)
     assert task.artifacts[0].parts[0].text == "recorded once"
     assert (tmp_path / "effects").read_text() == "once\n"  # the tool's effect is not repeated
     assert set(seen) <= {"TASK_STATE_WORKING", "TASK_STATE_COMPLETED"}
     record = lw.SQLiteStore(str(tmp_path / "a.db")).load_run(task_id)
     assert record.status == "finished" and record.resumes == 1
+
+
+@pytest.mark.slow
+def test_a_task_resumed_after_a_restart_can_be_subscribed_to(tmp_path: Path) -> None:
+    """The restarted server resumes the task in the background; SubscribeToTask streams it
+    from where it stands to its answer, as for a task this process started."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+
+    async def subscribe(task_id: str) -> list[Any]:
+        got = []
+        async with client(base) as c:
+            async for event in c.subscribe(SubscribeToTaskRequest(id=task_id)):
+                got.append(event)
+                (tmp_path / "go").touch()  # subscribed: let the resumed run answer
+        return got
+
+    first = _crash_server(tmp_path, port, block=True)
+    try:
+        task_id = asyncio.run(_send_and_leave(base))
+        _wait_for(tmp_path / "waiting")
+    finally:
+        _stop(first, signal.SIGKILL)
+    (tmp_path / "waiting").unlink()
+    second = _crash_server(tmp_path, port, block=True)
+    try:
+        _wait_for(tmp_path / "waiting")  # resumed, and waiting in its second model call
+        events = asyncio.run(asyncio.wait_for(subscribe(task_id), 60))
+    finally:
+        _stop(second, signal.SIGTERM)
+    assert events[0].WhichOneof("payload") == "task" and events[0].task.id == task_id
+    assert _states(events)[0] == "TASK_STATE_WORKING" and _states(events)[-2:] == ["artifact", "TASK_STATE_COMPLETED"]
+    answer = next(e.artifact_update.artifact for e in events if e.WhichOneof("payload") == "artifact_update")
+    assert answer.parts[0].text == "recorded once" and (tmp_path / "effects").read_text() == "once\n"

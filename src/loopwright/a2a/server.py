@@ -235,9 +235,10 @@ class RunServer:
         live.driver.cancel()
         await asyncio.gather(live.driver, return_exceptions=True)
 
-    async def recover(self) -> None:
+    async def recover(self, handler: DefaultRequestHandler) -> None:
         """On start with a store: list the A2A tasks it holds; resume those whose process
-        died mid-run, following them in the background."""
+        died mid-run, each followed by the executor as a task this process started (see
+        `_follow_resumed`)."""
         if self.store is None:
             return
         context = ServerCallContext()
@@ -254,29 +255,27 @@ class RunServer:
             task.status.CopyFrom(TaskStatus(state=TaskState.TASK_STATE_WORKING))
             await self.tasks.save(task, context)
             try:
-                live = self.resume(record.id, context_id, message)
+                self.resume(record.id, context_id, message)
             except StoreError as exc:  # another live worker holds it
                 log.warning("not resuming task %s: %s", record.id, exc)
                 continue
-            asyncio.get_running_loop().create_task(self._follow_unwatched(live, task, context))
-
-    async def _follow_unwatched(self, live: LiveRun, task: Task, context: ServerCallContext) -> None:
-        """Follow a resumed run nobody's request is waiting on, keeping its task record true."""
-
-        async def apply(event: TaskStatusUpdateEvent | TaskArtifactUpdateEvent) -> None:
-            if isinstance(event, TaskStatusUpdateEvent):
-                task.status.CopyFrom(event.status)
-            else:
-                task.artifacts.append(event.artifact)
-            await self.tasks.save(task, context)
-
-        await follow(live, apply)
+            await _follow_resumed(handler, task, context)
 
     async def shutdown(self) -> None:
         drivers = [live.driver for live in self.runs.values() if live.driver is not None and not live.driver.done()]
         for driver in drivers:
             driver.cancel()
         await asyncio.gather(*drivers, return_exceptions=True)
+
+
+async def _follow_resumed(handler: DefaultRequestHandler, task: Task, context: ServerCallContext) -> None:
+    """Have the SDK's handler run the executor on a resumed task as it does for a message
+    sent: the run's events keep the task's record true, and SubscribeToTask and CancelTask
+    reach it as any task of this process. The handler's registry of active tasks is
+    private (a2a-sdk is pinned to 1.3.0; the restart tests fail if it changes)."""
+    registry = handler._active_task_registry
+    active = await registry.get_or_create(task.id, call_context=context, context_id=task.context_id)
+    await active.enqueue_request(RequestContext(context, task_id=task.id, context_id=task.context_id, task=task))
 
 
 Emit = Callable[[TaskStatusUpdateEvent | TaskArtifactUpdateEvent], Coroutine[Any, Any, None]]
@@ -534,7 +533,7 @@ def app(policy: Policy, registry: Tools, mode: str = "react", *, name: str = "lo
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        await server.recover()
+        await server.recover(handler)
         yield
         await server.shutdown()
         await handler.aclose()
