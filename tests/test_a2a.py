@@ -196,6 +196,43 @@ def test_cancel_interrupts_the_run_and_it_stays_resumable(binding: str, tmp_path
     assert record.status == "interrupted" and record.resumable
 
 
+def test_a_task_a_client_cancelled_stays_cancelled_when_the_server_starts_again(tmp_path: Path) -> None:
+    store = lw.SQLiteStore(str(tmp_path / "runs.db"))
+    release, ran = threading.Event(), []
+
+    @lw.tool
+    def slow(x: int) -> int:
+        """Wait, then echo."""
+        ran.append(x)
+        release.wait(10)
+        return x
+
+    def build(base: str) -> Any:
+        policy = lw.ScriptedPolicy(['Thought: wait\nAction: slow\nAction Input: {"x": 1}', FINAL])
+        return app(policy, [slow], max_steps=4, url=base, store=store)
+
+    async def cancel(base: str) -> str:
+        async with client(base, streaming=False) as c:
+            request = message("wait")
+            request.configuration.CopyFrom(SendMessageConfiguration(return_immediately=True))
+            task = [r async for r in c.send_message(request)][-1].task
+            for _ in range(200):
+                if ran:
+                    break
+                await asyncio.sleep(0.05)
+            await c.cancel_task(CancelTaskRequest(id=task.id))
+            return str(task.id)
+
+    with serving(build) as base:
+        task_id = asyncio.run(cancel(base))
+    release.set()
+    with serving(build) as base:
+        got = asyncio.run(_get(base, task_id))
+    assert TaskState.Name(got.status.state) == "TASK_STATE_CANCELED" and ran == [1]  # not resumed
+    assert store.load_run(task_id).status == "interrupted"
+    assert store.trace(task_id).meta["interrupted_by"] == "cancel"
+
+
 def test_cancelling_a_task_waiting_for_approval_ends_its_run() -> None:
     ran: list[str] = []
     policy = lw.ScriptedPolicy([DELETE, FINAL])
@@ -459,3 +496,45 @@ def test_a_task_resumed_after_a_restart_can_be_subscribed_to(tmp_path: Path) -> 
     assert _states(events)[0] == "TASK_STATE_WORKING" and _states(events)[-2:] == ["artifact", "TASK_STATE_COMPLETED"]
     answer = next(e.artifact_update.artifact for e in events if e.WhichOneof("payload") == "artifact_update")
     assert answer.parts[0].text == "recorded once" and (tmp_path / "effects").read_text() == "once\n"
+
+
+@pytest.mark.slow
+def test_a_task_interrupted_by_a_graceful_stop_resumes_on_restart(tmp_path: Path) -> None:
+    """SIGTERM stops the server gracefully mid-task: the run ends interrupted, marked as the
+    server's shutdown (not a client's cancel), and the server started again resumes it to
+    its answer, the tool not run again."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    store = lw.SQLiteStore(str(tmp_path / "a.db"))
+    first = _crash_server(tmp_path, port, block=True)
+    try:
+        task_id = asyncio.run(_send_and_leave(base))
+        _wait_for(tmp_path / "waiting")
+        first.send_signal(signal.SIGTERM)
+        for _ in range(400):  # the run ends interrupted while its model call still waits
+            if store.load_run(task_id).status != "running":
+                break
+            time.sleep(0.05)
+    finally:
+        (tmp_path / "go").touch()  # the abandoned model call's thread ends, and the process with it
+        first.wait(30)
+    record = store.load_run(task_id)
+    assert (record.status, store.trace(task_id).meta.get("interrupted_by")) == ("interrupted", "shutdown")
+    second = _crash_server(tmp_path, port, block=False)
+    try:
+        task = asyncio.run(_completed(base, task_id))
+    finally:
+        _stop(second, signal.SIGTERM)
+    assert task.artifacts[0].parts[0].text == "recorded once"
+    assert (tmp_path / "effects").read_text() == "once\n"
+    assert store.load_run(task_id).status == "finished" and store.load_run(task_id).resumes == 1
+
+
+async def _completed(base: str, task_id: str) -> Any:
+    async with client(base) as c:
+        for _ in range(400):
+            task = await c.get_task(GetTaskRequest(id=task_id))
+            if task.status.state == TaskState.TASK_STATE_COMPLETED:
+                return task
+            await asyncio.sleep(0.05)
+    raise AssertionError(f"never completed: {TaskState.Name(task.status.state)}")

@@ -18,7 +18,8 @@ CancelTask cancels the run's task: the run ends "interrupted" (resumable). A mes
 a context id and no task id starts a new task in that conversation: the run's prompt
 carries the earlier turns of the context, fenced as data. With a store, every run is
 journaled; a server started on a store re-lists the A2A tasks it holds, and resumes the
-runs that were still running when the last process died.
+runs that were still running when the last process died, or that its graceful shutdown
+interrupted (a client's CancelTask stays cancelled).
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ from a2a.types import (
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
-from loopwright.durable.base import StoreBase
+from loopwright.durable.base import RunRecord, StoreBase
 from loopwright.durable.resume import iter_resume
 from loopwright.errors import RunInterrupted, StoreError
 from loopwright.events import Event, RunFinished, StepEvent, ToolStarted
@@ -84,6 +85,9 @@ PROTOCOL_VERSION: Final = "1.0"
 CARD_PATH: Final = "/.well-known/agent-card.json"
 META: Final = "a2a"
 """The key of the journal's meta that marks a run as an A2A task: {"context_id", "message"}."""
+INTERRUPTED_BY: Final = "interrupted_by"
+"""The trace meta key saying why this server interrupted a run: "cancel" (CancelTask) or
+"shutdown" (the server stopped; started again on the store, it resumes the run)."""
 _APP_OWNS: Final = ("task", "policy", "registry", "approver", "run_id", "journal_meta")
 _APPROVE: Final = frozenset({"approve", "approved", "yes", "y", "ok", "allow"})
 _DENY: Final = frozenset({"deny", "denied", "no", "n", "reject", "refuse"})
@@ -112,6 +116,7 @@ class LiveRun:
     driver: asyncio.Task[None] | None = None
     trace: Trace | None = None
     cancelled: bool = False
+    events: AsyncEvents | None = None
     started_at: float = field(default_factory=time.time)
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -165,7 +170,7 @@ class RunServer:
 
     def _drive(self, live: LiveRun, begin: Callable[[Sequence[Any]], Run]) -> None:
         async def drive() -> None:
-            events = AsyncEvents(begin)
+            events = live.events = AsyncEvents(begin)
             try:
                 async for event in events:
                     live.push(event)
@@ -232,8 +237,7 @@ class RunServer:
         if live is None or live.driver is None or live.driver.done():
             return
         live.cancelled = True
-        live.driver.cancel()
-        await asyncio.gather(live.driver, return_exceptions=True)
+        await _interrupt([live], "cancel")
 
     async def recover(self, handler: DefaultRequestHandler) -> None:
         """On start with a store: list the A2A tasks it holds; resume those whose process
@@ -248,7 +252,7 @@ class RunServer:
                 continue
             context_id, message = str(meta.get("context_id", record.id)), str(meta.get("message", record.task))
             task = Task(id=record.id, context_id=context_id, history=[_user_message(message, record.id, context_id)])
-            if record.status != "running":
+            if record.status != "running" and not _shut_down(self.store, record):
                 _finish(task, self.store.trace(record.id), cancelled=record.stopped_reason == "interrupted")
                 await self.tasks.save(task, context)
                 continue
@@ -262,10 +266,28 @@ class RunServer:
             await _follow_resumed(handler, task, context)
 
     async def shutdown(self) -> None:
-        drivers = [live.driver for live in self.runs.values() if live.driver is not None and not live.driver.done()]
-        for driver in drivers:
-            driver.cancel()
-        await asyncio.gather(*drivers, return_exceptions=True)
+        """Interrupt the runs still going, as "shutdown": a server started again on the store
+        resumes them (a client's CancelTask is "cancel", and stays cancelled)."""
+        await _interrupt([live for live in self.runs.values() if live.driver is not None and not live.driver.done()],
+                         "shutdown")
+
+
+async def _interrupt(lives: Sequence[LiveRun], by: str) -> None:
+    """Cancel these runs (each ends "interrupted"), saying who in their traces' meta
+    (`INTERRUPTED_BY`), which the journal records with their end."""
+    drivers = []
+    for live in lives:
+        if live.events is not None:
+            live.events.trace.meta[INTERRUPTED_BY] = by
+        if live.driver is not None:
+            live.driver.cancel()
+            drivers.append(live.driver)
+    await asyncio.gather(*drivers, return_exceptions=True)
+
+
+def _shut_down(store: StoreBase, record: RunRecord) -> bool:
+    """Whether the run was interrupted by a server's shutdown (not by a client's cancel)."""
+    return record.status == "interrupted" and store.trace(record.id).meta.get(INTERRUPTED_BY) == "shutdown"
 
 
 async def _follow_resumed(handler: DefaultRequestHandler, task: Task, context: ServerCallContext) -> None:
