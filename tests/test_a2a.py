@@ -6,24 +6,39 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from a2a.helpers import get_data_parts, get_message_text
-from a2a.types import CancelTaskRequest, GetTaskRequest, ListTasksRequest, TaskState
+from a2a.types import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    ListTasksRequest,
+    SendMessageConfiguration,
+    SubscribeToTaskRequest,
+    TaskState,
+)
 from a2a.utils.errors import TaskNotFoundError
 from google.protobuf.json_format import MessageToDict
 
 import loopwright as lw
-from helpers.a2a_serving import client, message, serving
+from helpers.a2a_serving import cli_serving, client, free_port, message, serving
 from loopwright.a2a import app
 
 ADD = 'Thought: add them\nAction: add\nAction Input: {"x": 2, "y": 3}'
 FINAL = "Thought: I know it\nFinal Answer: 5"
 DELETE = 'Thought: delete it\nAction: delete\nAction Input: {"name": "notes.txt"}'
 BINDINGS = ("JSONRPC", "HTTP+JSON")
+ROOT = Path(__file__).resolve().parents[1]
+REACT_CASSETTE = str(ROOT / "tests" / "cassettes" / "react_json_17x23.jsonl")
 
 
 @lw.tool
@@ -181,6 +196,43 @@ def test_cancel_interrupts_the_run_and_it_stays_resumable(binding: str, tmp_path
     assert record.status == "interrupted" and record.resumable
 
 
+def test_a_task_a_client_cancelled_stays_cancelled_when_the_server_starts_again(tmp_path: Path) -> None:
+    store = lw.SQLiteStore(str(tmp_path / "runs.db"))
+    release, ran = threading.Event(), []
+
+    @lw.tool
+    def slow(x: int) -> int:
+        """Wait, then echo."""
+        ran.append(x)
+        release.wait(10)
+        return x
+
+    def build(base: str) -> Any:
+        policy = lw.ScriptedPolicy(['Thought: wait\nAction: slow\nAction Input: {"x": 1}', FINAL])
+        return app(policy, [slow], max_steps=4, url=base, store=store)
+
+    async def cancel(base: str) -> str:
+        async with client(base, streaming=False) as c:
+            request = message("wait")
+            request.configuration.CopyFrom(SendMessageConfiguration(return_immediately=True))
+            task = [r async for r in c.send_message(request)][-1].task
+            for _ in range(200):
+                if ran:
+                    break
+                await asyncio.sleep(0.05)
+            await c.cancel_task(CancelTaskRequest(id=task.id))
+            return str(task.id)
+
+    with serving(build) as base:
+        task_id = asyncio.run(cancel(base))
+    release.set()
+    with serving(build) as base:
+        got = asyncio.run(_get(base, task_id))
+    assert TaskState.Name(got.status.state) == "TASK_STATE_CANCELED" and ran == [1]  # not resumed
+    assert store.load_run(task_id).status == "interrupted"
+    assert store.trace(task_id).meta["interrupted_by"] == "cancel"
+
+
 def test_cancelling_a_task_waiting_for_approval_ends_its_run() -> None:
     ran: list[str] = []
     policy = lw.ScriptedPolicy([DELETE, FINAL])
@@ -320,49 +372,67 @@ def test_with_a_token_the_card_is_open_declares_bearer_and_calls_need_the_token(
 
 
 def test_the_cli_serves_a2a(tmp_path: Any) -> None:
-    from loopwright.interfaces.cli import build_parser
+    """`loopwright a2a serve` for real: a subprocess on a free port (the model a cassette),
+    its card read, a message sent with a2a-sdk's client and answered, stopped by Ctrl-C."""
+    db = tmp_path / "tasks.db"
+    with cli_serving(["--replay", REACT_CASSETTE, "--max-steps", "4", "--db", str(db), "--name", "calc"]) as served:
+        card = httpx.get(f"{served.base}/.well-known/agent-card.json").json()
 
-    args = build_parser().parse_args(["a2a", "serve", "--tools", "loopwright.interfaces.demo_tools:demo_registry",
-                                      "--db", str(tmp_path / "a.db"), "--port", "8123", "--name", "calc"])
-    assert (args.a2a_command, args.db, args.port, args.name) == ("serve", str(tmp_path / "a.db"), 8123, "calc")
+        async def ask() -> Any:
+            async with client(served.base, streaming=False) as c:
+                return [r async for r in c.send_message(message("What is 17 * 23?"))][-1].task
+
+        task = asyncio.run(ask())
+    assert served.returncode == 0, served.stderr[-3000:]
+    assert f"A2A agent 'calc' at {served.base}/" in served.stderr
+    assert card["name"] == "calc" and {s["id"] for s in card["skills"]} == {"lookup", "calculate"}
+    assert TaskState.Name(task.status.state) == "TASK_STATE_COMPLETED" and task.artifacts[0].parts[0].text == "391"
+    record = lw.SQLiteStore(str(db)).load_run(task.id)
+    assert record.status == "finished" and record.final_answer == "391"
+
+
+CRASH_SERVER = str(ROOT / "tests" / "helpers" / "a2a_crash_server.py")
+
+
+def _crash_server(tmp_path: Path, port: int, block: bool) -> subprocess.Popen[bytes]:
+    """tests/helpers/a2a_crash_server.py on `port`, journaling to tmp_path/a.db; once its card is served."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, CRASH_SERVER, str(tmp_path / "a.db"), str(port), str(tmp_path),
+                             "1" if block else "0"], env=env)
+    for _ in range(400):
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/.well-known/agent-card.json", timeout=1)
+            return proc
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    proc.kill()
+    raise AssertionError("the server did not start")
+
+
+def _wait_for(path: Path) -> None:
+    for _ in range(400):
+        if path.exists():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{path.name} never appeared")
+
+
+async def _send_and_leave(base: str) -> str:
+    async with client(base, streaming=False) as c:
+        request = message("Record a note")
+        request.configuration.CopyFrom(SendMessageConfiguration(return_immediately=True))
+        return str([r async for r in c.send_message(request)][-1].task.id)
+
+
+def _stop(proc: subprocess.Popen[bytes], sig: int) -> None:
+    proc.send_signal(sig)
+    proc.wait(30)
 
 
 @pytest.mark.slow
-def test_a_server_sigkilled_mid_task_resumes_it_on_restart_and_the_tool_runs_once(tmp_path: Any) -> None:
-    import os
-    import signal
-    import socket
-    import subprocess
-    import sys
-    import time
-
-    script = os.path.join(os.path.dirname(__file__), "helpers", "a2a_crash_server.py")
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
+def test_a_server_sigkilled_mid_task_resumes_it_on_restart_and_the_tool_runs_once(tmp_path: Path) -> None:
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.join(os.path.dirname(__file__), "..", "src"),
-                                                         os.environ.get("PYTHONPATH", "")])}
-
-    def launch(block: str) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen([sys.executable, script, str(tmp_path / "a.db"), str(port), str(tmp_path), block],
-                                env=env)
-        for _ in range(400):
-            try:
-                httpx.get(f"{base}/.well-known/agent-card.json", timeout=1)
-                return proc
-            except httpx.HTTPError:
-                time.sleep(0.05)
-        proc.kill()
-        raise AssertionError("the server did not start")
-
-    async def send_and_leave() -> str:
-        async with client(base, streaming=False) as c:
-            from a2a.types import SendMessageConfiguration
-            request = message("Record a note")
-            request.configuration.CopyFrom(SendMessageConfiguration(return_immediately=True))
-            return str([r async for r in c.send_message(request)][-1].task.id)
 
     async def poll(task_id: str) -> tuple[list[str], Any]:
         seen = []
@@ -375,26 +445,96 @@ def test_a_server_sigkilled_mid_task_resumes_it_on_restart_and_the_tool_runs_onc
                 await asyncio.sleep(0.05)
         raise AssertionError(f"never completed: {seen[-5:]}")
 
-    first = launch("1")
+    first = _crash_server(tmp_path, port, block=True)
     try:
-        task_id = asyncio.run(send_and_leave())
-        for _ in range(400):
-            if (tmp_path / "waiting").exists():
-                break
-            time.sleep(0.05)
-        assert (tmp_path / "waiting").exists()
+        task_id = asyncio.run(_send_and_leave(base))
+        _wait_for(tmp_path / "waiting")
     finally:
-        first.send_signal(signal.SIGKILL)
-        first.wait(10)
+        _stop(first, signal.SIGKILL)
     assert lw.SQLiteStore(str(tmp_path / "a.db")).load_run(task_id).status == "running"
-    second = launch("0")
+    second = _crash_server(tmp_path, port, block=False)
     try:
         seen, task = asyncio.run(poll(task_id))
     finally:
-        second.terminate()
-        second.wait(10)
+        _stop(second, signal.SIGTERM)
     assert task.artifacts[0].parts[0].text == "recorded once"
     assert (tmp_path / "effects").read_text() == "once\n"  # the tool's effect is not repeated
     assert set(seen) <= {"TASK_STATE_WORKING", "TASK_STATE_COMPLETED"}
     record = lw.SQLiteStore(str(tmp_path / "a.db")).load_run(task_id)
     assert record.status == "finished" and record.resumes == 1
+
+
+@pytest.mark.slow
+def test_a_task_resumed_after_a_restart_can_be_subscribed_to(tmp_path: Path) -> None:
+    """The restarted server resumes the task in the background; SubscribeToTask streams it
+    from where it stands to its answer, as for a task this process started."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+
+    async def subscribe(task_id: str) -> list[Any]:
+        got = []
+        async with client(base) as c:
+            async for event in c.subscribe(SubscribeToTaskRequest(id=task_id)):
+                got.append(event)
+                (tmp_path / "go").touch()  # subscribed: let the resumed run answer
+        return got
+
+    first = _crash_server(tmp_path, port, block=True)
+    try:
+        task_id = asyncio.run(_send_and_leave(base))
+        _wait_for(tmp_path / "waiting")
+    finally:
+        _stop(first, signal.SIGKILL)
+    (tmp_path / "waiting").unlink()
+    second = _crash_server(tmp_path, port, block=True)
+    try:
+        _wait_for(tmp_path / "waiting")  # resumed, and waiting in its second model call
+        events = asyncio.run(asyncio.wait_for(subscribe(task_id), 60))
+    finally:
+        _stop(second, signal.SIGTERM)
+    assert events[0].WhichOneof("payload") == "task" and events[0].task.id == task_id
+    assert _states(events)[0] == "TASK_STATE_WORKING" and _states(events)[-2:] == ["artifact", "TASK_STATE_COMPLETED"]
+    answer = next(e.artifact_update.artifact for e in events if e.WhichOneof("payload") == "artifact_update")
+    assert answer.parts[0].text == "recorded once" and (tmp_path / "effects").read_text() == "once\n"
+
+
+@pytest.mark.slow
+def test_a_task_interrupted_by_a_graceful_stop_resumes_on_restart(tmp_path: Path) -> None:
+    """SIGTERM stops the server gracefully mid-task: the run ends interrupted, marked as the
+    server's shutdown (not a client's cancel), and the server started again resumes it to
+    its answer, the tool not run again."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    store = lw.SQLiteStore(str(tmp_path / "a.db"))
+    first = _crash_server(tmp_path, port, block=True)
+    try:
+        task_id = asyncio.run(_send_and_leave(base))
+        _wait_for(tmp_path / "waiting")
+        first.send_signal(signal.SIGTERM)
+        for _ in range(400):  # the run ends interrupted while its model call still waits
+            if store.load_run(task_id).status != "running":
+                break
+            time.sleep(0.05)
+    finally:
+        (tmp_path / "go").touch()  # the abandoned model call's thread ends, and the process with it
+        first.wait(30)
+    record = store.load_run(task_id)
+    assert (record.status, store.trace(task_id).meta.get("interrupted_by")) == ("interrupted", "shutdown")
+    second = _crash_server(tmp_path, port, block=False)
+    try:
+        task = asyncio.run(_completed(base, task_id))
+    finally:
+        _stop(second, signal.SIGTERM)
+    assert task.artifacts[0].parts[0].text == "recorded once"
+    assert (tmp_path / "effects").read_text() == "once\n"
+    assert store.load_run(task_id).status == "finished" and store.load_run(task_id).resumes == 1
+
+
+async def _completed(base: str, task_id: str) -> Any:
+    async with client(base) as c:
+        for _ in range(400):
+            task = await c.get_task(GetTaskRequest(id=task_id))
+            if task.status.state == TaskState.TASK_STATE_COMPLETED:
+                return task
+            await asyncio.sleep(0.05)
+    raise AssertionError(f"never completed: {TaskState.Name(task.status.state)}")

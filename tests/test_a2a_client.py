@@ -37,6 +37,7 @@ from a2a.types import (
     TaskState,
     TaskStatus,
 )
+from a2a.utils.errors import UnsupportedOperationError
 from starlette.applications import Starlette
 
 import loopwright as lw
@@ -92,7 +93,15 @@ class Arithmetic(AgentExecutor):
         await TaskUpdater(event_queue, task_id, context_id or task_id).cancel()
 
 
-def sdk_app(executor: Arithmetic, base: str) -> Starlette:
+class NoListing(DefaultRequestHandler):
+    """The SDK's handler, but ListTasks is not served (a server may leave it out)."""
+
+    async def on_list_tasks(self, *args: Any, **kwargs: Any) -> Any:
+        raise UnsupportedOperationError("ListTasks is not served here")
+
+
+def sdk_app(executor: Arithmetic, base: str, handler_class: type[DefaultRequestHandler] = DefaultRequestHandler
+            ) -> Starlette:
     card = AgentCard(
         name="calc", description="Arithmetic on two integers", version="1.0",
         supported_interfaces=[AgentInterface(url=base + "/", protocol_binding="JSONRPC",
@@ -100,7 +109,7 @@ def sdk_app(executor: Arithmetic, base: str) -> Starlette:
         capabilities=AgentCapabilities(streaming=True), default_input_modes=["text/plain"],
         skills=[AgentSkill(id="calc", name="calc", description="a + b, a - b, a * b", tags=["arithmetic"])],
         default_output_modes=["text/plain"])
-    handler = DefaultRequestHandler(agent_executor=executor, task_store=InMemoryTaskStore(), agent_card=card)
+    handler = handler_class(agent_executor=executor, task_store=InMemoryTaskStore(), agent_card=card)
     return Starlette(routes=[*create_agent_card_routes(card), *create_jsonrpc_routes(handler, rpc_url="/"),
                              *create_rest_routes(handler)])
 
@@ -228,6 +237,28 @@ def test_input_required_is_a_tool_error_and_the_remote_task_stays_open() -> None
     assert step.observation is not None and "asks for input" in step.observation and "delete" in step.observation
 
 
+def test_the_run_record_counts_the_delegation_once_while_it_runs_and_after(tmp_path: Path) -> None:
+    """The remote task's id is journaled as a note on the call while the call runs; the
+    run's record counts calls, not notes: 0 until the call's result, then 1."""
+    effects: list[str] = []
+    release, started = threading.Event(), threading.Event()
+    store = lw.SQLiteStore(str(tmp_path / "coord.db"))
+    with serving(lambda base: _worker(effects, release, started, base)) as base:
+        done: list[lw.Trace] = []
+        runner = threading.Thread(target=lambda: done.append(lw.run(
+            "Have the note recorded.", coordinator_policy, coordinator_registry(base), max_steps=4, store=store,
+            run_id="coord")))
+        runner.start()
+        try:
+            assert started.wait(60) and _journaled_task(tmp_path / "coord.db")
+            during = store.load_run("coord")
+        finally:
+            release.set()
+            runner.join(60)
+    assert (during.status, during.tool_calls) == ("running", 0)
+    assert done[0].tool_calls == 1 and store.load_run("coord").tool_calls == 1
+
+
 def _journaled_task(db: Path) -> bool:
     """Whether the coordinator's journal holds the remote task's id (it is written when the
     first response arrives, which may come after the remote tool started)."""
@@ -256,6 +287,7 @@ def test_a_coordinator_killed_mid_delegation_resumes_by_following_the_remote_tas
         finally:
             child.send_signal(signal.SIGKILL)
             child.wait(30)
+        assert lw.SQLiteStore(db).load_run("coord").tool_calls == 0  # the task's note is not a call
         if not journaled:  # as if the crash fell between the send and the journal's row
             with sqlite3.connect(db) as con:
                 assert con.execute("DELETE FROM tool_calls WHERE key LIKE '%@a2a'").rowcount == 1
@@ -271,3 +303,38 @@ def test_a_coordinator_killed_mid_delegation_resumes_by_following_the_remote_tas
     assert effects == ["once"] and len(remote_tasks) == 1  # sent once, followed after the crash
     step = next(s for s in trace.steps if s.tool == "worker")
     assert step.meta["a2a_task_id"] == remote_tasks[0] and step.observation == "recorded once"
+
+
+def test_as_tool_takes_worked_examples_checked_like_any_tools() -> None:
+    agent = lw.A2AAgent("http://127.0.0.1:9", name="calc", description="Arithmetic")
+    tool = agent.as_tool(examples=[{"question": "What is 6 times 7?", "args": {"task": "6 * 7"}, "result": "42"}])
+    assert [(e.question, e.args) for e in tool.examples] == [("What is 6 times 7?", {"task": "6 * 7"})]
+    with pytest.raises(lw.ToolDefinitionError):
+        agent.as_tool(examples=[{"question": "?", "args": {"sum": "6 * 7"}, "result": "42"}])
+
+
+def test_a_resumed_call_the_server_cannot_look_up_stops_the_run_in_doubt_saying_why(tmp_path: Path) -> None:
+    """The crash fell between the send and the task id's row, and the server cannot list
+    tasks: nothing is sent again, and the run stops for a person with the real reason,
+    not as a call that ran out of time."""
+    store = lw.SQLiteStore(str(tmp_path / "coord.db"))
+
+    @lw.tool(name="calc", side_effects="write")
+    def crashing(task: str, context: str = "") -> str:
+        """Stands for the remote call the process died in."""
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        lw.run("2 + 3?", lw.ScriptedPolicy([_ask("2 + 3"), "Final Answer: 5"]), [crashing], store=store, run_id="r")
+    executor = Arithmetic()
+    with serving(lambda base: sdk_app(executor, base, NoListing)) as base:
+        tool = lw.A2AAgent(base, name="calc", description="Arithmetic", timeout_s=30).as_tool()
+        trace = lw.resume("r", lw.ScriptedPolicy(["Final Answer: 5"]), [tool], store=store,
+                          allow_tool_changes=True)  # the stand-in's schema is not the real tool's
+    step = trace.steps[-1]
+    assert executor.tasks == [] and trace.stopped_reason == "error" and step.meta["in_doubt"] is True
+    assert step.error is not None and step.error.startswith(
+        f"calc cannot tell whether it took effect: this call may have reached the remote agent at {base} before "
+        "the run stopped; its task id was not recorded, and the server could not list the tasks of context ")
+    assert "UnsupportedOperationError" in step.error and "did not finish in time" not in step.error
+    assert store.load_run("r").status == "blocked"

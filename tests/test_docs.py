@@ -24,21 +24,28 @@ A block whose code uses the embedded model (`LlamaCpp`) or an OpenAI-compatible 
 (`OpenAICompatible`) runs for real, marked slow, with `OPENAI_BASE_URL` set to
 llama-cpp-python's server on 127.0.0.1 running the embedded model; one that uses
 `PostgresStore` runs, marked slow, with `DATABASE_URL` set to a fresh schema on the
-session's real PostgreSQL server.
+session's real PostgreSQL server; one that uses `A2AAgent` runs, marked slow, against the
+`loopwright a2a serve` command written last before it in the file, started in another
+process on a free port (its URL in `CALCULATOR_URL`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import linecache
 import re
+import shlex
 import sys
 import tokenize
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from markdown_it import MarkdownIt
 from pytest_examples import CodeExample, EvalExample, find_examples
+
+from helpers.a2a_serving import cli_serving
 
 # llama-cpp-python's server on the embedded model, shared with the OpenAI-compatible tests.
 from test_models_openai import llama_server  # noqa: F401
@@ -77,7 +84,7 @@ def names_in(source: str) -> set[str]:
 
 def needs(example: CodeExample, blocks: list[CodeExample]) -> set[str]:
     """What a block runs against: "model" (the embedded model or a server), "server"
-    (llama-cpp-python's server) and "postgres"."""
+    (llama-cpp-python's server), "postgres" and "a2a" (an A2A agent in another process)."""
     names = set().union(*(names_in(b.source) for b in chain(example, blocks)))
     found = set()
     if names & {"LlamaCpp", "OpenAICompatible"}:
@@ -86,7 +93,29 @@ def needs(example: CodeExample, blocks: list[CodeExample]) -> set[str]:
         found.add("server")
     if "PostgresStore" in names:
         found.add("postgres")
+    if "A2AAgent" in names:
+        found.add("a2a")
     return found
+
+
+def a2a_serve_args(example: CodeExample) -> list[str]:
+    """The arguments of the `loopwright a2a serve` command written last before the block,
+    less its `--port` (the test picks a free one)."""
+    before = example.path.read_text("utf-8").splitlines()[: example.start_line - 1]
+    command = next((line for line in reversed(before) if line.startswith("loopwright a2a serve ")), None)
+    assert command is not None, f"{example}: uses A2AAgent, but no `loopwright a2a serve` command comes before it"
+    args = shlex.split(command, comments=True)[3:]
+    if "--port" in args:
+        del args[args.index("--port") : args.index("--port") + 2]
+    return args
+
+
+@contextlib.contextmanager
+def a2a_agent(example: CodeExample, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The block's A2A agent served in another process, its URL in CALCULATOR_URL."""
+    with cli_serving(a2a_serve_args(example), start_s=300) as served:
+        monkeypatch.setenv("CALCULATOR_URL", served.base)
+        yield
 
 
 def skip_reason(example: CodeExample) -> str | None:
@@ -133,11 +162,14 @@ def test_the_block_runs_as_written(
     # The runner executes a block as __main__ and leaves it in sys.modules; put pytest's back.
     monkeypatch.setitem(sys.modules, "__main__", sys.modules["__main__"])
     monkeypatch.chdir(tmp_path)
-    namespace: dict[str, object] | None = None
-    for block in chain(example, blocks):
-        namespace = run_block(eval_example, block, namespace)
-        # The runner prints this and returns when a block raises KeyboardInterrupt.
-        assert "KeyboardInterrupt in example" not in capsys.readouterr().out, f"{block} was interrupted"
+    with contextlib.ExitStack() as stack:
+        if "a2a" in want:
+            stack.enter_context(a2a_agent(example, monkeypatch))
+        namespace: dict[str, object] | None = None
+        for block in chain(example, blocks):
+            namespace = run_block(eval_example, block, namespace)
+            # The runner prints this and returns when a block raises KeyboardInterrupt.
+            assert "KeyboardInterrupt in example" not in capsys.readouterr().out, f"{block} was interrupted"
 
 
 def run_block(

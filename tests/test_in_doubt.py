@@ -166,3 +166,27 @@ def test_the_in_doubt_step_names_the_call_and_says_what_a_person_can_do(journale
     }[journaled]
     assert (step.kind, step.tool, step.args, step.error) == ("error", "pay", {"invoice": "42"}, IN_DOUBT + then)
     assert step.meta == ({"in_doubt": True} if journaled == "none" else {"in_doubt": True, "call_key": "r:1"})
+
+
+def test_a_tool_that_cannot_tell_whether_it_took_effect_stops_the_run_in_its_own_words(tmp_path):
+    """kind "in_doubt": the gate stops the run as for a timed-out side effect, and says the
+    tool's reason, not "did not finish in time"."""
+    tried: list[str] = []
+
+    @lw.tool(side_effects="write")
+    def pay(invoice: str) -> str:
+        """Pay an invoice."""
+        tried.append(invoice)
+        raise lw.ToolError("pay", "the provider dropped the connection after reading the request", "in_doubt")
+
+    store = lw.SQLiteStore(tmp_path / "runs.db")
+    trace = lw.run("pay invoice 42", lw.ScriptedPolicy(PAY_TWICE), lw.ToolRegistry([pay]), store=store, run_id="r")
+    step = trace.steps[-1]
+    assert step.error == (
+        "pay cannot tell whether it took effect: the provider dropped the connection after reading the request. "
+        "It is not idempotent, so it was not reported to the model as failed (a retry could repeat it). Check "
+        "whether it took effect, then settle it (store.settle or `loopwright runs settle`), resume with "
+        "rerun_unfinished=True, or finish the run by hand.")
+    assert step.meta == {"in_doubt": True, "call_key": "r:1"}
+    assert tried == ["42"] and trace.stopped_reason == "error" and trace.llm_calls == 1
+    assert store.load_run("r").status == "blocked" and [c.key for c in store.unsettled("r")] == ["1"]

@@ -1,6 +1,7 @@
-"""A loopwright A2A server on a SQLite store, for the crash test: `python a2a_crash_server.py
-DB PORT WORKDIR BLOCK`. Its tool appends a line to WORKDIR/effects per call; with BLOCK=1 the
-model's second call writes WORKDIR/waiting and hangs (the test SIGKILLs the process there)."""
+"""A loopwright A2A server on a SQLite store, for the restart tests: `python
+a2a_crash_server.py DB PORT WORKDIR BLOCK`. Its tool appends a line to WORKDIR/effects per
+call; with BLOCK=1 the model's second call writes WORKDIR/waiting and waits until
+WORKDIR/go exists (the test kills or stops the process there, or lets it go on)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,9 @@ def policy(prompt: str) -> str:
         return 'Thought: record it\nAction: record\nAction Input: {"note": "once"}'
     if block:
         (workdir / "waiting").write_text("x")
-        time.sleep(600)
+        deadline = time.monotonic() + 600
+        while not (workdir / "go").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
     return "Thought: done\nFinal Answer: recorded once"
 
 

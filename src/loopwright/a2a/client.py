@@ -13,8 +13,8 @@ HTTP+JSON as the agent card offers) and follows the remote task to its end. Like
   cutting the call) sends CancelTask for the remote task;
 - a resumed parent finds the remote task again instead of sending the message again. The
   message's context id is derived from the call's idempotency key, and the task id is
-  journaled (the parent's tool-call row `<call key>@a2a`) as soon as the first response
-  names it. A resumed call reads that row and follows the task (GetTask, then
+  journaled (a note on the parent's call, the tool-call row `<call key>@a2a`) as soon as the
+  first response names it. A resumed call reads that row and follows the task (GetTask, then
   SubscribeToTask, or GetTask again while the server cannot stream). When the crash fell
   between the send and that row, it asks the server for the tasks of the context id
   (ListTasks): one found is followed, none means the message never made a task and it is
@@ -35,7 +35,7 @@ import itertools
 import json
 import re
 import uuid
-from collections.abc import AsyncIterator, Coroutine, Mapping
+from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
@@ -60,7 +60,7 @@ from loopwright.events import Emitter
 from loopwright.modes.machine import Journal
 from loopwright.runtime.calls import bound_call, current_call
 from loopwright.runtime.context import RunContext
-from loopwright.tools.registry import Tool, ToolError, ToolResult
+from loopwright.tools.registry import Tool, ToolError
 from loopwright.trace import Step, Trace
 
 CARD_PATH = "/.well-known/agent-card.json"
@@ -68,6 +68,7 @@ ENDED = frozenset({TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_FAILED, 
                    TaskState.TASK_STATE_REJECTED})
 WAITING = frozenset({TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED})
 POLL_S = (0.2, 0.5, 1.0, 2.0)  # GetTask while a server cannot stream a task: these waits, then the last
+NOTE = "a2a"  # the journal's note on a call that keeps its remote task (the row `<call key>@a2a`)
 TRANSPORT_ERRORS = (A2AError, httpx.HTTPError, OSError, ValueError)  # what a remote or the wire can raise
 
 
@@ -115,17 +116,20 @@ class A2AAgent:
             raise ValueError(f"the agent card at {self.url + CARD_PATH} is not a JSON object")
         return card
 
-    def as_tool(self, description: str | None = None, name: str | None = None) -> Tool:
+    def as_tool(self, description: str | None = None, name: str | None = None,
+                examples: Sequence[Mapping[str, Any]] | None = None) -> Tool:
         """The remote agent as a tool: it takes a `task` (and optional `context`) and returns
         the remote task's answer (see the module's docstring). Without a name or a
-        description, here or on the agent, the agent card is read now for them."""
+        description, here or on the agent, the agent card is read now for them. `examples`:
+        tool examples (`{"question", "args": {"task": ...}, "result"}`), as for
+        `lw.Agent.as_tool`, so a small model sees a worked delegation."""
         name, description = name or self.name, description or self.description
         if name is None or description is None:
             card = self.card()
             name = name or _tool_name(str(card.get("name") or "remote_agent"))
             description = description or f"Ask the remote agent {card.get('name', name)!r}: " \
                                          f"{card.get('description') or 'an A2A agent'}"
-        return A2ATool(self, name, description)
+        return A2ATool(self, name, description, examples)
 
 
 class A2ATool(Tool):
@@ -135,7 +139,8 @@ class A2ATool(Tool):
 
     agent: A2AAgent
 
-    def __init__(self, agent: A2AAgent, name: str, description: str) -> None:
+    def __init__(self, agent: A2AAgent, name: str, description: str,
+                 examples: Sequence[Mapping[str, Any]] | None = None) -> None:
         def call(task: str, context: str = "") -> Coroutine[Any, Any, Any]:
             text = task if not context else f"{task}\n\nContext: {context}"
             return Delegation(agent, name, text).run()  # either driver awaits it (the sync one on its own loop)
@@ -143,7 +148,7 @@ class A2ATool(Tool):
         call.__doc__ = "Give the remote agent a task.\n\nArgs:\n    task: what to do, in plain words\n" \
                        "    context: anything the agent should know (optional)"
         super().__init__(call, name=name, description=description, side_effects="write",
-                         dedupes_on_call_key=True)
+                         dedupes_on_call_key=True, examples=examples)
         self.agent = agent
 
     def recorded_child(self, ctx: RunContext, key: str) -> str | None:
@@ -204,7 +209,7 @@ class Delegation:
                                     f"{self.agent.url} did not end within {self.agent.timeout_s:g}s", "timeout")
             task = None
         except InDoubt as exc:
-            result, task = ToolError(self.tool, f"in doubt: {exc}", "timeout"), None
+            result, task = ToolError(self.tool, str(exc), "in_doubt"), None
         except TRANSPORT_ERRORS as exc:
             result = ToolError(self.tool, f"the remote agent at {self.agent.url} failed: {type(exc).__name__}: "
                                f"{exc}".rstrip(": "))
@@ -307,17 +312,9 @@ class Delegation:
         if not task_id or self.task_id is not None:
             return
         self.task_id = task_id
-        journal = self.journal
-        if journal is not None and self.key is not None:
-            record = {"url": self.agent.url, "task_id": task_id, "context_id": self.context_id,
-                      "message": self.text}
-            key = _row(self.key)
-            journal.record_tool_start(key, "a2a_task", record)
-            journal.record_tool_result(key, ToolResult("a2a_task", record, record, observation="", error=None,
-                                                       duration_s=0.0))
-            flush = getattr(journal, "flush", None)
-            if flush is not None:
-                flush()
+        if self.journal is not None and self.key is not None:
+            self.journal.record_note(self.key, NOTE, {"url": self.agent.url, "task_id": task_id,
+                                                      "context_id": self.context_id, "message": self.text})
 
     def _progress(self, state: int | None, text: str) -> None:
         if self.events is None or not text:
@@ -361,18 +358,12 @@ class Delegation:
             self.events.end(trace)
 
 
-def _row(key: str) -> str:
-    """The parent's tool-call row that keeps the remote task of its call `key`."""
-    return f"{key}@a2a"
-
-
 def _recorded(journal: Journal | None, key: str | None) -> Mapping[str, Any] | None:
+    """The remote task that call `key` started, as its journal note keeps it."""
     if journal is None or key is None:
         return None
-    found = journal.recorded_tool(_row(key))
-    if found is None or found[1] is None or not isinstance(found[1].value, dict):
-        return None
-    return found[1].value
+    found = journal.recorded_note(key, NOTE)
+    return found if isinstance(found, dict) else None
 
 
 def _message_text(message: Message) -> str:

@@ -18,7 +18,8 @@ CancelTask cancels the run's task: the run ends "interrupted" (resumable). A mes
 a context id and no task id starts a new task in that conversation: the run's prompt
 carries the earlier turns of the context, fenced as data. With a store, every run is
 journaled; a server started on a store re-lists the A2A tasks it holds, and resumes the
-runs that were still running when the last process died.
+runs that were still running when the last process died, or that its graceful shutdown
+interrupted (a client's CancelTask stays cancelled).
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ from a2a.types import (
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
-from loopwright.durable.base import StoreBase
+from loopwright.durable.base import RunRecord, StoreBase
 from loopwright.durable.resume import iter_resume
 from loopwright.errors import RunInterrupted, StoreError
 from loopwright.events import Event, RunFinished, StepEvent, ToolStarted
@@ -84,6 +85,9 @@ PROTOCOL_VERSION: Final = "1.0"
 CARD_PATH: Final = "/.well-known/agent-card.json"
 META: Final = "a2a"
 """The key of the journal's meta that marks a run as an A2A task: {"context_id", "message"}."""
+INTERRUPTED_BY: Final = "interrupted_by"
+"""The trace meta key saying why this server interrupted a run: "cancel" (CancelTask) or
+"shutdown" (the server stopped; started again on the store, it resumes the run)."""
 _APP_OWNS: Final = ("task", "policy", "registry", "approver", "run_id", "journal_meta")
 _APPROVE: Final = frozenset({"approve", "approved", "yes", "y", "ok", "allow"})
 _DENY: Final = frozenset({"deny", "denied", "no", "n", "reject", "refuse"})
@@ -112,6 +116,7 @@ class LiveRun:
     driver: asyncio.Task[None] | None = None
     trace: Trace | None = None
     cancelled: bool = False
+    events: AsyncEvents | None = None
     started_at: float = field(default_factory=time.time)
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -165,7 +170,7 @@ class RunServer:
 
     def _drive(self, live: LiveRun, begin: Callable[[Sequence[Any]], Run]) -> None:
         async def drive() -> None:
-            events = AsyncEvents(begin)
+            events = live.events = AsyncEvents(begin)
             try:
                 async for event in events:
                     live.push(event)
@@ -232,12 +237,12 @@ class RunServer:
         if live is None or live.driver is None or live.driver.done():
             return
         live.cancelled = True
-        live.driver.cancel()
-        await asyncio.gather(live.driver, return_exceptions=True)
+        await _interrupt([live], "cancel")
 
-    async def recover(self) -> None:
+    async def recover(self, handler: DefaultRequestHandler) -> None:
         """On start with a store: list the A2A tasks it holds; resume those whose process
-        died mid-run, following them in the background."""
+        died mid-run, each followed by the executor as a task this process started (see
+        `_follow_resumed`)."""
         if self.store is None:
             return
         context = ServerCallContext()
@@ -247,36 +252,52 @@ class RunServer:
                 continue
             context_id, message = str(meta.get("context_id", record.id)), str(meta.get("message", record.task))
             task = Task(id=record.id, context_id=context_id, history=[_user_message(message, record.id, context_id)])
-            if record.status != "running":
+            if record.status != "running" and not _shut_down(self.store, record):
                 _finish(task, self.store.trace(record.id), cancelled=record.stopped_reason == "interrupted")
                 await self.tasks.save(task, context)
                 continue
             task.status.CopyFrom(TaskStatus(state=TaskState.TASK_STATE_WORKING))
             await self.tasks.save(task, context)
             try:
-                live = self.resume(record.id, context_id, message)
+                self.resume(record.id, context_id, message)
             except StoreError as exc:  # another live worker holds it
                 log.warning("not resuming task %s: %s", record.id, exc)
                 continue
-            asyncio.get_running_loop().create_task(self._follow_unwatched(live, task, context))
-
-    async def _follow_unwatched(self, live: LiveRun, task: Task, context: ServerCallContext) -> None:
-        """Follow a resumed run nobody's request is waiting on, keeping its task record true."""
-
-        async def apply(event: TaskStatusUpdateEvent | TaskArtifactUpdateEvent) -> None:
-            if isinstance(event, TaskStatusUpdateEvent):
-                task.status.CopyFrom(event.status)
-            else:
-                task.artifacts.append(event.artifact)
-            await self.tasks.save(task, context)
-
-        await follow(live, apply)
+            await _follow_resumed(handler, task, context)
 
     async def shutdown(self) -> None:
-        drivers = [live.driver for live in self.runs.values() if live.driver is not None and not live.driver.done()]
-        for driver in drivers:
-            driver.cancel()
-        await asyncio.gather(*drivers, return_exceptions=True)
+        """Interrupt the runs still going, as "shutdown": a server started again on the store
+        resumes them (a client's CancelTask is "cancel", and stays cancelled)."""
+        await _interrupt([live for live in self.runs.values() if live.driver is not None and not live.driver.done()],
+                         "shutdown")
+
+
+async def _interrupt(lives: Sequence[LiveRun], by: str) -> None:
+    """Cancel these runs (each ends "interrupted"), saying who in their traces' meta
+    (`INTERRUPTED_BY`), which the journal records with their end."""
+    drivers = []
+    for live in lives:
+        if live.events is not None:
+            live.events.trace.meta[INTERRUPTED_BY] = by
+        if live.driver is not None:
+            live.driver.cancel()
+            drivers.append(live.driver)
+    await asyncio.gather(*drivers, return_exceptions=True)
+
+
+def _shut_down(store: StoreBase, record: RunRecord) -> bool:
+    """Whether the run was interrupted by a server's shutdown (not by a client's cancel)."""
+    return record.status == "interrupted" and store.trace(record.id).meta.get(INTERRUPTED_BY) == "shutdown"
+
+
+async def _follow_resumed(handler: DefaultRequestHandler, task: Task, context: ServerCallContext) -> None:
+    """Have the SDK's handler run the executor on a resumed task as it does for a message
+    sent: the run's events keep the task's record true, and SubscribeToTask and CancelTask
+    reach it as any task of this process. The handler's registry of active tasks is
+    private (a2a-sdk is pinned to 1.3.0; the restart tests fail if it changes)."""
+    registry = handler._active_task_registry
+    active = await registry.get_or_create(task.id, call_context=context, context_id=task.context_id)
+    await active.enqueue_request(RequestContext(context, task_id=task.id, context_id=task.context_id, task=task))
 
 
 Emit = Callable[[TaskStatusUpdateEvent | TaskArtifactUpdateEvent], Coroutine[Any, Any, None]]
@@ -534,7 +555,7 @@ def app(policy: Policy, registry: Tools, mode: str = "react", *, name: str = "lo
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        await server.recover()
+        await server.recover(handler)
         yield
         await server.shutdown()
         await handler.aclose()

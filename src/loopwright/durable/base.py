@@ -24,6 +24,7 @@ from loopwright.durable.journal import (
     _RUN_SUMMED,
     _STEP_SUMMED,
     _TOOL_CALL_SUMMED,
+    NOTE_MARK,
     RunJournal,
     _dumps,
     checksum,
@@ -505,7 +506,8 @@ _OF_RUN: Final = "WHERE run_id = runs.id"
 _RUN_SELECT: Final = (
     "SELECT id, task, mode, config, status, stopped_reason, final_answer, "
     + _recorded("llm_calls", f"SELECT count(*) FROM model_calls {_OF_RUN} AND n > 0") + ", "
-    + _recorded("tool_calls", f"SELECT count(*) FROM tool_calls {_OF_RUN} AND state = 'done'") + ", "
+    + _recorded("tool_calls", f"SELECT count(*) FROM tool_calls {_OF_RUN} AND state = 'done' "
+                f"AND key NOT LIKE '%{NOTE_MARK}%'") + ", "  # a note on a call is not a call
     + f"(SELECT count(*) FROM steps {_OF_RUN}), "
     + ", ".join(_recorded(c, f"SELECT coalesce(sum({c}), 0) FROM model_calls {_OF_RUN}")
                 for c in ("prompt_tokens", "evaluated_tokens", "completion_tokens")) + ", "

@@ -272,6 +272,30 @@ class RunJournal:
         )
         self._unfinished.discard(key)
 
+    # -- notes ----------------------------------------------------------------------
+
+    def record_note(self, key: str, what: str, value: Any) -> None:
+        """Keep `value` (JSON data) as the note `what` on call `key`, durable at once: a
+        tool's own record of its call (lw.A2AAgent: the remote task it started). Kept as
+        the done row `<key>@<what>` of tool_calls, so a fork copies it as it copies calls;
+        the run's call count leaves it out (see `NOTE_MARK`)."""
+        row_key, name, stored = note_key(key, what), NOTE_MARK + what, _dumps(value)
+        self._tools[row_key] = ("done", ToolResult(name, {}, value, observation=observation_of(None, stored),
+                                                   error=None, duration_s=0.0))
+        now = time.time()
+        self._commit(
+            "INSERT INTO tool_calls (run_id, key, name, args, state, value, duration_s, started_at, finished_at, "
+            "checksum) VALUES (?, ?, ?, '{}', 'done', ?, 0, ?, ?, ?) ON CONFLICT (run_id, key) DO UPDATE SET "
+            "value = excluded.value, finished_at = excluded.finished_at, checksum = excluded.checksum",
+            (self.run_id, row_key, name, stored, now, now,
+             checksum(row_key, name, "{}", "done", stored, None, None, None)),
+        )
+
+    def recorded_note(self, key: str, what: str) -> Any:
+        """The value of the note `what` on call `key`; None when there is none."""
+        found = self.recorded_tool(note_key(key, what))
+        return None if found is None or found[1] is None else found[1].value
+
     # -- approvals ------------------------------------------------------------------
 
     def recorded_decision(self, key: str) -> Decision | None:
@@ -367,6 +391,16 @@ class RunJournal:
 
 
 # -- helpers ---------------------------------------------------------------------------
+
+NOTE_MARK: Final = "@"
+"""Marks a tool_calls row that is a note on a call (`<call key>@<what>`), not a call: no
+mode makes a call key with it."""
+
+
+def note_key(key: str, what: str) -> str:
+    """The tool_calls key of the note `what` on call `key`."""
+    return f"{key}{NOTE_MARK}{what}"
+
 
 _MODEL_CALL_COLUMNS: Final = (
     "n, purpose, prompt_base, prompt, messages, request, completion, tool_calls, completion_meta, "

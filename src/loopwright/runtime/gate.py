@@ -230,7 +230,7 @@ class ToolGate:
         key = admitted.call.key
         if self.children and key in self.children:
             self._child_paused(key)
-        if result.error is not None and result.error.kind == "timeout" and admitted.ledger is not None:
+        if result.error is not None and result.error.kind in ("timeout", "in_doubt") and admitted.ledger is not None:
             self._timed_out(admitted, result)
         if self.journal is not None:
             self.journal.record_tool_result(key, result)  # whole
@@ -240,20 +240,26 @@ class ToolGate:
         return executed
 
     def _timed_out(self, admitted: Admitted, result: ToolResult) -> None:
-        """Stop the run at a side effect that outlived its deadline: abandoned, not stopped,
-        it may still take effect. The stop reason is `timeout` when the run's own wall clock
-        cut the call, else `error`."""
-        reason = result.error.message if result.error is not None else "timeout"
-        self._in_doubt(admitted.call, admitted.tool, f"did not finish in time ({reason}) and was abandoned while it ran",
-                       "timeout" if self.ctx.expired() else "error")
+        """Stop the run at a side effect that outlived its deadline (abandoned, not stopped,
+        it may still take effect), or whose tool said it cannot tell whether it took effect
+        (kind "in_doubt", its message says why). The stop reason is `timeout` when the run's
+        own wall clock cut the call, else `error`."""
+        error = result.error
+        stop = "timeout" if self.ctx.expired() else "error"
+        if error is not None and error.kind == "in_doubt":
+            what, own_words = f"cannot tell whether it took effect: {error.message.rstrip('.')}", True
+        else:
+            reason = error.message if error is not None else "timeout"
+            what, own_words = f"did not finish in time ({reason}) and was abandoned while it ran", False
+        self._in_doubt(admitted.call, admitted.tool, what, stop, own_words)
 
-    def _in_doubt(self, call: CallTool, tool: Tool | None, what: str, stop: str) -> None:
+    def _in_doubt(self, call: CallTool, tool: Tool | None, what: str, stop: str, own_words: bool = False) -> None:
         """Stop the run (StopRun `stop`) at a side effect that may have happened: it timed
-        out, or failed in a way a retry would cover (it may have failed after its effect). It
-        is in doubt, as after a crash: reported as a failure, the model would call it again
-        and the effect could happen twice. Its journal row stays `started`, so the run is
-        blocked until a person settles it (or, for a tool that dedupes on its call key, a
-        resume runs it again with the same key)."""
+        out, the tool cannot tell, or it failed in a way a retry would cover (it may have
+        failed after its effect). It is in doubt, as after a crash: reported as a failure,
+        the model would call it again and the effect could happen twice. Its journal row
+        stays `started`, so the run is blocked until a person settles it (or, for a tool
+        that dedupes on its call key, a resume runs it again with the same key)."""
         if self.journal is None:
             then = "Check whether it took effect before running the task again."
         elif tool is not None and tool.dedupes_on_call_key:
@@ -262,9 +268,12 @@ class ToolGate:
         else:
             then = ("Check whether it took effect, then settle it (store.settle or `loopwright runs settle`), "
                     "resume with rerun_unfinished=True, or finish the run by hand.")
-        message = (f"{call.name} {what}; it is not "
-                   f"idempotent, so whether it took effect is unknown and it was not reported to the model "
-                   f"as failed (a retry could repeat it). {then}")
+        unreported = "it was not reported to the model as failed (a retry could repeat it)"
+        if own_words:  # the tool's reason, in its own sentence
+            message = f"{call.name} {what}. It is not idempotent, so {unreported}. {then}"
+        else:
+            message = (f"{call.name} {what}; it is not idempotent, so whether it took effect is unknown and "
+                       f"{unreported}. {then}")
         run_id = self.ctx.trace.run_id
         meta: dict[str, Any] = {"in_doubt": True}
         if run_id is not None:

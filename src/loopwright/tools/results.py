@@ -16,8 +16,11 @@ from loopwright.tools.schema import ToolArgumentError
 __all__ = ["ToolError", "ToolErrorKind", "ToolResult", "render_observation"]
 
 ToolErrorKind = Literal[
-    "unknown_tool", "invalid_args", "exception", "timeout", "unrenderable", "denied", "guardrail"
-]  # "denied": refused by an approval gate; "guardrail": held back by a tool guardrail (the loops build both)
+    "unknown_tool", "invalid_args", "exception", "timeout", "unrenderable", "denied", "guardrail", "in_doubt"
+]
+"""Why a call failed. "denied": refused by an approval gate; "guardrail": held back by a tool
+guardrail (the loops build both); "in_doubt": the tool cannot tell whether its call took
+effect (a side effect's run stops for a person, as when it outlives its deadline)."""
 
 
 @dataclass(frozen=True, slots=True)
