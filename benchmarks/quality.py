@@ -29,7 +29,9 @@ with no switch in the library, the old behaviour patched back in for the row: `e
 invented values off; it matters with `examples_off`, as `examples_off+invented`); join
 configurations with `+` to switch several off. And one technique
 switched on: `grounded` (`LlamaCpp(ground_numbers=True)`: a call writes only numbers the
-question or an observation gave). `--show` prints each question's answer
+question or an observation gave), and `held` (`LlamaCpp(hold_answer=True)`: a ReAct step
+that would answer while the question names something no call has used is held to a call,
+its thought saying what is left; `held+grounded` both). `--show` prints each question's answer
 and calls. And `bootstrap` (not in the
 default list): `lw.bootstrap_examples` on the set's dev questions with the same model and
 mode, the kept calls added before each tool's declared examples (the prompt's budget
@@ -419,6 +421,10 @@ def make_model(config: str) -> Any | None:
         if "ground_numbers" not in inspect.signature(lw.models.LlamaCpp).parameters:
             return None
         options["ground_numbers"] = True
+    if "held" in parts:
+        if "hold_answer" not in inspect.signature(lw.models.LlamaCpp).parameters:
+            return None
+        options["hold_answer"] = True
     if "state_cache_off" in parts:
         if "state_cache_bytes" not in inspect.signature(lw.models.LlamaCpp).parameters:
             return None

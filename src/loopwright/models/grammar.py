@@ -26,7 +26,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from loopwright.models import grounding
+from loopwright.models import grounding, holding
 from loopwright.policy import ModelRequest
 
 THOUGHT_MAX_CHARS: Final = 160
@@ -450,6 +450,7 @@ def react_grammar(
     avoid: Mapping[str, Mapping[str, Any]] | None = None,
     answer_schema: Mapping[str, Any] | None = None,
     grounded: frozenset[str] | None = None,
+    hold: holding.Hold | None = None,
 ) -> str:
     """The GBNF grammar of one ReAct step in `dialect` ("json" or "brackets").
 
@@ -463,7 +464,8 @@ def react_grammar(
     (a typed run's output) holds a json-dialect final answer to one line of JSON in it.
     `grounded` (grounding.py): the numbers a call's JSON arguments may write, in number
     values and as the digit runs of strings; the thought and the answer are not held to
-    them, nor a brackets call's bare text.
+    them, nor a brackets call's bare text. `hold` (holding.py, json): the thought starts
+    with its words, then the step calls a tool (or answers, when the hold says so).
     """
     named = _named(tools)
     rules = _Rules()
@@ -479,7 +481,8 @@ def react_grammar(
                 continue  # its only possible call is the known one, or it needs an unseen number
             head = gbnf_literal(f"{tool['name']}\nAction Input: ")
             alts.append(rules.add(f"tool{i}", f'{head} {args} "\\n"?'))
-        rules.add("root", f'{label}thought "\\n" ({"action | " if alts else ""}final)')
+        step = "final" if not alts or (hold and not hold.act) else "action" if hold else "(action | final)"
+        rules.add("root", f'{label}thought "\\n" {step}')
         if alts:
             rules.add("action", '"Action: " (' + " | ".join(alts) + ")")
         rules.add("final", '"Final Answer: " answer "\\n"?')
@@ -512,7 +515,8 @@ def react_grammar(
     else:
         raise ValueError(f"unknown ReAct dialect {dialect!r}; accepted: 'json', 'brackets'")
     # Any first character, a space included, so "Thought:" + " text" reads naturally.
-    rules.add("thought", f"[^\\n:]{{1,{THOUGHT_MAX_CHARS}}}")
+    held = f"{gbnf_literal(hold.thought)} " if hold is not None and dialect == "json" else ""
+    rules.add("thought", f"{held}[^\\n:]{{{0 if held else 1},{THOUGHT_MAX_CHARS}}}")
     return rules.text()
 
 
@@ -568,13 +572,8 @@ model writes a run of digits a token each): a 160-character thought plus a 120-c
 `finish[...]` is about 300 tokens."""
 
 
-def grammar_for(
-    request: ModelRequest,
-    *,
-    plan_max_steps: int = 4,
-    exclude_known: bool = True,
-    ground_numbers: bool = False,
-) -> str | None:
+def grammar_for(request: ModelRequest, *, plan_max_steps: int = 4, exclude_known: bool = True,
+                ground_numbers: bool = False, hold_answer: bool = False) -> str | None:
     """The GBNF text that constrains this request, or None when it is free text.
 
     ReAct steps in the text dialects get react_grammar and plans and replans get
@@ -582,7 +581,7 @@ def grammar_for(
     reply is held to one line; summaries and native tool calling are unconstrained.
     With `exclude_known`, a ReAct step cannot repeat the request's `known_calls`; with
     `ground_numbers`, its call (a plan's number values) writes only numbers the run has
-    seen (grounding.py).
+    seen (grounding.py); with `hold_answer`, it is held from answering (holding.py).
     """
     if request.purpose == "solve":
         return answer_grammar(request.output_schema)
@@ -593,8 +592,9 @@ def grammar_for(
         labelled = _THOUGHT_LABEL_AT_END.search(request.prompt[-40:]) is not None
         avoid = dict(request.known_calls) if exclude_known else None
         answer = request.output_schema if request.dialect == "json" else None
+        hold = holding.held_step(request.prompt, request.tools) if hold_answer else None
         return react_grammar(request.tools, request.dialect, with_thought_label=not labelled, avoid=avoid,
-                             answer_schema=answer, grounded=grounded)
+                             answer_schema=answer, grounded=grounded, hold=hold)
     if request.purpose in ("plan", "replan"):
         return plan_grammar(request.tools, max_steps=plan_max_steps, grounded=grounded)
     return None

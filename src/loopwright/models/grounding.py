@@ -38,7 +38,7 @@ WORDS: Final = {
 
 _NUMBER: Final = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?")
 _WORD: Final = re.compile(r"[a-z]+")
-_FENCED: Final = re.compile(r"<untrusted[^>]*>(.*?)</untrusted>", re.S)
+FENCED: Final = re.compile(r"<untrusted[^>]*>(.*?)</untrusted>", re.S)
 _QUESTION: Final = re.compile(r"(?m)^Question: ")
 
 
@@ -57,7 +57,7 @@ def seen_texts(prompt: str) -> list[str] | None:
     if part is None:
         return None
     question = re.split(r"\nThought|\nAction|\nPlan:", part, maxsplit=1)[0]
-    return [question, *_FENCED.findall(part)]
+    return [question, *FENCED.findall(part)]
 
 
 def grounded_numbers(texts: list[str]) -> frozenset[str]:
@@ -134,3 +134,4 @@ def grounded_string(rules: Rules, literal: Callable[[str], str], max_chars: int,
     rules.add("g-seg", "g-char | g-num g-char")
     body = f"g-seg{{1,{max_chars}}} g-num? | g-num" if nonempty else f"g-seg{{0,{max_chars}}} g-num?"
     return rules.add("g-string-nonempty" if nonempty else "g-string", f'"\\"" ({body}) "\\""')
+

@@ -154,7 +154,9 @@ class LlamaCpp:
     repeat the latest call of each tool whose result the prompt already holds (the
     request's `known_calls`), so a greedy model stuck on one call must change it.
     ground_numbers: a ReAct step's call may write only numbers the run has seen, in its
-    question or an observation (models/grounding.py). The
+    question or an observation (models/grounding.py). hold_answer: a ReAct step may not
+    answer while its question names something no call has used (a number, a date, a
+    thing, the tool it spells out); its thought says what is left (models/holding.py). The
     model loads on first use, once per instance; calls are serialised by a lock, so runs
     may share one instance (`run_many`, `arun`, threads): they take turns on its single context.
     """
@@ -174,6 +176,7 @@ class LlamaCpp:
         state_cache_bytes: int = STATE_CACHE_BYTES,
         exclude_known: bool = True,
         ground_numbers: bool = False,
+        hold_answer: bool = False,
         verbose: bool = False,
     ) -> None:
         if isinstance(state_cache_bytes, bool) or not isinstance(state_cache_bytes, int) or state_cache_bytes < 0:
@@ -195,6 +198,7 @@ class LlamaCpp:
         """The most bytes the saved states held at once since the model was made."""
         self.exclude_known = exclude_known
         self.ground_numbers = ground_numbers
+        self.hold_answer = hold_answer
         self.verbose = verbose
         self.name = self.model_path.name
         self._llm: Llama | None = None
@@ -461,7 +465,7 @@ class LlamaCpp:
         KV cache (or a saved state) made ready for the tokens. Called holding the lock."""
         gbnf = (
             grammar_for(request, plan_max_steps=self.plan_max_steps, exclude_known=self.exclude_known,
-                        ground_numbers=self.ground_numbers)
+                        ground_numbers=self.ground_numbers, hold_answer=self.hold_answer)
             if self.grammar
             else None
         )
