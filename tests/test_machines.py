@@ -20,6 +20,7 @@ import loopwright as lw
 from conftest import act, final, make_registry
 from loopwright.memory import HashingEmbedder
 from loopwright.modes.machine import (
+    WRITES,
     CallDone,
     CallTool,
     CheckClock,
@@ -112,6 +113,10 @@ def _drive(run: lw.Run, serve: Callable[[Any], Any], monkeypatch: pytest.MonkeyP
                 return run.trace
             if isinstance(item, lw.Step):
                 run.trace.steps.append(item)
+                value = None
+                continue
+            if isinstance(item, WRITES):  # a change to the run: the one thing served from the context
+                ctx.apply(item)
                 value = None
                 continue
             if isinstance(item, ModelRequest):
