@@ -236,7 +236,7 @@ class _Loop:
     """The ReAct loop's state: across steps, the tools offered, the repeat detector, the
     latest call of each tool and the parse-error streak; within one, its index, the model's
     answer and the prompt it was sent (a length of the append-only scratchpad, or a copy
-    when prompts are rewritten), which `step` puts on every Step it makes. `run()` makes
+    when prompts are rewritten), which `step` puts on every Step it makes. `steps()` makes
     one step at a time; the helpers it calls return True when the run has ended."""
 
     def __init__(self, view: RunView, pad: _Scratchpad, max_tokens: int | None, cap: int, copy_prompts: bool,
@@ -249,6 +249,8 @@ class _Loop:
         self.dialect = pad.dialect
         self.native = self.dialect == "native"
         self.plain = view.prompt_only and not self.native  # a plain policy only gets the prompt
+        self.limits, self.output = view.limits, view.output  # the run's, fixed while it runs
+        self.outputs = view.trace.outputs  # the results kept whole so far (a live read-only mapping)
         self.timed = view.limits.timeout_s is not None  # else the clock cannot run out
         self.repeats = RepeatDetector()
         self.known: dict[str, dict[str, Any]] = {}  # the latest executed call of each tool
@@ -280,6 +282,7 @@ class _Loop:
         return recorded(self.steps(), self.written)
 
     def written(self) -> Record:
+        """What the trace keeps of the loop: its transcript and final prompt."""
         return Record(transcript=self.pad.transcript, scratchpad=self.pad.text)
 
     def steps(self) -> StepGen:
@@ -299,7 +302,7 @@ class _Loop:
                         yield Stop(fold["stop"])
                         return
             tools = self.tools
-            if (trace.outputs and not self.plain and (not tools or tools[-1] is not READ_OUTPUT_SCHEMA)
+            if (self.outputs and not self.plain and (not tools or tools[-1] is not READ_OUTPUT_SCHEMA)
                     and READ_OUTPUT not in view.registry):  # results are kept: the model may read them
                 self.tools = (*tools, READ_OUTPUT_SCHEMA)  # (again when the run's tools were replaced since)
             # Append-only: the prompt is trace.scratchpad[:prompt], kept as a length. With
@@ -329,7 +332,7 @@ class _Loop:
         yield Stop("max_steps")
 
     def request(self) -> ModelRequest:
-        pad, output = self.pad, self.view.output
+        pad, output = self.pad, self.output
         return ModelRequest(
             pad.text, pad.stop, "react", tools=self.tools, messages=tuple(pad.messages) if self.native else (),
             max_tokens=self.max_tokens, dialect=self.dialect,
@@ -339,7 +342,7 @@ class _Loop:
 
     def unusable(self, call: ModelCall, message: str) -> Machine[bool]:
         """A reply that does not parse: the model reads why, unless the run stops."""
-        view, limits, raw = self.view, self.view.limits, call.text
+        view, limits, raw = self.view, self.limits, call.text
         self.parse_errors += 1
         template = view.prompts.parse_error_brackets if self.dialect == "brackets" else view.prompts.parse_error_json
         observation = template.format(error=message)
@@ -358,7 +361,7 @@ class _Loop:
 
     def answer(self, call: ModelCall, parsed: FinalAnswer) -> Machine[bool]:
         """A final answer: the run ends with it, unless it does not fit the output type."""
-        limits, output, typed = self.view.limits, self.view.output, None
+        limits, output, typed = self.limits, self.output, None
         if output is not None:
             try:
                 typed = output.parse(parsed.answer)
@@ -400,9 +403,9 @@ class _Loop:
                             meta={**repaired, "tools_loaded": loaded} if loaded else repaired)
             yield Stop(stop)
             return True
-        on_repeat = view.limits.on_repeat
+        on_repeat = self.limits.on_repeat
         count = self.repeats.see(name, args) if on_repeat != "off" else 1
-        if count >= view.limits.repeat_threshold:
+        if count >= self.limits.repeat_threshold:
             return (yield from self.nudge(parsed, args, count, repaired))
         if selection is not None and selection.searchable and name == SEARCH_TOOL:  # pure: no tool runs
             loaded, observation = yield from searched(view, selection, query_of(args))
@@ -418,7 +421,7 @@ class _Loop:
 
     def nudge(self, parsed: Action, args: dict[str, Any], count: int, repaired: dict[str, Any]) -> Machine[bool]:
         """An identical call repeated: not run; the model is told, or the run stops."""
-        view, limits, name = self.view, self.view.limits, parsed.name
+        view, limits, name = self.view, self.limits, parsed.name
         nudged = count - limits.repeat_threshold  # nudges already given for this call
         if limits.on_repeat == "stop" or nudged >= limits.max_nudges:
             after = f", after {nudged} nudges" if limits.on_repeat == "nudge" else ""
