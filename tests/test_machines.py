@@ -229,3 +229,28 @@ def test_a_machine_that_writes_to_its_view_ends_its_run_with_an_internal_error(
     trace = lw.run("t", lambda prompt: "", lw.ToolRegistry(), mode="writer")
     assert trace.stopped_reason == "error" and trace.final_answer is None
     assert "read-only" in (trace.steps[-1].error or "")
+
+
+INTERRUPTED = {
+    "react": [act("add", '{"x": 1, "y": 2}'), KeyboardInterrupt()],
+    "reflexion": [act("add", '{"x": 1, "y": 2}'), KeyboardInterrupt()],
+    "tot": ["1. A\n2. B", KeyboardInterrupt()],
+}
+
+
+@pytest.mark.parametrize("mode", list(INTERRUPTED))
+def test_a_run_ended_outside_its_machine_still_gets_what_the_machine_records(mode: str) -> None:
+    with pytest.raises(lw.RunInterrupted) as caught:
+        lw.run("What is 1 + 2?", lw.ScriptedPolicy(INTERRUPTED[mode]), make_registry(), mode=mode)
+    trace = caught.value.trace
+    assert trace.stopped_reason == "interrupted"
+    if mode == "tot":
+        assert trace.meta["tot"]["expanded"] == 1 and trace.meta["tot"]["nodes"] == 1
+        return
+    assert "Observation: 3" in trace.transcript and trace.prompt_for(trace.steps[0])
+    if mode == "reflexion":
+        assert trace.transcript.startswith("Attempt 1:")
+        assert trace.meta["attempts"] == [{"attempt": 1, "first_step": 1, "last_step": 1,
+                                           "stopped_reason": "interrupted"}]
+    else:
+        assert trace.scratchpad.startswith(trace.prompt_for(trace.steps[0]) or "-")
