@@ -8,6 +8,7 @@ from typing import Any
 
 from loopwright.memory import BufferMemory, TieredMemory
 from loopwright.modes.folding import MEMORY_OVERHEAD, Folding, step_block
+from loopwright.modes.machine import Record
 from loopwright.runtime.driver import user_call
 from loopwright.trace import estimate_tokens
 
@@ -45,12 +46,17 @@ class BatchNotes(Notes):
 
 
 def fit(folding: Folding, prompt: str) -> tuple[str, list[dict[str, Any]]]:
-    """`folding.fit(prompt)` with its memory requests served as the drivers serve them."""
+    """`folding.fit(prompt)` with its requests served as the drivers serve them."""
     machine = folding.fit(prompt)
     answer: Any = None
     try:
         while True:
             request = machine.send(answer)
+            if isinstance(request, Record):  # a result kept whole: filed as the run's context files it
+                for handle, text in (request.outputs or {}).items():
+                    folding.outputs.setdefault(handle, text)  # type: ignore[attr-defined]  # the test's dict
+                answer = None
+                continue
             try:
                 answer = user_call(None, request)()  # type: ignore[arg-type]  # memory needs no run
             except Exception as error:  # the drivers answer with what the memory raised

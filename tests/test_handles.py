@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 import loopwright as lw
 from conftest import STORE_KINDS, open_journal
 from loopwright.durable.base import StoreBase
+from loopwright.modes.machine import Record
 from loopwright.tools.handles import (
     READ_OUTPUT_SCHEMA,
     keep_output,
-    keep_text,
     read_output,
     stub,
     view,
@@ -344,11 +344,11 @@ def test_a_cap_of_zero_keeps_every_nonempty_result_and_a_negative_cap_keeps_none
     assert read_output(outputs, {"handle": "out-1"}, 0).observation == ""  # never more than the cap
 
 
-def test_keep_text_files_a_folded_result_once_under_its_calls_handle() -> None:
-    outputs = {"out-1": "first"}
-    assert keep_text(outputs, "1", "second") == "out-1"
-    assert keep_text(outputs, "E2", "evidence") == "out-E2"
-    assert outputs == {"out-1": "first", "out-E2": "evidence"}
+def test_a_record_files_a_folded_result_once_under_its_handle() -> None:
+    ctx = lw.iter_run("t", lambda prompt: "", lw.ToolRegistry()).context
+    ctx.trace.outputs["out-1"] = "first"
+    ctx.apply(Record(outputs={"out-1": "second", "out-E2": "evidence"}))
+    assert ctx.trace.outputs == {"out-1": "first", "out-E2": "evidence"}
 
 
 def test_a_stub_names_the_handle_and_an_offset_only_when_there_is_one() -> None:

@@ -298,6 +298,70 @@ def test_the_mode_check_finds_a_planted_thread_and_tool_call(tmp_path):
     assert _mode_io(planted) == ["threading", "time", "execute() at line 5"]
 
 
+# A machine reads its run through a read-only view and changes it only by yielding a request
+# (Stop, Record, UseTools): nothing in modes/ writes through the view, or a name or attribute
+# that holds something read from it (`trace = view.trace`, `self.view`).
+_MUTATORS = frozenset({"append", "extend", "insert", "remove", "update", "setdefault", "pop", "popitem", "clear",
+                       "add", "discard", "stop", "use_registry", "record", "apply"})
+
+
+def _view_writes(path: Path) -> list[str]:
+    """Where a module assigns to, deletes or calls a mutating method on what its view holds."""
+    tree = ast.parse(path.read_text("utf-8"))
+    views = {"view"}
+
+    def through_view(node: ast.expr) -> bool:
+        while isinstance(node, ast.Attribute | ast.Subscript):
+            if isinstance(node, ast.Attribute) and node.attr == "view":
+                return True
+            node = node.value
+        return isinstance(node, ast.Name) and node.id in views
+
+    for node in ast.walk(tree):  # names bound to what the view holds: `trace = view.trace`, `a, t = x, view.trace`
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                pairs = (zip(target.elts, node.value.elts, strict=False)
+                         if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple)
+                         else [(target, node.value)])
+                views.update(t.id for t, v in pairs if isinstance(t, ast.Name) and through_view(v))
+    found = []
+    for node in ast.walk(tree):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign | ast.Delete):
+            targets = list(node.targets)
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr in _MUTATORS and through_view(node.func.value)):
+            found.append(f"{node.func.attr}() at line {node.lineno}")
+        for target in targets:
+            for part in target.elts if isinstance(target, ast.Tuple) else [target]:
+                if isinstance(part, ast.Attribute | ast.Subscript) and through_view(part.value):
+                    found.append(f"{ast.unparse(part)} written at line {node.lineno}")
+    return found
+
+
+@pytest.mark.parametrize("module", sorted(p.stem for p in (SRC / "modes").glob("*.py")))
+def test_no_machine_writes_through_its_view(module):
+    assert _view_writes(SRC / "modes" / f"{module}.py") == []
+
+
+def test_the_view_check_finds_planted_writes(tmp_path):
+    planted = tmp_path / "mode.py"
+    planted.write_text(
+        "def machine(view, spec):\n"
+        "    view.trace.output = 1\n"
+        "    trace = view.trace\n"
+        "    trace.meta['tot'] = {}\n"
+        "    loop, t = object(), view.trace\n"
+        "    t.steps.append(None)\n"
+        "    self.view.stop('final')\n"
+        "    self.view = view\n"  # keeping the view is no write
+        "    yield\n", "utf-8")
+    assert _view_writes(planted) == ["view.trace.output written at line 2", "trace.meta['tot'] written at line 4",
+                                     "append() at line 6", "stop() at line 7"]
+
+
 _FRONT_DOORS = ("run", "iter_run", "arun", "aiter_run", "run_many", "arun_many", "resume", "fork",
                 "run_react", "iter_react", "run_rewoo", "iter_rewoo", "run_plan_execute", "iter_plan_execute",
                 "run_reflexion", "iter_reflexion", "run_tot", "iter_tot")

@@ -1,11 +1,13 @@
 """The step machines touch nothing: driven by a driver that serves every request from a
 script, with the clock, the filesystem, sockets and threads made to fail, every mode
 runs to its end (ReAct with folding, a summary its memory asks for included, and with
-tool search; Reflexion with an evaluator)."""
+tool search; Reflexion with an evaluator). Each is handed a read-only view of its run,
+not the RunContext: it changes the run only by the requests it yields."""
 
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import json
 import socket
 import threading
@@ -20,6 +22,7 @@ import loopwright as lw
 from conftest import act, final, make_registry
 from loopwright.memory import HashingEmbedder
 from loopwright.modes.machine import (
+    WRITES,
     CallDone,
     CallTool,
     CheckClock,
@@ -34,7 +37,9 @@ from loopwright.modes.machine import (
     Summarize,
 )
 from loopwright.policy import ModelRequest
+from loopwright.runtime.context import RunContext
 from loopwright.runtime.front import start
+from loopwright.runtime.spec import MODES
 from loopwright.tools.registry import ToolResult
 from loopwright.trace import Usage
 from test_react_context_budget import LONG_THOUGHT, _page_registry
@@ -114,6 +119,10 @@ def _drive(run: lw.Run, serve: Callable[[Any], Any], monkeypatch: pytest.MonkeyP
                 run.trace.steps.append(item)
                 value = None
                 continue
+            if isinstance(item, WRITES):  # a change to the run: the one thing served from the context
+                ctx.apply(item)
+                value = None
+                continue
             if isinstance(item, ModelRequest):
                 ctx.trace.llm_calls += 1
             value = serve(item)
@@ -172,3 +181,76 @@ def test_every_mode_runs_against_a_scripted_driver_with_the_clock_files_sockets_
         assert sum(f.get("summary_calls", 0) for f in trace.meta["folds"]) >= 1  # asked of the driver
     if case == "react_tool_search":
         assert trace.steps[0].meta["tools_loaded"] == real.steps[0].meta["tools_loaded"] != []
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_every_mode_is_handed_a_read_only_view_of_its_run_not_the_run_context(
+        case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    mode, options, replies, registry, stopped = CASES[case]
+    handed: list[tuple[Any, Any]] = []
+    made = MODES[mode]
+
+    def machine(view: Any, settings: Any) -> Any:
+        handed.append((view, settings))
+        return made.machine(view, settings)
+
+    monkeypatch.setitem(MODES, mode, dataclasses.replace(made, machine=machine))
+    run = start(lw.RunSpec("What is 1 + 2?", mode, **options), replies(), registry())
+    trace = run.run()
+    assert trace.stopped_reason == stopped
+    [(view, settings)] = handed
+    assert not isinstance(view, RunContext) and not isinstance(view.trace, lw.Trace)
+    assert view.task == trace.task and view.trace.steps == tuple(trace.steps) and view.next_index == len(trace.steps) + 1
+    assert view.trace.stopped_reason == stopped and view.registry is run.context.registry
+    for name in ("task", "prompts", "registry", "limits", "trace", "output", "_ctx", "anything"):
+        with pytest.raises(AttributeError):
+            setattr(view, name, None)
+    for name in ("steps", "stopped_reason", "final_answer", "output", "transcript", "meta", "llm_calls", "_trace"):
+        with pytest.raises(AttributeError):
+            setattr(view.trace, name, None)
+    for written in (view.trace.meta, view.trace.outputs):
+        with pytest.raises(TypeError):
+            written["planted"] = "x"  # type: ignore[index]
+    with pytest.raises(AttributeError):
+        view.trace.steps.append(trace.steps[0])  # a tuple
+    for method in ("stop", "use_registry", "record", "apply"):
+        assert not hasattr(view, method)
+    with pytest.raises(AttributeError):
+        settings.max_tokens = 1  # the RunSpec is frozen
+
+
+def test_a_machine_that_writes_to_its_view_ends_its_run_with_an_internal_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def machine(view: Any, settings: Any) -> Any:
+        yield lw.Step(view.next_index, "final")
+        view.trace.final_answer = "written"
+
+    monkeypatch.setitem(MODES, "writer", dataclasses.replace(MODES["react"], machine=machine))
+    trace = lw.run("t", lambda prompt: "", lw.ToolRegistry(), mode="writer")
+    assert trace.stopped_reason == "error" and trace.final_answer is None
+    assert "read-only" in (trace.steps[-1].error or "")
+
+
+INTERRUPTED = {
+    "react": [act("add", '{"x": 1, "y": 2}'), KeyboardInterrupt()],
+    "reflexion": [act("add", '{"x": 1, "y": 2}'), KeyboardInterrupt()],
+    "tot": ["1. A\n2. B", KeyboardInterrupt()],
+}
+
+
+@pytest.mark.parametrize("mode", list(INTERRUPTED))
+def test_a_run_ended_outside_its_machine_still_gets_what_the_machine_records(mode: str) -> None:
+    with pytest.raises(lw.RunInterrupted) as caught:
+        lw.run("What is 1 + 2?", lw.ScriptedPolicy(INTERRUPTED[mode]), make_registry(), mode=mode)
+    trace = caught.value.trace
+    assert trace.stopped_reason == "interrupted"
+    if mode == "tot":
+        assert trace.meta["tot"]["expanded"] == 1 and trace.meta["tot"]["nodes"] == 1
+        return
+    assert "Observation: 3" in trace.transcript and trace.prompt_for(trace.steps[0])
+    if mode == "reflexion":
+        assert trace.transcript.startswith("Attempt 1:")
+        assert trace.meta["attempts"] == [{"attempt": 1, "first_step": 1, "last_step": 1,
+                                           "stopped_reason": "interrupted"}]
+    else:
+        assert trace.scratchpad.startswith(trace.prompt_for(trace.steps[0]) or "-")

@@ -444,13 +444,17 @@ def test_a_tool_call_cut_off_by_the_run_timeout_is_recorded_with_its_tool_and_ar
 
 
 def test_the_clock_is_judged_by_the_driver_and_a_machine_stops_on_its_answer(registry, monkeypatch):
-    from loopwright.modes.machine import CheckClock
+    from loopwright.modes.machine import CheckClock, Record, Stop
     from loopwright.runtime.front import start
 
     run = start(lw.RunSpec("t", "react", timeout_s=60), lw.ScriptedPolicy([final("1")]), registry)
     monkeypatch.setattr(time, "monotonic", lambda: pytest.fail("a machine read the clock"))
     asked = run.machine.send(None)
     assert isinstance(asked, CheckClock)  # before the first model call: the machine asks, the driver reads
+    stop = run.machine.send(True)  # the driver says the clock ran out
+    assert stop == Stop("timeout")
+    run.context.apply(stop)
+    assert isinstance(run.machine.send(None), Record)  # its transcript, however it ended
     with pytest.raises(StopIteration):
-        run.machine.send(True)  # the driver says the clock ran out
+        run.machine.send(None)
     assert run.trace.stopped_reason == "timeout" and run.trace.steps == [] and run.trace.llm_calls == 0

@@ -18,7 +18,7 @@ from loopwright.runtime.spec import MODES
 # A toy mode: ask the model which tool to call, call it once with x=2, answer with the
 # result, and record each step; limits come from the runtime like any mode's.
 TOY = '''
-from loopwright.modes.machine import CallTool, PolicyFailed
+from loopwright.modes.machine import CallTool, PolicyFailed, Stop
 from loopwright.policy import ModelRequest
 from loopwright.runtime import register_mode
 from loopwright.trace import Step
@@ -30,7 +30,7 @@ def machine(view, settings):
         call = yield ModelRequest(f"Task: {view.task}\\nTools: {', '.join(view.registry.names)}\\nTool:", ("\\n",))
     except PolicyFailed as failed:
         yield Step(k, "error", error=failed.message)
-        view.stop(failed.reason)
+        yield Stop(failed.reason)
         return
     name = call.text.strip()
     executed = yield CallTool(name, {"x": 2}, str(k))
@@ -40,10 +40,10 @@ def machine(view, settings):
         answer = yield ModelRequest(f"{name}(2) = {executed.result.observation}\\nAnswer:", ("\\n",))
     except PolicyFailed as failed:
         yield Step(k + 1, "error", error=failed.message)
-        view.stop(failed.reason)
+        yield Stop(failed.reason)
         return
     yield Step(k + 1, "final", raw=answer.text, usage=answer.usage)
-    view.stop("final", answer.text.strip())
+    yield Stop("final", answer.text.strip())
 
 
 register_mode("toy", machine, settings={"max_steps": 2})

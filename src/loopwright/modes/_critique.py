@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from loopwright.modes.machine import Machine, PolicyFailed, RunView
+from loopwright.modes.machine import Machine, PolicyFailed, RunView, Stop
 from loopwright.policy import ModelRequest
 from loopwright.trace import Step
 
@@ -25,25 +25,25 @@ def clean_critique(text: str) -> str:
     return flat or "(no critique written)"
 
 
-def reflect(ctx: RunView, prompt: str, max_tokens: int | None, meta: dict[str, Any]) -> Machine[str | None]:
+def reflect(view: RunView, prompt: str, max_tokens: int | None, meta: dict[str, Any]) -> Machine[str | None]:
     """Ask for a critique (use with `yield from`): one model call, one `reflection` step.
 
     Returns the cleaned critique, or None when the run was stopped here (the policy
     failed, or the token budget or the wall clock ran out after the call).
     """
-    k = ctx.next_index
+    k = view.next_index
     try:
-        call = yield ModelRequest(prompt, ctx.prompts.stop_reflection, "reflect",
+        call = yield ModelRequest(prompt, view.prompts.stop_reflection, "reflect",
                                   max_tokens=max_tokens or CRITIQUE_TOKENS)
     except PolicyFailed as failed:
         yield Step(k, "error", error=failed.message, prompt=prompt, duration_s=failed.seconds)
-        ctx.stop(failed.reason)
+        yield Stop(failed.reason)
         return None
     critique = clean_critique(call.text)
     yield Step(k, "reflection", raw=call.text, thought=critique, prompt=prompt, usage=call.usage,
                duration_s=call.seconds, meta=meta)
     stop = call.stop
     if stop:
-        ctx.stop(stop)
+        yield Stop(stop)
         return None
     return critique

@@ -10,17 +10,17 @@ folded away. The newest step is never stubbed or dropped, and stays in the promp
 it fits in half the room. Each fold is reported (kind, steps, tokens before and after) for
 `trace.meta["folds"]`. Pure: memory is the user's object (it may reach a store, an
 embedder or a model), so filing steps in it and recalling from it are requests the driver
-serves (Remember, Recall); nothing here does I/O.
+serves (Remember, Recall), and a result kept whole is a Record; nothing here does I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from loopwright.modes.machine import Machine, Recall, Remember, Summarize
-from loopwright.tools.handles import handle_for, keep_text, stub
+from loopwright.modes.machine import Machine, Recall, Record, Remember, Summarize
+from loopwright.tools.handles import handle_for, stub
 from loopwright.trace import estimate_tokens
 from loopwright.untrusted import fence, neutralise
 
@@ -66,7 +66,7 @@ class Folding:
     head + section (recalled memory, after a summary) + question + the steps' blocks."""
 
     def __init__(self, dialect: str, task: str, head: str, question: str, budget: int, memory: Any,
-                 outputs: MutableMapping[str, str]) -> None:
+                 outputs: Mapping[str, str]) -> None:
         self.dialect, self.task, self.head, self.question = dialect, task, head, question
         self.budget, self.memory, self.outputs = budget, memory, outputs
         self.entries: list[_Entry] = []
@@ -169,7 +169,9 @@ class Folding:
                 handle = e.handle if e.handle is not None and e.handle in self.outputs else handle_for(e.key)
                 if len(stub(handle, len(e.plain), e.offset)) >= len(e.observation):
                     continue  # the stub would be no shorter
-                e.handle = handle if handle in self.outputs else keep_text(self.outputs, e.key, e.plain)
+                if handle not in self.outputs:  # kept whole for read_output
+                    yield Record(outputs={handle: e.plain})
+                e.handle = handle
                 e.stubbed = True
             else:
                 if e.dropped or len(e.thought) <= 1:

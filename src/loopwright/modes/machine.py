@@ -1,13 +1,16 @@
 """What a mode and its driver say to each other.
 
-A mode is a step machine: a generator that performs no I/O. It yields the Steps it
-records and requests for what only the driver may do (call the model, call a tool;
-ReWOO also starts calls and asks for the next one finished), and receives each answer
-through `send`: a ModelCall for a ModelRequest (the model call is requested by yielding
-the request itself), an Executed for CallTool, a CallDone for NextDone, None for a Step
-or a StartTool, True or False for CheckClock. Failures are thrown in: PolicyFailed where the model call failed (a mode
-catches it and records why), StopRun where the run must end (nothing catches it). The
-drivers dispatch on the type (runtime/driver.py, runtime/adriver.py).
+A mode is a step machine: a generator that performs no I/O. It reads its run through a
+read-only RunView (the driver builds it; a write raises AttributeError), yields the Steps
+it records and requests for everything else: what only the driver may do (call the
+model, call a tool; ReWOO also starts calls and asks for the next one finished) and every
+change to its run (Stop, Record, UseTools). It receives each answer through `send`: a
+ModelCall for a ModelRequest (the model call is requested by yielding the request
+itself), an Executed for CallTool, a CallDone for NextDone, True or False for CheckClock,
+None for a Step, a StartTool, a Stop, a Record or a UseTools. Failures are thrown in:
+PolicyFailed where the model call failed (a mode catches it and records why), StopRun
+where the run must end (nothing catches it). The drivers dispatch on the type
+(runtime/driver.py, runtime/adriver.py).
 
 The requests and results here are messages between a mode and its driver, a few made
 every step and never kept: plain slotted dataclasses, not frozen ones. A frozen
@@ -17,7 +20,7 @@ against 25), and the records that are kept (Step, Usage, ModelRequest) stay froz
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
@@ -44,12 +47,31 @@ context window) or "off" (modes/toolsearch.py)."""
 # -- what a machine sees of its run ---------------------------------------------------
 
 
+class TraceView(Protocol):
+    """What a machine reads of its run's trace so far (`view.trace`): read-only."""
+
+    @property
+    def steps(self) -> Sequence[Step]: ...
+    @property
+    def llm_calls(self) -> int: ...
+    @property
+    def replans(self) -> int: ...
+    @property
+    def stopped_reason(self) -> str | None: ...
+    @property
+    def final_answer(self) -> str | None: ...
+    @property
+    def outputs(self) -> Mapping[str, str]:
+        """Tool results kept whole by handle (`Trace.outputs`), as the run adds them."""
+    @property
+    def meta(self) -> Mapping[str, Any]:
+        """What the run recorded of itself (`Trace.meta`): the Records' meta among it."""
+
+
 class RunView(Protocol):
-    """What a machine reads of its run (the runtime's RunContext is one): the task, the
-    prompts, the tools loaded now, the limits and the trace so far. A machine changes the
-    run only through `stop` (its stop reason and answer), `use_registry` (the tools tool
-    search loaded) and the trace's `output` and `meta` it records; everything else it asks
-    of the driver by yielding a request."""
+    """What a machine reads of its run: the task, the prompts, the tools loaded now, the
+    limits and the trace so far. It is read-only: a machine changes its run only through
+    the requests it yields (Stop, Record, UseTools)."""
 
     @property
     def task(self) -> str: ...
@@ -62,11 +84,11 @@ class RunView(Protocol):
     def unscoped(self) -> ToolRegistry:
         """What a `tools=` scope was cut from (tool search indexes it once)."""
     @property
-    def schemas(self) -> list[dict[str, Any]]: ...
+    def schemas(self) -> tuple[dict[str, Any], ...]: ...
     @property
     def limits(self) -> RunLimits: ...
     @property
-    def trace(self) -> Trace: ...
+    def trace(self) -> TraceView: ...
     @property
     def output(self) -> OutputSpec | None:
         """The typed final answer asked for (`output_type=`), or None."""
@@ -78,8 +100,6 @@ class RunView(Protocol):
         """The model's context window in tokens, as the policy reports it, or None."""
     @property
     def next_index(self) -> int: ...
-    def stop(self, reason: str, answer: str | None = None) -> None: ...
-    def use_registry(self, registry: ToolRegistry) -> None: ...
 
 
 class Settings(Protocol):
@@ -195,13 +215,67 @@ class CheckClock:
     False. The driver reads the clock; a mode never does."""
 
 
+# -- a machine's changes to its run: served by RunContext.apply -----------------------
+
+
+@dataclass(slots=True)
+class Stop:
+    """End the run with `reason` ("final", "max_steps", ...) and `answer`: the trace's
+    stopped_reason and final_answer; `output`, when not None, is the typed answer
+    (`output_type=`). `Stop(None)` takes a stop back: Reflexion's run goes on after an
+    attempt that failed. Answered with None."""
+
+    reason: str | None
+    answer: str | None = None
+    output: Any = None
+
+
+@dataclass(slots=True)
+class Record:
+    """Write what the machine keeps of its run in the trace: its `transcript`,
+    `scratchpad` (ReAct's final prompt) and `replans` when not None, each key of `meta`
+    (a copy: the machine may go on changing its own), and `outputs`: tool results to keep
+    whole by handle (a folded one, for read_output). Answered with None."""
+
+    transcript: str | None = None
+    scratchpad: str | None = None
+    replans: int | None = None
+    meta: dict[str, Any] | None = None
+    outputs: dict[str, str] | None = None
+
+
+@dataclass(slots=True)
+class UseTools:
+    """Run on `registry`'s tools from now on (tool search loads them): the view's
+    registry and schemas, and what the driver executes. Answered with None."""
+
+    registry: ToolRegistry
+
+
+WRITES = (Stop, Record, UseTools)
+"""The requests that change the run (the only way a machine can)."""
 Request = (ModelRequest | CallTool | StartTool | NextDone | Evaluate | Embed | Remember | Recall | Summarize
-           | CheckClock)
+           | CheckClock | Stop | Record | UseTools)
 """What a mode asks of its driver: a ModelRequest is answered with a ModelCall
 (PolicyFailed is thrown in)."""
 Machine = Generator[Step | Request, Any, R]
 """A mode's generator: yields Steps and Requests, returns R."""
 StepGen = Machine[None]
+
+
+def recorded(machine: Machine[R], record: Callable[[], Record]) -> Machine[R]:
+    """`machine`, then the Record `record()` makes, however it ends: returned, raised, or
+    ended from outside (the driver throws a StopRun into a machine it ends). Not when it is
+    closed (GeneratorExit: a Run dropped unfinished), when a generator may not yield."""
+    try:
+        result = yield from machine
+    except GeneratorExit:
+        raise
+    except BaseException:
+        yield record()
+        raise
+    yield record()
+    return result
 
 # -- results --------------------------------------------------------------------------
 
@@ -247,7 +321,9 @@ class CallDone:
 
 class StopRun(Exception):
     """Internal: the run must end now (denied, paused, unknown side-effect outcome,
-    cancelled). The step explaining why is already recorded."""
+    cancelled). The step explaining why is already recorded. The driver also throws one
+    into a machine still running when it ends the run itself (interrupted, stopped by a
+    guardrail), so the machine's `recorded` cleanup still writes the trace."""
 
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
@@ -289,8 +365,14 @@ class Journal(Protocol):
 __all__ = [
     "CallTool",
     "Evaluator",
+    "Record",
     "RunView",
     "Settings",
+    "Stop",
+    "TraceView",
+    "UseTools",
+    "WRITES",
+    "recorded",
     "CheckClock",
     "Embed",
     "Evaluate",

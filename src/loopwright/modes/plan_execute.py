@@ -13,7 +13,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from loopwright.modes.machine import CallTool, CheckClock, Machine, RunView, Settings, StepGen
+from loopwright.modes.machine import (
+    CallTool,
+    CheckClock,
+    Machine,
+    Record,
+    RunView,
+    Settings,
+    StepGen,
+    Stop,
+)
 from loopwright.modes.rewoo import plan_call, plan_examples
 from loopwright.modes.toolsearch import ToolSelection, begin, chosen, searched
 from loopwright.parsing.steps import PlanStep, substitute
@@ -26,65 +35,66 @@ def check(spec: Settings) -> None:
     """Plan-execute has nothing to check beyond its setting (PlanExecuteSettings checks it)."""
 
 
-def machine(ctx: RunView, spec: Settings) -> StepGen:
+def machine(view: RunView, spec: Settings) -> StepGen:
     # tool search: the plan gets the K tools the task needs most; a plan that names a registered
     # tool not loaded loads it (plan_call); each replan also loads the tools that best match the
     # failure (a step that named a tool that does not exist finds its kin)
-    selection = begin(ctx, spec, searchable=False)
-    return _plan_execute(ctx, spec.max_tokens, selection)
+    selection = begin(view, spec, searchable=False)
+    return _plan_execute(view, spec.max_tokens, selection)
 
 
-def _plan_execute(ctx: RunView, max_tokens: int | None, selection: ToolSelection | None = None) -> StepGen:
-    yield from chosen(ctx, selection)
-    tools_text = describe_tools(ctx.schemas)
-    task = ctx.task if ctx.output is None else f"{ctx.task}\n{ctx.output.instruction()}"
-    prompt = fill(ctx.prompts.planner, "planner", tools=tools_text, task=task, examples=plan_examples(ctx))
+def _plan_execute(view: RunView, max_tokens: int | None, selection: ToolSelection | None = None) -> StepGen:
+    yield from chosen(view, selection)
+    tools_text = describe_tools(view.schemas)
+    task = view.task if view.output is None else f"{view.task}\n{view.output.instruction()}"
+    prompt = fill(view.prompts.planner, "planner", tools=tools_text, task=task, examples=plan_examples(view))
     kind = "plan"
     history: list[tuple[str, str, str]] = []  # (label, tool, observation) across attempts
-    transcript = [f"Question: {ctx.task}"]
+    transcript = [f"Question: {view.task}"]
     while True:
-        plan, plan_error = yield from plan_call(ctx, prompt, kind, max_tokens, selection)
+        plan, plan_error = yield from plan_call(view, prompt, kind, max_tokens, selection)
         if plan is None and plan_error is None:
             return  # the policy failed or a guard fired; the run is already stopped
         failed_step, error = "plan", neutralise(plan_error or "")  # quotes the model's JSON
-        if plan is not None and len(plan) > ctx.limits.max_steps:
-            error = f"the plan has {len(plan)} steps; at most max_steps={ctx.limits.max_steps} are allowed"
+        if plan is not None and len(plan) > view.limits.max_steps:
+            error = f"the plan has {len(plan)} steps; at most max_steps={view.limits.max_steps} are allowed"
             plan = None
         if plan is not None:
             transcript.append(f"{kind.capitalize()}: " + "; ".join(f"{s.id}={s.tool}" for s in plan))
-            outcome = yield from _execute(ctx, plan, history, ctx.trace.replans)
+            outcome = yield from _execute(view, plan, history, view.trace.replans)
             if outcome is None:
                 return
             failed_step, error, answer, done = outcome
-            if done and ctx.output is not None:  # a typed answer that does not fit: replan
+            typed = None
+            if done and view.output is not None:  # a typed answer that does not fit: replan
                 try:
-                    ctx.trace.output = ctx.output.parse(answer)
+                    typed = view.output.parse(answer)
                 except ValueError as exc:
                     failed_step, done = "the answer", False
                     error = neutralise(f"the last step's result does not fit the output type: {exc}")
             if done:
                 transcript.append(f"Final Answer: {answer}")
-                ctx.trace.transcript = "\n".join(transcript)
-                ctx.stop("final", answer)
+                yield Record(transcript="\n".join(transcript))
+                yield Stop("final", answer, typed)
                 return
         transcript.append(f"FAILED at {failed_step}: {error}")
-        ctx.trace.transcript = "\n".join(transcript)
-        if ctx.trace.replans >= ctx.limits.max_replans:
-            ctx.stop("max_replans")
+        yield Record(transcript="\n".join(transcript))
+        if view.trace.replans >= view.limits.max_replans:
+            yield Stop("max_replans")
             return
-        ctx.trace.replans += 1
+        yield Record(replans=view.trace.replans + 1)
         kind = "replan"
         if selection is not None:
-            yield from searched(ctx, selection, f"{failed_step} {error}")
-            tools_text = describe_tools(ctx.schemas)
-        prompt = ctx.prompts.replanner.format(
+            yield from searched(view, selection, f"{failed_step} {error}")
+            tools_text = describe_tools(view.schemas)
+        prompt = view.prompts.replanner.format(
             tools=tools_text, task=task, failed_step=neutralise(failed_step), error=error,  # made prompt-safe where it was set
             evidence=render_evidence(history),
         )
 
 
 def _execute(
-    ctx: RunView, plan: list[PlanStep], history: list[tuple[str, str, str]], attempt: int
+    view: RunView, plan: list[PlanStep], history: list[tuple[str, str, str]], attempt: int
 ) -> Machine[tuple[str, str, Any, bool] | None]:
     """Run the plan in order. Returns (failed_step, error, last_value, done) or None if
     the wall clock ran out."""
@@ -92,20 +102,20 @@ def _execute(
     answer = ""
     for step in plan:
         if (yield CheckClock()):
-            ctx.stop("timeout")
+            yield Stop("timeout")
             return None
         label = step.id if attempt == 0 else f"{step.id} (plan {attempt + 1})"
         try:
             args = substitute(step.args, evidence)
         except ValueError as exc:
-            yield Step(ctx.next_index, "action", tool=step.tool, args=step.args, error=str(exc),
+            yield Step(view.next_index, "action", tool=step.tool, args=step.args, error=str(exc),
                        observation=str(exc), step_id=step.id, meta={"substitution_error": True})
             return step.id, neutralise(str(exc)), None, False
-        if step.tool in ctx.registry:
-            args = ctx.registry.bind(step.tool, args)
+        if step.tool in view.registry:
+            args = view.registry.bind(step.tool, args)
         executed = yield CallTool(step.tool, args, f"{attempt + 1}:{step.id}")
         result = executed.result
-        yield Step(ctx.next_index, executed.kind, tool=step.tool, args=args,
+        yield Step(view.next_index, executed.kind, tool=step.tool, args=args,
                    observation=result.observation,
                    error=None if result.error is None else result.error.message,
                    duration_s=result.duration_s, step_id=step.id,

@@ -20,9 +20,12 @@ from loopwright.modes.machine import (
     Machine,
     ModelCall,
     PolicyFailed,
+    Record,
     RunView,
     Settings,
     StepGen,
+    Stop,
+    recorded,
 )
 from loopwright.modes.toolsearch import (
     SEARCH_TOOL,
@@ -54,38 +57,38 @@ class _Scratchpad:
     """
 
     def __init__(
-        self, ctx: RunView, dialect: str, memory: Any = None, context_tokens: int | None = None, notes: str = ""
+        self, view: RunView, dialect: str, memory: Any = None, context_tokens: int | None = None, notes: str = ""
     ) -> None:
         self.dialect = dialect
-        prompts = ctx.prompts
+        prompts = view.prompts
         template = prompts.react_brackets if dialect == "brackets" else prompts.react_json
         shape = "brackets" if dialect == "brackets" else "json"
-        task = ctx.task if ctx.output is None else f"{ctx.task}\n{ctx.output.instruction()}"
+        task = view.task if view.output is None else f"{view.task}\n{view.output.instruction()}"
         # The template filled once per registry and prompt set, split where the task goes
         # (a template naming {task} other than once is filled for every run)
-        parts = ctx.registry.memo(
+        parts = view.registry.memo(
             ("react_prompt", shape, template, prompts.example_tokens, prompts.tool_examples),
             lambda registry: _filled(registry, template, shape, prompts.example_tokens, prompts.tool_examples),
         )
         if len(parts) == 2:
             self.text = parts[0] + task + parts[1]
         else:
-            tools, fields = _tool_fields(ctx.registry, shape, prompts.example_tokens, prompts.tool_examples)
+            tools, fields = _tool_fields(view.registry, shape, prompts.example_tokens, prompts.tool_examples)
             self.text = fill(template, f"react_{shape}", tools=tools, task=task, **fields)
-        self.text = with_run_example(self.text, ctx.task, ctx.registry, prompts, shape)  # the nearest whole run
+        self.text = with_run_example(self.text, view.task, view.registry, prompts, shape)  # the nearest whole run
         if notes:  # text placed just before the question (Reflexion's critiques so far)
-            at = self.text.rfind(f"Question: {ctx.task}")
+            at = self.text.rfind(f"Question: {view.task}")
             self.text = self.text[:at] + notes + self.text[at:]
         self.stop = prompts.stop_brackets if dialect == "brackets" else prompts.stop_json
         self.number = 0  # steps appended (k, a trace index, also counts critiques and earlier attempts)
-        self.transcript = f"Question: {ctx.task}\n"
-        self.task = ctx.task
+        self.transcript = f"Question: {view.task}\n"
+        self.task = view.task
         self.messages: list[dict[str, Any]] = []
         if dialect == "native":
             header = self.text.rsplit("Question:", 1)[0].rstrip()
             self.messages = [
                 {"role": "system", "content": header},
-                {"role": "user", "content": ctx.task},
+                {"role": "user", "content": view.task},
             ]
         if memory is None and context_tokens is not None:
             from loopwright.memory import default_memory  # numpy: only with a budget
@@ -100,7 +103,7 @@ class _Scratchpad:
                 raise ValueError("memory needs context_tokens: the prompt budget it folds steps into")
             if dialect == "native":
                 raise ValueError("a context budget with memory needs a text dialect ('json' or 'brackets')")
-            at = self.text.rfind(f"Question: {ctx.task}")
+            at = self.text.rfind(f"Question: {view.task}")
             head, question = self.text[:at], self.text[at:]
             fixed = estimate_tokens(head) + estimate_tokens(question) + MEMORY_OVERHEAD
             if fixed >= context_tokens:
@@ -108,7 +111,7 @@ class _Scratchpad:
                     f"context_tokens={context_tokens} leaves no room: the instructions, tools "
                     f"and question alone take about {fixed} tokens"
                 )
-            self.folding = Folding(dialect, ctx.task, head, question, context_tokens, memory, ctx.trace.outputs)
+            self.folding = Folding(dialect, view.task, head, question, context_tokens, memory, view.trace.outputs)
 
     def append(self, k: int, thought: str, action: str, observation: str, plain: str | None = None,
                key: str | None = None, handle: str | None = None, offset: int = 0) -> None:
@@ -188,30 +191,30 @@ def check(spec: Settings) -> None:
         check_run_examples_setting(spec.prompts)
 
 
-def machine(ctx: RunView, spec: Settings) -> StepGen:
+def machine(view: RunView, spec: Settings) -> StepGen:
     """The ReAct machine for a run (its scratchpad made now: bad memory options fail here).
 
     on_tool_error="reflect": after a tool's ERROR observation, one more model call writes
     a critique (a `reflection` step, counted against max_steps) that the next step sees.
     tool_search: the prompt and grammar carry the K tools most relevant to the task and
     `search_tools`, whose calls load more (see modes/toolsearch.py)."""
-    selection = begin(ctx, spec, searchable=True)
+    selection = begin(view, spec, searchable=True)
     dialect, on_tool_error = spec.setting("dialect"), spec.setting("on_tool_error")
     if selection is None:
-        pad = _Scratchpad(ctx, dialect, spec.memory, spec.context_tokens)
-        return _react(ctx, pad, spec.max_tokens, on_tool_error=on_tool_error)
-    return _searching(ctx, selection, dialect, spec, on_tool_error)
+        pad = _Scratchpad(view, dialect, spec.memory, spec.context_tokens)
+        return _react(view, pad, spec.max_tokens, on_tool_error=on_tool_error)
+    return _searching(view, selection, dialect, spec, on_tool_error)
 
 
-def _searching(ctx: RunView, selection: ToolSelection, dialect: str, spec: Settings, on_tool_error: str) -> StepGen:
+def _searching(view: RunView, selection: ToolSelection, dialect: str, spec: Settings, on_tool_error: str) -> StepGen:
     """ReAct with tool search: the prompt is made once the K tools are chosen."""
-    yield from chosen(ctx, selection)
-    pad = _Scratchpad(ctx, dialect, spec.memory, spec.context_tokens)
-    yield from _react(ctx, pad, spec.max_tokens, on_tool_error=on_tool_error, selection=selection)
+    yield from chosen(view, selection)
+    pad = _Scratchpad(view, dialect, spec.memory, spec.context_tokens)
+    yield from _react(view, pad, spec.max_tokens, on_tool_error=on_tool_error, selection=selection)
 
 
 def _react(
-    ctx: RunView,
+    view: RunView,
     pad: _Scratchpad,
     max_tokens: int | None,
     *,
@@ -220,12 +223,12 @@ def _react(
     on_tool_error: str = "observe",
     selection: ToolSelection | None = None,
 ) -> StepGen:
-    """The ReAct loop on `ctx`. max_steps: model calls this loop may make (default the
+    """The ReAct loop on `view`. max_steps: model calls this loop may make (default the
     run's); keep_prompts: each step keeps a copy of its prompt (Reflexion runs several
     scratchpads in one trace, so a prompt is not a prefix of `trace.scratchpad`);
     selection: the run's tool search: it answers `search_tools` calls here (when searchable),
     and a call of a registered tool it has not loaded loads that tool."""
-    return _Loop(ctx, pad, max_tokens, ctx.limits.max_steps if max_steps is None else max_steps,
+    return _Loop(view, pad, max_tokens, view.limits.max_steps if max_steps is None else max_steps,
                  keep_prompts or pad.budget is not None, on_tool_error, selection).run()
 
 
@@ -233,20 +236,22 @@ class _Loop:
     """The ReAct loop's state: across steps, the tools offered, the repeat detector, the
     latest call of each tool and the parse-error streak; within one, its index, the model's
     answer and the prompt it was sent (a length of the append-only scratchpad, or a copy
-    when prompts are rewritten), which `step` puts on every Step it makes. `run()` makes
+    when prompts are rewritten), which `step` puts on every Step it makes. `steps()` makes
     one step at a time; the helpers it calls return True when the run has ended."""
 
-    def __init__(self, ctx: RunView, pad: _Scratchpad, max_tokens: int | None, cap: int, copy_prompts: bool,
+    def __init__(self, view: RunView, pad: _Scratchpad, max_tokens: int | None, cap: int, copy_prompts: bool,
                  on_tool_error: str, selection: ToolSelection | None) -> None:
-        self.ctx, self.pad, self.max_tokens, self.cap = ctx, pad, max_tokens, cap
-        self.first_call = ctx.trace.llm_calls
+        self.view, self.pad, self.max_tokens, self.cap = view, pad, max_tokens, cap
+        self.first_call = view.trace.llm_calls
         self.copy_prompts = copy_prompts
         self.on_tool_error = on_tool_error
         self.selection = selection
         self.dialect = pad.dialect
         self.native = self.dialect == "native"
-        self.plain = ctx.prompt_only and not self.native  # a plain policy only gets the prompt
-        self.timed = ctx.limits.timeout_s is not None  # else the clock cannot run out
+        self.plain = view.prompt_only and not self.native  # a plain policy only gets the prompt
+        self.limits, self.output = view.limits, view.output  # the run's, fixed while it runs
+        self.outputs = view.trace.outputs  # the results kept whole so far (a live read-only mapping)
+        self.timed = view.limits.timeout_s is not None  # else the clock cannot run out
         self.repeats = RepeatDetector()
         self.known: dict[str, dict[str, Any]] = {}  # the latest executed call of each tool
         self.parse_errors: int = 0
@@ -270,60 +275,64 @@ class _Loop:
 
     def offer_tools(self) -> None:
         """Offer the run's tools as they are now (tool search changes them)."""
-        self.tools = () if self.plain else tuple(self.ctx.schemas)
+        self.tools = () if self.plain else tuple(self.view.schemas)
 
     def run(self) -> StepGen:
-        """The loop: one step a turn (the model asked, its reply parsed and acted on) until
-        the run ends or the step cap is reached."""
-        ctx, pad, trace = self.ctx, self.pad, self.ctx.trace
-        try:
-            while trace.llm_calls - self.first_call < self.cap:  # one call a step (and a reflection)
-                if self.timed and (yield CheckClock()):  # the clock ran out during the last tool call
-                    ctx.stop("timeout")
-                    return
-                k = len(trace.steps) + 1
-                if pad.budget is not None:
-                    for fold in (yield from pad.fit()):
-                        fold["before_step"] = k
-                        trace.meta.setdefault("folds", []).append(fold)
-                        if "stop" in fold:  # a summarizer call reached a limit
-                            ctx.stop(fold["stop"])
-                            return
-                tools = self.tools
-                if (trace.outputs and not self.plain and (not tools or tools[-1] is not READ_OUTPUT_SCHEMA)
-                        and READ_OUTPUT not in ctx.registry):  # results are kept: the model may read them
-                    self.tools = (*tools, READ_OUTPUT_SCHEMA)  # (again when the run's tools were replaced since)
-                # Append-only: the prompt is trace.scratchpad[:prompt], kept as a length. With
-                # a context budget the prompt is rewritten at folds, so the step keeps a copy.
-                prompt = None if self.copy_prompts else len(pad.text)
-                copy = pad.text if self.copy_prompts else None
-                try:
-                    call = yield self.request()
-                except PolicyFailed as failed:
-                    yield Step(k, "error", error=failed.message, prompt_chars=prompt, prompt=copy,
-                               duration_s=failed.seconds)
-                    ctx.stop(failed.reason)
-                    return
-                self.k, self.call, self.prompt, self.copy = k, call, prompt, copy
-                try:
-                    if self.native and call.completion is not None:
-                        parsed: Action | FinalAnswer = _parse_native(call.completion)
-                    else:
-                        parsed = parse_react_step(call.text, dialect="brackets" if self.dialect == "brackets" else "json")
-                except ParseError as exc:
-                    ended = yield from self.unusable(call, str(exc))
+        """The loop, and its transcript and final prompt in the trace however it ends."""
+        return recorded(self.steps(), self.written)
+
+    def written(self) -> Record:
+        """What the trace keeps of the loop: its transcript and final prompt."""
+        return Record(transcript=self.pad.transcript, scratchpad=self.pad.text)
+
+    def steps(self) -> StepGen:
+        """One step a turn (the model asked, its reply parsed and acted on) until the run
+        ends or the step cap is reached."""
+        view, pad, trace = self.view, self.pad, self.view.trace
+        while trace.llm_calls - self.first_call < self.cap:  # one call a step (and a reflection)
+            if self.timed and (yield CheckClock()):  # the clock ran out during the last tool call
+                yield Stop("timeout")
+                return
+            k = view.next_index
+            if pad.budget is not None:
+                for fold in (yield from pad.fit()):
+                    fold["before_step"] = k
+                    yield Record(meta={"folds": [*trace.meta.get("folds", ()), fold]})
+                    if "stop" in fold:  # a summarizer call reached a limit
+                        yield Stop(fold["stop"])
+                        return
+            tools = self.tools
+            if (self.outputs and not self.plain and (not tools or tools[-1] is not READ_OUTPUT_SCHEMA)
+                    and READ_OUTPUT not in view.registry):  # results are kept: the model may read them
+                self.tools = (*tools, READ_OUTPUT_SCHEMA)  # (again when the run's tools were replaced since)
+            # Append-only: the prompt is trace.scratchpad[:prompt], kept as a length. With
+            # a context budget the prompt is rewritten at folds, so the step keeps a copy.
+            prompt = None if self.copy_prompts else len(pad.text)
+            copy = pad.text if self.copy_prompts else None
+            try:
+                call = yield self.request()
+            except PolicyFailed as failed:
+                yield Step(k, "error", error=failed.message, prompt_chars=prompt, prompt=copy,
+                           duration_s=failed.seconds)
+                yield Stop(failed.reason)
+                return
+            self.k, self.call, self.prompt, self.copy = k, call, prompt, copy
+            try:
+                if self.native and call.completion is not None:
+                    parsed: Action | FinalAnswer = _parse_native(call.completion)
                 else:
-                    ended = yield from (self.answer(call, parsed) if isinstance(parsed, FinalAnswer)
-                                        else self.act(call, parsed))
-                if ended:
-                    return
-            ctx.stop("max_steps")
-        finally:
-            trace.transcript = pad.transcript
-            trace.scratchpad = pad.text
+                    parsed = parse_react_step(call.text, dialect="brackets" if self.dialect == "brackets" else "json")
+            except ParseError as exc:
+                ended = yield from self.unusable(call, str(exc))
+            else:
+                ended = yield from (self.answer(call, parsed) if isinstance(parsed, FinalAnswer)
+                                    else self.act(call, parsed))
+            if ended:
+                return
+        yield Stop("max_steps")
 
     def request(self) -> ModelRequest:
-        pad, output = self.pad, self.ctx.output
+        pad, output = self.pad, self.output
         return ModelRequest(
             pad.text, pad.stop, "react", tools=self.tools, messages=tuple(pad.messages) if self.native else (),
             max_tokens=self.max_tokens, dialect=self.dialect,
@@ -333,17 +342,17 @@ class _Loop:
 
     def unusable(self, call: ModelCall, message: str) -> Machine[bool]:
         """A reply that does not parse: the model reads why, unless the run stops."""
-        ctx, limits, raw = self.ctx, self.ctx.limits, call.text
+        view, limits, raw = self.view, self.limits, call.text
         self.parse_errors += 1
-        template = ctx.prompts.parse_error_brackets if self.dialect == "brackets" else ctx.prompts.parse_error_json
+        template = view.prompts.parse_error_brackets if self.dialect == "brackets" else view.prompts.parse_error_json
         observation = template.format(error=message)
         yield self.step("parse_error", error=message, observation=observation)
         stop = call.stop
         if stop:
-            ctx.stop(stop)
+            yield Stop(stop)
             return True
         if limits.on_parse_error == "stop" or self.parse_errors >= limits.max_parse_errors:
-            ctx.stop("error")
+            yield Stop("error")
             return True
         self.pad.append(self.k, "", f"(unusable reply) {fence(first_line(raw), 'model')}", neutralise(observation),
                         observation)
@@ -352,10 +361,10 @@ class _Loop:
 
     def answer(self, call: ModelCall, parsed: FinalAnswer) -> Machine[bool]:
         """A final answer: the run ends with it, unless it does not fit the output type."""
-        ctx, limits, output = self.ctx, self.ctx.limits, self.ctx.output
+        limits, output, typed = self.limits, self.output, None
         if output is not None:
             try:
-                ctx.trace.output = output.parse(parsed.answer)
+                typed = output.parse(parsed.answer)
             except ValueError as exc:  # the answer does not fit: the model reads why
                 self.parse_errors += 1
                 message = f"the final answer does not fit the output type: {exc}"
@@ -363,7 +372,7 @@ class _Loop:
                 yield self.step("parse_error", thought=parsed.thought, error=message, observation=observation)
                 stop = call.stop
                 if stop or self.parse_errors >= limits.max_parse_errors:
-                    ctx.stop(stop or "error")
+                    yield Stop(stop or "error")
                     return True
                 answer = neutralise(parsed.answer)
                 said = f"finish[{answer}]" if self.dialect == "brackets" else f"Final Answer: {answer}"
@@ -373,33 +382,33 @@ class _Loop:
         retries = call.retries
         yield self.step("final", thought=parsed.thought, observation=None, meta={"retries": retries} if retries else {})
         self.pad.transcript += f"Thought: {parsed.thought}\nFinal Answer: {parsed.answer}\n"
-        ctx.stop("final", parsed.answer)
+        yield Stop("final", parsed.answer, typed)
         return True
 
     def act(self, call: ModelCall, parsed: Action) -> Machine[bool]:
         """A tool call: not executed when a limit was reached or it repeats, answered here
         when it is `search_tools`, else run through the driver's gate."""
-        ctx, selection = self.ctx, self.selection
+        view, selection = self.view, self.selection
         self.parse_errors = 0
         name = parsed.name
-        loaded = load_called(ctx, selection, name) if selection is not None else []
+        loaded = (yield from load_called(selection, name)) if selection is not None else []
         if loaded:  # a registered tool the search had not loaded: callable from now on
             self.offer_tools()
-        args = ctx.registry.bind(name, parsed.args)  # unchanged for an unknown tool
+        args = view.registry.bind(name, parsed.args)  # unchanged for an unknown tool
         repaired = {"repaired": list(parsed.repaired)} if parsed.repaired else {}  # on every step of this call
         stop = call.stop
         if stop:
             yield self.step("action", thought=parsed.thought, tool=name, args=args,
                             error=f"not executed: {stop.replace('_', ' ')} reached",
                             meta={**repaired, "tools_loaded": loaded} if loaded else repaired)
-            ctx.stop(stop)
+            yield Stop(stop)
             return True
-        on_repeat = ctx.limits.on_repeat
+        on_repeat = self.limits.on_repeat
         count = self.repeats.see(name, args) if on_repeat != "off" else 1
-        if count >= ctx.limits.repeat_threshold:
+        if count >= self.limits.repeat_threshold:
             return (yield from self.nudge(parsed, args, count, repaired))
         if selection is not None and selection.searchable and name == SEARCH_TOOL:  # pure: no tool runs
-            loaded, observation = yield from searched(ctx, selection, query_of(args))
+            loaded, observation = yield from searched(view, selection, query_of(args))
             self.offer_tools()
             self.repeats.executed(observation)
             yield self.step("action", thought=parsed.thought, tool=name, args=args, observation=observation,
@@ -412,15 +421,15 @@ class _Loop:
 
     def nudge(self, parsed: Action, args: dict[str, Any], count: int, repaired: dict[str, Any]) -> Machine[bool]:
         """An identical call repeated: not run; the model is told, or the run stops."""
-        ctx, limits, name = self.ctx, self.ctx.limits, parsed.name
+        view, limits, name = self.view, self.limits, parsed.name
         nudged = count - limits.repeat_threshold  # nudges already given for this call
         if limits.on_repeat == "stop" or nudged >= limits.max_nudges:
             after = f", after {nudged} nudges" if limits.on_repeat == "nudge" else ""
             yield self.step("nudge", thought=parsed.thought, tool=name, args=args,
                             error=f"repeated call: {name} proposed {count} times in a row{after}", meta=repaired)
-            ctx.stop("repeated_call")
+            yield Stop("repeated_call")
             return True
-        observation = ctx.prompts.repeat_nudge.format(
+        observation = view.prompts.repeat_nudge.format(
             tool=neutralise(name), count=count - 1, previous=fence(self.repeats.last_observation or "", name)
         )
         yield self.step("nudge", thought=parsed.thought, tool=name, args=args, observation=observation,
@@ -433,7 +442,7 @@ class _Loop:
                   repaired: dict[str, Any]) -> Machine[bool]:
         """Run the call through the driver, record its step, and put its result (and a
         critique of a failure, with on_tool_error="reflect") in the scratchpad."""
-        ctx, name, k = self.ctx, parsed.name, self.k
+        view, name, k = self.view, parsed.name, self.k
         call_key = str(k)
         executed = yield CallTool(name, args, call_key, parsed.repaired)
         result = executed.result
@@ -455,7 +464,7 @@ class _Loop:
                         meta=meta)
         fenced = fence(observation, f"{name}#{call_key}")
         if (self.on_tool_error == "reflect" and result.error is not None and executed.kind == "action"
-                and ctx.trace.llm_calls - self.first_call < self.cap):
+                and view.trace.llm_calls - self.first_call < self.cap):
             critique = yield from self.reflect_on(parsed, fenced)
             if critique is None:  # the critique call failed or a guard fired: the run is stopped
                 return True
@@ -463,7 +472,7 @@ class _Loop:
             observation += f"\nReflection: {critique}"
         key: str | None = call_key
         kept, offset = executed.meta.get("output") if executed.meta else None, 0
-        if name == READ_OUTPUT and READ_OUTPUT not in ctx.registry:  # the built-in: no handle of its own
+        if name == READ_OUTPUT and READ_OUTPUT not in view.registry:  # the built-in: no handle of its own
             if result.error is None:
                 kept, offset = result.args["handle"], result.args.get("offset", 0)  # a page: its stub points back
             else:
@@ -477,8 +486,8 @@ class _Loop:
         """A critique of the failed call (one more model call), or None when the run stopped."""
         pad, dialect = self.pad, self.dialect
         so_far = pad.text + step_block(dialect, pad.number + 1, parsed.thought, _render_action(dialect, parsed), fenced)
-        prompt_text = self.ctx.prompts.reflect_step.format(scratchpad=so_far, error=fenced)  # tool text: fenced
-        return (yield from reflect(self.ctx, prompt_text, self.max_tokens, {"after_step": self.k, "tool": parsed.name}))
+        prompt_text = self.view.prompts.reflect_step.format(scratchpad=so_far, error=fenced)  # tool text: fenced
+        return (yield from reflect(self.view, prompt_text, self.max_tokens, {"after_step": self.k, "tool": parsed.name}))
 
 
 def _parse_native(completion: Any) -> Action | FinalAnswer:

@@ -15,10 +15,21 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Final
 
 from loopwright.modes._critique import reflect
-from loopwright.modes.machine import Evaluate, Evaluator, Machine, RunView, Settings, StepGen
+from loopwright.modes.machine import (
+    Evaluate,
+    Evaluator,
+    Machine,
+    Record,
+    RunView,
+    Settings,
+    StepGen,
+    Stop,
+    recorded,
+)
 from loopwright.modes.react import _react, _Scratchpad
 from loopwright.modes.react import check as react_check
 from loopwright.modes.toolsearch import ToolSelection, begin, chosen
@@ -44,7 +55,7 @@ def check(spec: Settings) -> None:
         raise TypeError("this run was made with an evaluator; pass evaluator=... again to resume it")
 
 
-def machine(ctx: RunView, spec: Settings) -> StepGen:
+def machine(view: RunView, spec: Settings) -> StepGen:
     """The Reflexion machine for a run.
 
     max_steps: model calls of the whole run (attempt steps and critiques).
@@ -54,15 +65,15 @@ def machine(ctx: RunView, spec: Settings) -> StepGen:
     evaluator: see `Evaluator`; without one an attempt that answers is accepted.
     """
     # every attempt starts from the K tools the task needs most, and what earlier attempts loaded
-    selection = begin(ctx, spec, searchable=False)
-    max_steps, max_reflections = ctx.limits.max_steps, spec.setting("max_reflections")
+    selection = begin(view, spec, searchable=False)
+    max_steps, max_reflections = view.limits.max_steps, spec.setting("max_reflections")
     per_attempt = spec.attempt_steps or max(1, (max_steps - max_reflections) // (max_reflections + 1))
     judge = spec.evaluator if callable(spec.evaluator) else None
     settings = _Settings(spec.setting("dialect"), max_reflections, per_attempt, judge, spec.setting("on_tool_error"),
                          spec.max_tokens, spec.memory, spec.context_tokens, selection)
     if selection is None:  # bad options fail now (with tool search, once the K tools are chosen)
-        _Scratchpad(ctx, settings.dialect, spec.memory, spec.context_tokens)
-    return _reflexion(ctx, settings)
+        _Scratchpad(view, settings.dialect, spec.memory, spec.context_tokens)
+    return _reflexion(view, settings)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,13 +89,13 @@ class _Settings:
     selection: ToolSelection | None
 
 
-def _reflexion(ctx: RunView, s: _Settings) -> StepGen:
-    yield from chosen(ctx, s.selection)
-    trace = ctx.trace
-    max_steps = ctx.limits.max_steps
+def _reflexion(view: RunView, s: _Settings) -> StepGen:
+    yield from chosen(view, s.selection)
+    trace = view.trace
+    max_steps = view.limits.max_steps
     critiques: list[str] = []
-    attempts: list[dict[str, Any]] = []
-    trace.meta["attempts"] = attempts
+    attempts: list[dict[str, Any]] = []  # trace.meta["attempts"]
+    yield Record(meta={"attempts": attempts})
     transcripts: list[str] = []
     while True:
         n = len(attempts) + 1
@@ -92,51 +103,57 @@ def _reflexion(ctx: RunView, s: _Settings) -> StepGen:
         notes = ""
         if critiques:
             lines = "\n".join(f"- Attempt {i}: {neutralise(c)}" for i, c in enumerate(critiques, 1))
-            notes = ctx.prompts.reflexion_memory.format(reflections=lines)
-        pad = _Scratchpad(ctx, s.dialect, s.memory, s.context_tokens, notes=notes)
-        first_step = ctx.next_index
+            notes = view.prompts.reflexion_memory.format(reflections=lines)
+        pad = _Scratchpad(view, s.dialect, s.memory, s.context_tokens, notes=notes)
+        first_step = view.next_index
         record: dict[str, Any] = {"attempt": n, "first_step": first_step}
         attempts.append(record)
-        try:
-            yield from _react(ctx, pad, s.max_tokens, max_steps=cap, keep_prompts=True,
-                              on_tool_error=s.on_tool_error, selection=s.selection)
-        finally:
-            record["last_step"] = ctx.next_index - 1
-            record["stopped_reason"] = trace.stopped_reason
-            transcripts.append(f"Attempt {n}:\n{pad.transcript}")
-            trace.transcript = "\n".join(transcripts)
+        yield Record(meta={"attempts": attempts})
+        yield from recorded(_react(view, pad, s.max_tokens, max_steps=cap, keep_prompts=True,
+                                   on_tool_error=s.on_tool_error, selection=s.selection),
+                            partial(_attempt_ended, view, pad, record, attempts, transcripts))
         reason, answer = trace.stopped_reason, trace.final_answer
         record["answer"] = answer
+        yield Record(meta={"attempts": attempts})
         if reason == "final":
             verdict = yield from _judge(s.evaluator)
             if isinstance(verdict, str):  # the evaluator failed: a defect in user code, said plainly
-                yield Step(ctx.next_index, "error", error=verdict)
-                ctx.stop("error")
+                yield Step(view.next_index, "error", error=verdict)
+                yield Stop("error")
                 return
             ok, feedback = verdict
             record["accepted"] = ok
             if feedback:
                 record["feedback"] = feedback
+            yield Record(meta={"attempts": attempts})
             if ok:
                 return
-        elif reason not in RETRIED or _policy_failed(ctx, first_step):
+        elif reason not in RETRIED or _policy_failed(view, first_step):
             return  # a hard stop: its reason is the run's
-        outcome = _outcome(ctx, reason, answer, record.get("feedback", ""), cap, first_step)
-        trace.final_answer = None
+        outcome = _outcome(view, reason, answer, record.get("feedback", ""), cap, first_step)
         if len(critiques) >= s.max_reflections:
-            ctx.stop("max_reflections")
+            yield Stop("max_reflections")
             return
         if max_steps - trace.llm_calls < 2:  # no room for a critique and another attempt
-            ctx.stop("max_steps")
+            yield Stop("max_steps")
             return
-        trace.stopped_reason = None  # the run goes on: a Ctrl-C now is "interrupted"
-        prompt = ctx.prompts.reflexion_critique.format(attempt=_OPEN_LABEL.sub("", pad.text), outcome=outcome)
-        critique = yield from reflect(ctx, prompt, s.max_tokens, {"attempt": n, "failure": reason})
+        yield Stop(None)  # the run goes on: a Ctrl-C now is "interrupted"
+        prompt = view.prompts.reflexion_critique.format(attempt=_OPEN_LABEL.sub("", pad.text), outcome=outcome)
+        critique = yield from reflect(view, prompt, s.max_tokens, {"attempt": n, "failure": reason})
         if critique is None:
             return
         critiques.append(critique)
         transcripts.append(f"Reflection {len(critiques)}: {critique}")
-        trace.transcript = "\n".join(transcripts)
+        yield Record(transcript="\n".join(transcripts))
+
+
+def _attempt_ended(view: RunView, pad: _Scratchpad, record: dict[str, Any], attempts: list[dict[str, Any]],
+                   transcripts: list[str]) -> Record:
+    """How an attempt ended (however it ended): its record completed, its transcript added."""
+    record["last_step"] = view.next_index - 1
+    record["stopped_reason"] = view.trace.stopped_reason
+    transcripts.append(f"Attempt {record['attempt']}:\n{pad.transcript}")
+    return Record(transcript="\n".join(transcripts), meta={"attempts": attempts})
 
 
 def _judge(evaluator: Evaluator | None) -> Machine[tuple[bool, str] | str]:
@@ -155,19 +172,19 @@ def _judge(evaluator: Evaluator | None) -> Machine[tuple[bool, str] | str]:
     return f"evaluator must return (ok: bool, feedback: str) or a bool, got {first_line(repr(verdict), 200)}"
 
 
-def _policy_failed(ctx: RunView, first_step: int) -> bool:
+def _policy_failed(view: RunView, first_step: int) -> bool:
     """Whether the attempt ended on an `error` step (the policy raised or timed out, a
     side effect of unknown outcome): not something a critique can fix."""
-    steps = ctx.trace.steps
+    steps = view.trace.steps
     return len(steps) >= first_step and steps[-1].kind == "error"
 
 
-def _outcome(ctx: RunView, reason: str | None, answer: str | None, feedback: str, cap: int,
+def _outcome(view: RunView, reason: str | None, answer: str | None, feedback: str, cap: int,
              first_step: int) -> str:
     if reason == "final":
         return REFLEXION_OUTCOMES["rejected"].format(answer=neutralise(repr(answer)),
                                                      feedback=neutralise(feedback) or "(no feedback)")
     if reason == "error":
-        errors = [s.error for s in ctx.trace.steps[first_step - 1:] if s.error]
+        errors = [s.error for s in view.trace.steps[first_step - 1:] if s.error]
         return REFLEXION_OUTCOMES["error"].format(error=neutralise(first_line(errors[-1] if errors else "", 300)))
     return REFLEXION_OUTCOMES.get(str(reason), "{reason}").format(steps=cap, reason=reason)

@@ -19,10 +19,12 @@ from loopwright.modes.machine import (
     Machine,
     NextDone,
     PolicyFailed,
+    Record,
     RunView,
     Settings,
     StartTool,
     StepGen,
+    Stop,
 )
 from loopwright.modes.toolsearch import ToolSelection, begin, chosen, load_called
 from loopwright.parsing.steps import PlanStep, parse_plan, substitute
@@ -37,41 +39,41 @@ def check(spec: Settings) -> None:
     """ReWOO has no settings of its own."""
 
 
-def machine(ctx: RunView, spec: Settings) -> StepGen:
-    selection = begin(ctx, spec, searchable=False)  # the plan is made from the K tools the task needs most
-    return _rewoo(ctx, spec.max_tokens, selection)
+def machine(view: RunView, spec: Settings) -> StepGen:
+    selection = begin(view, spec, searchable=False)  # the plan is made from the K tools the task needs most
+    return _rewoo(view, spec.max_tokens, selection)
 
 
-def _rewoo(ctx: RunView, max_tokens: int | None, selection: ToolSelection | None = None) -> StepGen:
-    yield from chosen(ctx, selection)
-    tools = tuple(ctx.schemas)
-    plan_prompt = fill(ctx.prompts.rewoo_planner, "rewoo_planner", tools=describe_tools(tools),
-                       task=ctx.task, examples=plan_examples(ctx))
-    plan, error = yield from plan_call(ctx, plan_prompt, "plan", max_tokens, selection)
+def _rewoo(view: RunView, max_tokens: int | None, selection: ToolSelection | None = None) -> StepGen:
+    yield from chosen(view, selection)
+    tools = tuple(view.schemas)
+    plan_prompt = fill(view.prompts.rewoo_planner, "rewoo_planner", tools=describe_tools(tools),
+                       task=view.task, examples=plan_examples(view))
+    plan, error = yield from plan_call(view, plan_prompt, "plan", max_tokens, selection)
     if plan is None:
         if error is not None:
-            ctx.stop("error")
+            yield Stop("error")
         return
-    if len(plan) > ctx.limits.max_steps:
-        ctx.stop("max_steps")
+    if len(plan) > view.limits.max_steps:
+        yield Stop("max_steps")
         return
 
-    results = yield from run_plan(ctx, plan)
+    results = yield from run_plan(view, plan)
     evidence_lines = []
     for step in plan:
         worker = results[step.id]
-        yield worker.step.with_(index=ctx.next_index)
+        yield worker.step.with_(index=view.next_index)
         evidence_lines.append((step.id, step.tool, worker.step.observation or ""))
     if any(results[s.id].step.meta.get("substitution_error") for s in plan):
-        ctx.stop("error")
+        yield Stop("error")
         return
     if (yield CheckClock()):
-        ctx.stop("timeout")
+        yield Stop("timeout")
         return
 
-    spec = ctx.output
-    task = ctx.task if spec is None else f"{ctx.task}\n{spec.instruction()}"
-    solve_prompt = fill(ctx.prompts.rewoo_solver, "rewoo_solver", task=task, evidence=render_evidence(evidence_lines))
+    spec = view.output
+    task = view.task if spec is None else f"{view.task}\n{spec.instruction()}"
+    solve_prompt = fill(view.prompts.rewoo_solver, "rewoo_solver", task=task, evidence=render_evidence(evidence_lines))
     schema = None if spec is None else spec.schema
     # A typed answer that does not fit gets one retry of the solve call, told why: then a
     # run costs 3 model calls instead of 2; a second misfit ends it with "error".
@@ -80,37 +82,38 @@ def _rewoo(ctx: RunView, max_tokens: int | None, selection: ToolSelection | None
             call = yield ModelRequest(solve_prompt, (), "solve", tools=tools, max_tokens=max_tokens,
                                       output_schema=schema)
         except PolicyFailed as failed:
-            yield Step(ctx.next_index, "error", error=failed.message, prompt=solve_prompt)
-            ctx.stop(failed.reason)
+            yield Step(view.next_index, "error", error=failed.message, prompt=solve_prompt)
+            yield Stop(failed.reason)
             return
         answer = solver_answer(call.text)
         error = None if answer else "the solver's reply holds no answer"
+        typed = None
         if spec is not None and error is None:
             try:
-                ctx.trace.output = spec.parse(answer)
+                typed = spec.parse(answer)
             except ValueError as exc:
                 error = f"the final answer does not fit the output type: {exc}"
-        yield Step(ctx.next_index, "solve", raw=call.text, observation=None, error=error,
+        yield Step(view.next_index, "solve", raw=call.text, observation=None, error=error,
                    duration_s=call.seconds, usage=call.usage, prompt=solve_prompt)
-        ctx.trace.transcript = _transcript(ctx.task, plan, evidence_lines, answer)
+        yield Record(transcript=_transcript(view.task, plan, evidence_lines, answer))
         if error is None:
-            ctx.stop("final", answer)
+            yield Stop("final", answer, typed)
             return
         if spec is None:  # an empty answer is not an answer: the run ends with "error"
             break
         stop = call.stop
         if stop:
-            ctx.stop(stop)
+            yield Stop(stop)
             return
         solve_prompt = (f"{solve_prompt} {neutralise(call.text.strip())}\n{neutralise(error)}. "
                         "Reply with the JSON only.\nFinal Answer:")
-    ctx.stop("error")
+    yield Stop("error")
 
 
-def plan_examples(ctx: RunView) -> str:
+def plan_examples(view: RunView) -> str:
     """The planner prompt's worked examples, from the run's tools (memoised on the registry)."""
-    budget, from_tools = ctx.prompts.example_tokens, ctx.prompts.tool_examples
-    return ctx.registry.memo(
+    budget, from_tools = view.prompts.example_tokens, view.prompts.tool_examples
+    return view.registry.memo(
         f"plan_examples:{budget}:{from_tools}",
         lambda registry: worked_examples(list(registry), "plan", budget=budget, from_tools=from_tools,
                                          runs=registry.examples),
@@ -118,7 +121,7 @@ def plan_examples(ctx: RunView) -> str:
 
 
 def plan_call(
-    ctx: RunView, prompt: str, kind: str, max_tokens: int | None, selection: ToolSelection | None = None
+    view: RunView, prompt: str, kind: str, max_tokens: int | None, selection: ToolSelection | None = None
 ) -> Machine[tuple[list[PlanStep] | None, str | None]]:
     """Ask for a plan (use with `yield from`). Returns (plan, None) on success,
     (None, message) when the reply is not a usable plan, and (None, None) after the run
@@ -127,10 +130,10 @@ def plan_call(
     meta["tools_loaded"])."""
     purpose: Purpose = "plan" if kind == "plan" else "replan"
     try:
-        call = yield ModelRequest(prompt, (), purpose, tools=tuple(ctx.schemas), max_tokens=max_tokens)
+        call = yield ModelRequest(prompt, (), purpose, tools=tuple(view.schemas), max_tokens=max_tokens)
     except PolicyFailed as failed:
-        yield Step(ctx.next_index, "error", error=failed.message, prompt=prompt)
-        ctx.stop(failed.reason)
+        yield Step(view.next_index, "error", error=failed.message, prompt=prompt)
+        yield Stop(failed.reason)
         return None, None
     raw = call.text
     plan: list[PlanStep] | None
@@ -139,14 +142,17 @@ def plan_call(
     except ParseError as exc:
         plan, error = None, str(exc)
     meta: dict[str, Any] = {"plan": [[s.id, s.tool, s.args] for s in plan]} if plan else {}
-    loaded = [n for s in plan for n in load_called(ctx, selection, s.tool)] if plan and selection else []
+    loaded: list[str] = []
+    if selection is not None:
+        for planned in plan or ():
+            loaded += yield from load_called(selection, planned.tool)
     if loaded:
         meta["tools_loaded"] = loaded
-    yield Step(ctx.next_index, kind, raw=raw, error=error, duration_s=call.seconds,
+    yield Step(view.next_index, kind, raw=raw, error=error, duration_s=call.seconds,
                usage=call.usage, prompt=prompt, meta=meta)
     stop = call.stop
     if stop:
-        ctx.stop(stop)
+        yield Stop(stop)
         return None, None
     return plan, error
 
@@ -162,7 +168,7 @@ class WorkerOutcome:
         self.ok = ok
 
 
-def run_plan(ctx: RunView, plan: list[PlanStep]) -> Machine[dict[str, WorkerOutcome]]:
+def run_plan(view: RunView, plan: list[PlanStep]) -> Machine[dict[str, WorkerOutcome]]:
     """Execute every plan step as soon as its references are done (use with `yield
     from`); never raises for tool behaviour. A step whose reference failed is not
     executed and says why."""
@@ -175,7 +181,7 @@ def run_plan(ctx: RunView, plan: list[PlanStep]) -> Machine[dict[str, WorkerOutc
             raise ValueError(f"plan steps {[s.id for s in waiting]} reference steps that never run")
         for step in ready_now:
             waiting.remove(step)
-            ready = _ready(ctx, step, outcomes)
+            ready = _ready(view, step, outcomes)
             if isinstance(ready, WorkerOutcome):  # skipped, or its references did not fit
                 outcomes[step.id] = ready
             else:
@@ -198,7 +204,7 @@ def run_plan(ctx: RunView, plan: list[PlanStep]) -> Machine[dict[str, WorkerOutc
     return outcomes
 
 
-def _ready(ctx: RunView, step: PlanStep, outcomes: dict[str, WorkerOutcome]) -> CallTool | WorkerOutcome:
+def _ready(view: RunView, step: PlanStep, outcomes: dict[str, WorkerOutcome]) -> CallTool | WorkerOutcome:
     """The call of a step whose references are done, or its outcome when it cannot run."""
     refs = sorted(step.refs)
     failed = [ref for ref in refs if not outcomes[ref].ok]
@@ -211,8 +217,8 @@ def _ready(ctx: RunView, step: PlanStep, outcomes: dict[str, WorkerOutcome]) -> 
     except ValueError as exc:
         return WorkerOutcome(Step(0, "action", tool=step.tool, args=step.args, observation=str(exc),
                                   error=str(exc), step_id=step.id, meta={"substitution_error": True}), None, False)
-    if step.tool in ctx.registry:
-        args = ctx.registry.bind(step.tool, args)
+    if step.tool in view.registry:
+        args = view.registry.bind(step.tool, args)
     return CallTool(step.tool, args, step.id)
 
 

@@ -39,7 +39,16 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from loopwright.modes.machine import Embed, Machine, RunView, Settings, StepGen, ToolSearchOption
+from loopwright.modes.machine import (
+    Embed,
+    Machine,
+    Record,
+    RunView,
+    Settings,
+    StepGen,
+    ToolSearchOption,
+    UseTools,
+)
 from loopwright.prompting.templates import describe_tools
 from loopwright.tools.registry import Tool, ToolRegistry
 from loopwright.trace import estimate_tokens
@@ -280,50 +289,50 @@ class ToolSelection:
         return {"k": self.k, "tools": len(self.full), "loaded": list(self.loaded)}
 
 
-def begin(ctx: RunView, spec: Settings, *, searchable: bool) -> ToolSelection | None:
+def begin(view: RunView, spec: Settings, *, searchable: bool) -> ToolSelection | None:
     """The run's tool search (None, and the run keeps every tool, when search is off for
     it); its machine starts by loading the K tools most relevant to the task (`chosen`)."""
-    k = resolve(spec.tool_search, ctx.registry, ctx.context_window)
+    k = resolve(spec.tool_search, view.registry, view.context_window)
     if k is None:
         return None
-    index = tool_index(ctx.unscoped)  # built once, not once per scoped run
-    return ToolSelection(ctx.registry, k, index, searchable=searchable, embedder=spec.tool_embedder)
+    index = tool_index(view.unscoped)  # built once, not once per scoped run
+    return ToolSelection(view.registry, k, index, searchable=searchable, embedder=spec.tool_embedder)
 
 
-def chosen(ctx: RunView, selection: ToolSelection | None) -> StepGen:
+def chosen(view: RunView, selection: ToolSelection | None) -> StepGen:
     """Narrow the run to the K tools most relevant to its task (nothing when search is off)."""
     if selection is None:
         return
     index = selection.index
-    dense = yield from dense_ranking(index, selection.embedder, ctx.task, index.depth(selection.k, (), selection.within))
-    selection.choose(ctx.task, dense)
-    narrow(ctx, selection)
+    dense = yield from dense_ranking(index, selection.embedder, view.task, index.depth(selection.k, (), selection.within))
+    selection.choose(view.task, dense)
+    yield from narrow(selection)
 
 
-def searched(ctx: RunView, selection: ToolSelection, query: str) -> Machine[tuple[list[str], str]]:
+def searched(view: RunView, selection: ToolSelection, query: str) -> Machine[tuple[list[str], str]]:
     """`selection.search(query)`, the embedder asked through the driver, and the run
     pointed at the tools loaded."""
     index, loaded = selection.index, selection.loaded
     depth = index.depth(min(selection.k, PER_SEARCH), loaded, selection.within)
     dense = yield from dense_ranking(index, selection.embedder, query, depth)
     found = selection.search(query, dense)
-    narrow(ctx, selection)
+    yield from narrow(selection)
     return found
 
 
-def narrow(ctx: RunView, selection: ToolSelection) -> None:
+def narrow(selection: ToolSelection) -> StepGen:
     """Point the run at the loaded tools (its prompt list, schemas and execution)."""
-    ctx.use_registry(selection.registry())
-    ctx.trace.meta["tool_search"] = selection.record()
+    yield UseTools(selection.registry())
+    yield Record(meta={"tool_search": selection.record()})
 
 
-def load_called(ctx: RunView, selection: ToolSelection | None, name: str) -> list[str]:
+def load_called(selection: ToolSelection | None, name: str) -> Machine[list[str]]:
     """Before a call of `name`: load it for the rest of the run when it is a registered,
     in-scope tool that is not loaded (the run's tools then include it); the tools loaded,
     for the step's meta["tools_loaded"] (empty when nothing was)."""
     if selection is None or not selection.load(name):
         return []
-    narrow(ctx, selection)
+    yield from narrow(selection)
     return [name]
 
 

@@ -32,9 +32,12 @@ from loopwright.modes.machine import (
     Machine,
     ModelCall,
     PolicyFailed,
+    Record,
     RunView,
     Settings,
     StepGen,
+    Stop,
+    recorded,
 )
 from loopwright.modes.toolsearch import ToolSelection, begin, chosen, load_called
 from loopwright.parsing.steps import Action, FinalAnswer, parse_react_step
@@ -110,10 +113,10 @@ class _Node:
 class _Search:
     """The search's settings and counters, and the calls that grow the tree."""
 
-    def __init__(self, ctx: RunView, search: str, branching: int, breadth: int, depth: int,
+    def __init__(self, view: RunView, search: str, branching: int, breadth: int, depth: int,
                  max_nodes: int, threshold: float, allow_side_effects: bool, max_tokens: int | None,
                  selection: ToolSelection | None = None) -> None:
-        self.ctx = ctx
+        self.view = view
         self.selection = selection  # tool search: a step naming a registered tool not loaded loads it
         self.search = search
         self.branching = branching
@@ -126,9 +129,15 @@ class _Search:
         self.nodes = 0
         self.expanded = 0
         self.budget: str | None = None  # "max_steps" or "max_nodes" once one ran out
+        self.summary: dict[str, Any] = {"search": search, "winner": None, "path": []}  # trace.meta["tot"]
+
+    def counted(self) -> Record:
+        """The search's summary with its counts, for trace.meta["tot"] when the search ends."""
+        self.summary.update(nodes=self.nodes, expanded=self.expanded)
+        return Record(meta={"tot": self.summary})
 
     def spent(self) -> bool:
-        if self.ctx.trace.llm_calls >= self.ctx.limits.max_steps:
+        if self.view.trace.llm_calls >= self.view.limits.max_steps:
             self.budget = "max_steps"
         elif self.nodes >= self.max_nodes:
             self.budget = "max_nodes"
@@ -137,21 +146,21 @@ class _Search:
     def _call(self, prompt: str, purpose: Purpose, stop: tuple[str, ...], max_tokens: int,
               meta: dict[str, Any]) -> Machine[ModelCall | None]:
         """One model call; None when the run stopped on it (the error step recorded)."""
-        ctx = self.ctx
+        view = self.view
         try:
             call: ModelCall = yield ModelRequest(prompt, stop, purpose, max_tokens=max_tokens)
         except PolicyFailed as failed:
-            yield Step(ctx.next_index, "error", error=failed.message, prompt=prompt,
+            yield Step(view.next_index, "error", error=failed.message, prompt=prompt,
                        duration_s=failed.seconds, meta=meta)
-            ctx.stop(failed.reason)
+            yield Stop(failed.reason)
             return None
         return call
 
     def expand(self, node: _Node) -> Machine[list[_Node] | None]:
         """Propose children of `node`, run their tool calls and score them. Returns the
         children made (fewer when a budget ran out), or None when the run stopped."""
-        ctx = self.ctx
-        prompts = ctx.prompts
+        view = self.view
+        prompts = view.prompts
         if self.spent():
             return []
         prompt = node.state + prompts.tot_propose.format(k=self.branching)
@@ -164,11 +173,11 @@ class _Search:
         candidates = parse_candidates(raw, self.branching)
         self.expanded += 1
         meta["candidates"] = candidates
-        yield Step(ctx.next_index, "propose", raw=raw, prompt=prompt, usage=usage,
+        yield Step(view.next_index, "propose", raw=raw, prompt=prompt, usage=usage,
                    duration_s=seconds, meta=meta)
         stop = call.stop
         if stop:
-            ctx.stop(stop)
+            yield Stop(stop)
             return None
         children: list[_Node] = []
         for text in candidates:
@@ -181,8 +190,8 @@ class _Search:
         return children
 
     def _child(self, parent: _Node, text: str) -> Machine[_Node | None]:
-        ctx = self.ctx
-        prompts = ctx.prompts
+        view = self.view
+        prompts = view.prompts
         self.nodes += 1
         n = parent.depth + 1
         node_id = f"n{self.nodes}"
@@ -190,25 +199,26 @@ class _Search:
         state = parent.state + prompts.tot_step.format(n=n, step=neutralise(text))
         child = _Node(node_id, parent, text, state)
         selection = self.selection
-        parsed = _classify(text, ctx.registry if selection is None else selection.full)
+        parsed = _classify(text, view.registry if selection is None else selection.full)
         if isinstance(parsed, FinalAnswer):
             child.answer = parsed.answer
         elif parsed is not None:
             child.action = parsed
             name = parsed.name
-            loaded = {"tools_loaded": found} if (found := load_called(ctx, selection, name)) else {}
-            args = ctx.registry.bind(name, parsed.args)
-            tool = ctx.registry.get(name)
+            found = yield from load_called(selection, name)
+            loaded = {"tools_loaded": found} if found else {}
+            args = view.registry.bind(name, parsed.args)
+            tool = view.registry.get(name)
             if tool is not None and (not tool.idempotent or tool.requires_approval) and not self.allow_side_effects:
                 refusal = prompts.tot_refused.format(tool=name)
                 child.score = 0.0  # a dead branch: not scored, never expanded
-                yield Step(ctx.next_index, "denied", thought=text, tool=name, args=args,
+                yield Step(view.next_index, "denied", thought=text, tool=name, args=args,
                            observation=refusal, error=refusal, meta={**where, **loaded, "score": 0.0})
                 return child
             executed = yield CallTool(name, args, f"tot:{node_id}")
             result = executed.result
             child.observation = result.observation
-            yield Step(ctx.next_index, executed.kind, thought=text, tool=name, args=args,
+            yield Step(view.next_index, executed.kind, thought=text, tool=name, args=args,
                        observation=result.observation,
                        error=None if result.error is None else result.error.message,
                        duration_s=result.duration_s,
@@ -230,11 +240,11 @@ class _Search:
         meta.update(score=score, label=label)
         if child.answer is not None:
             meta["answer"] = child.answer
-        yield Step(ctx.next_index, "value", raw=raw, thought=text, prompt=prompt, usage=usage,
+        yield Step(view.next_index, "value", raw=raw, thought=text, prompt=prompt, usage=usage,
                    duration_s=seconds, meta=meta)
         stop = call.stop
         if stop:
-            ctx.stop(stop)
+            yield Stop(stop)
             return None
         return child
 
@@ -251,47 +261,44 @@ def check(spec: Settings) -> None:
     """The search has nothing to check beyond its settings (ToTSettings checks those)."""
 
 
-def machine(ctx: RunView, spec: Settings) -> StepGen:
+def machine(view: RunView, spec: Settings) -> StepGen:
     """The search for a run. max_steps: model calls of the whole search (proposals and
     values). branching: candidates per expanded node. breadth: nodes BFS keeps per level.
     depth: the longest path. max_nodes: nodes the search may make. threshold: the least
     score a node needs to be expanded, or an answer to be accepted (sure 1.0, likely 0.5,
     impossible 0.0, n/10 for a number). allow_side_effects: let branches call tools that
     are not idempotent or need approval (see the module docstring)."""
-    selection = begin(ctx, spec, searchable=False)  # branches use the K tools the task needs most
-    tree = _Search(ctx, spec.setting("search"), spec.setting("branching"), spec.setting("breadth"),
+    selection = begin(view, spec, searchable=False)  # branches use the K tools the task needs most
+    tree = _Search(view, spec.setting("search"), spec.setting("branching"), spec.setting("breadth"),
                    spec.setting("depth"), spec.setting("max_nodes"), float(spec.setting("threshold")),
                    spec.setting("allow_side_effects"), spec.max_tokens, selection)
     return _tot(tree)
 
 
 def _tot(tree: _Search) -> StepGen:
-    ctx = tree.ctx
-    yield from chosen(ctx, tree.selection)  # the root state lists the K tools the task needs most
-    root = _Node("n0", None, "", ctx.prompts.tot_state.format(tools=describe_tools(ctx.schemas), task=ctx.task))
-    summary: dict[str, Any] = {"search": tree.search, "winner": None, "path": []}
-    ctx.trace.meta["tot"] = summary
-    try:
-        found = yield from (_bfs(tree, root) if tree.search == "bfs" else _dfs(tree, root))
-    finally:
-        summary.update(nodes=tree.nodes, expanded=tree.expanded)
-    if ctx.trace.stopped_reason is not None:
+    view = tree.view
+    yield from chosen(view, tree.selection)  # the root state lists the K tools the task needs most
+    root = _Node("n0", None, "", view.prompts.tot_state.format(tools=describe_tools(view.schemas), task=view.task))
+    summary = tree.summary
+    yield Record(meta={"tot": summary})
+    found = yield from recorded(_bfs(tree, root) if tree.search == "bfs" else _dfs(tree, root), tree.counted)
+    if view.trace.stopped_reason is not None:
         return  # the run stopped inside the search (policy failed, budget, clock)
     if found is None:
-        ctx.trace.transcript = f"Question: {ctx.task}\n(no solution found)"
-        ctx.stop(tree.budget or "exhausted")
+        yield Record(transcript=f"Question: {view.task}\n(no solution found)")
+        yield Stop(tree.budget or "exhausted")
         return
     path = found.path()
     summary.update(winner=found.id, path=[n.id for n in path], score=found.score)
-    lines = [f"Question: {ctx.task}"]
+    lines = [f"Question: {view.task}"]
     for node in path:
         lines.append(f"Step {node.depth}: {node.step}")
         if node.observation is not None:
             lines.append(f"Observation {node.depth}: {node.observation}")
-    ctx.trace.transcript = "\n".join(lines)
-    yield Step(ctx.next_index, "final", thought=found.step,
+    yield Record(transcript="\n".join(lines), meta={"tot": summary})
+    yield Step(view.next_index, "final", thought=found.step,
                meta={"node": found.id, "path": [n.id for n in path], "score": found.score})
-    ctx.stop("final", found.answer)
+    yield Stop("final", found.answer)
 
 
 def _bfs(tree: _Search, root: _Node) -> Machine[_Node | None]:
@@ -308,7 +315,8 @@ def _bfs(tree: _Search, root: _Node) -> Machine[_Node | None]:
             return max(solutions, key=lambda c: c.score or 0.0)  # the first of the best
         ranked = sorted((c for c in children if tree.alive(c)), key=lambda c: -(c.score or 0.0))
         frontier = ranked[: tree.breadth]
-        tree.ctx.trace.meta["tot"].setdefault("beams", []).append([c.id for c in frontier])
+        tree.summary.setdefault("beams", []).append([c.id for c in frontier])
+        yield Record(meta={"tot": tree.summary})
         if not frontier or tree.budget is not None:
             return None
     return None
@@ -323,7 +331,7 @@ def _dfs(tree: _Search, root: _Node) -> Machine[_Node | None]:
             return child
         if tree.alive(child) and child.depth < tree.depth:
             found = yield from _dfs(tree, child)
-            if found is not None or tree.ctx.trace.stopped_reason is not None:
+            if found is not None or tree.view.trace.stopped_reason is not None:
                 return found
         if tree.budget is not None:
             return None

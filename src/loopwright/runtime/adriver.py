@@ -20,6 +20,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from loopwright.modes.machine import (
+    WRITES,
     CallDone,
     CallTool,
     CheckClock,
@@ -225,6 +226,9 @@ class AsyncRun:
                     import asyncio
 
                     self._tasks.add(asyncio.ensure_future(self._started_call(item.call)))
+                    value = None
+                elif isinstance(item, WRITES):
+                    ctx.apply(item)
                     value = None
                 elif isinstance(item, USER_CODE):  # on a thread: user code never blocks the loop
                     value = (await acall_in_thread(user_call(ctx, item), None, type(item).__name__))[1]

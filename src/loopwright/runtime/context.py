@@ -1,23 +1,33 @@
 """What every mode shares: the run context (the task, limits, deadline and the trace), the
-bookkeeping of a model call on either side of the driver's call, and how a run's context
-is opened from its options (the journal started, the observers listed)."""
+read-only view of it a machine is handed, the bookkeeping of a model call on either side
+of the driver's call, and how a run's context is opened from its options (the journal
+started, the observers listed)."""
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from types import FunctionType
+from types import FunctionType, MappingProxyType
 from typing import Any, Literal
 
 from loopwright import otel
 from loopwright.errors import TransientModelError
 from loopwright.events import Emitter, EventSink
 from loopwright.guards import Deadline, RunLimits
-from loopwright.modes.machine import Journal, ModelCall, PolicyFailed, StopRun
+from loopwright.modes.machine import (
+    Journal,
+    ModelCall,
+    PolicyFailed,
+    Record,
+    Stop,
+    StopRun,
+    UseTools,
+)
 from loopwright.modes.toolsearch import context_window
 from loopwright.offload import Timeout
-from loopwright.outputs import output_spec
+from loopwright.outputs import OutputSpec, output_spec
 from loopwright.policy import Completion, ModelRequest, Policy, retried_by_run
 from loopwright.prompting.templates import DEFAULT_PROMPTS, PromptSet
 from loopwright.runtime.calls import ephemeral_run_id
@@ -77,7 +87,7 @@ class RunContext:
         self.deadline = Deadline(limits.timeout_s)
         self.timed = limits.timeout_s is not None  # else the drivers ask the deadline nothing
         self.started = time.perf_counter()
-        self._schemas: list[dict[str, Any]] | None = None
+        self._schemas: tuple[dict[str, Any], ...] | None = None
         # a plain callable policy gets only the prompt: no tool schemas or known calls to build
         self.prompt_only = journal is None and (
             type(policy) is FunctionType  # a plain function: no attribute to look for
@@ -111,11 +121,11 @@ class RunContext:
         return self._ephemeral_id, False
 
     @property
-    def schemas(self) -> list[dict[str, Any]]:
+    def schemas(self) -> tuple[dict[str, Any], ...]:
         """The tools' schemas for this run (built on first use: a plain policy on a text
         dialect never needs them)."""
         if self._schemas is None:
-            self._schemas = self.registry.schemas()
+            self._schemas = tuple(self.registry.schemas())
         return self._schemas
 
     @property
@@ -146,9 +156,32 @@ class RunContext:
                 observer.step(step)
         return step
 
-    def stop(self, reason: str, answer: str | None = None) -> None:
+    def stop(self, reason: str | None, answer: str | None = None) -> None:
         self.trace.stopped_reason = reason
         self.trace.final_answer = answer
+
+    def apply(self, request: Stop | Record | UseTools) -> None:
+        """Make the change to the run a machine asked for (the only way it changes its run)."""
+        if type(request) is Stop:
+            self.stop(request.reason, request.answer)
+            if request.output is not None:
+                self.trace.output = request.output
+        elif type(request) is UseTools:
+            self.use_registry(request.registry)
+        else:
+            assert type(request) is Record
+            trace = self.trace
+            if request.transcript is not None:
+                trace.transcript = request.transcript
+            if request.scratchpad is not None:
+                trace.scratchpad = request.scratchpad
+            if request.replans is not None:
+                trace.replans = request.replans
+            if request.meta:
+                trace.meta.update(copy.deepcopy(request.meta))
+            if request.outputs:
+                for handle, text in request.outputs.items():
+                    trace.outputs.setdefault(handle, text)
 
     def expired(self) -> bool:
         return self.deadline.expired()
@@ -329,6 +362,104 @@ class RunContext:
         return delay
 
 
+class TraceSoFar:
+    """A run's trace as its machine reads it (modes.machine.TraceView): read-only."""
+
+    __slots__ = ("_trace",)
+    _trace: Trace
+
+    def __init__(self, trace: Trace) -> None:
+        object.__setattr__(self, "_trace", trace)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"a machine's trace is read-only (it set {name!r}): a machine yields Stop or Record")
+
+    @property
+    def steps(self) -> tuple[Step, ...]:
+        return tuple(self._trace.steps)
+
+    @property
+    def llm_calls(self) -> int:
+        return self._trace.llm_calls
+
+    @property
+    def replans(self) -> int:
+        return self._trace.replans
+
+    @property
+    def stopped_reason(self) -> str | None:
+        return self._trace.stopped_reason
+
+    @property
+    def final_answer(self) -> str | None:
+        return self._trace.final_answer
+
+    @property
+    def outputs(self) -> Mapping[str, str]:
+        return MappingProxyType(self._trace.outputs)
+
+    @property
+    def meta(self) -> Mapping[str, Any]:
+        return MappingProxyType(self._trace.meta)
+
+
+class ContextView:
+    """What a machine is handed of its run (modes.machine.RunView): what it reads of the
+    RunContext, read-only. A machine changes its run only by the requests it yields."""
+
+    __slots__ = ("_ctx", "trace")
+    _ctx: RunContext
+    trace: TraceSoFar
+
+    def __init__(self, ctx: RunContext) -> None:
+        object.__setattr__(self, "_ctx", ctx)
+        object.__setattr__(self, "trace", TraceSoFar(ctx.trace))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"a machine's view of its run is read-only (it set {name!r}): a machine yields "
+                             "Stop, Record or UseTools")
+
+    @property
+    def task(self) -> str:
+        return self._ctx.task
+
+    @property
+    def prompts(self) -> PromptSet:
+        return self._ctx.prompts
+
+    @property
+    def registry(self) -> ToolRegistry:
+        return self._ctx.registry
+
+    @property
+    def unscoped(self) -> ToolRegistry:
+        return self._ctx.unscoped
+
+    @property
+    def schemas(self) -> tuple[dict[str, Any], ...]:
+        return self._ctx.schemas
+
+    @property
+    def limits(self) -> RunLimits:
+        return self._ctx.limits
+
+    @property
+    def output(self) -> OutputSpec | None:
+        return self._ctx.output
+
+    @property
+    def prompt_only(self) -> bool:
+        return self._ctx.prompt_only
+
+    @property
+    def context_window(self) -> int | None:
+        return self._ctx.context_window
+
+    @property
+    def next_index(self) -> int:
+        return len(self._ctx.trace.steps) + 1
+
+
 def open_context(
     spec: RunSpec, policy: Policy, registry: ToolRegistry, journal: Journal | None = None,
     rerun_unfinished: bool = False, sinks: Sequence[EventSink] = (), agent: str | None = None,
@@ -379,4 +510,4 @@ def _retries(completion: Completion) -> Any:
     return completion.meta.get("retries") if completion.meta else None
 
 
-__all__ = ["RunContext", "open_context"]
+__all__ = ["ContextView", "RunContext", "TraceSoFar", "open_context"]

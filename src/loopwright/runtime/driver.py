@@ -2,14 +2,16 @@
 
 It serves each request the machine yields: the model is called here (on a daemon thread
 held to the run's wall clock when it has one), a tool call goes through the gate to the
-registry, and ReWOO's started calls run on a thread pool of this run. Each Step the
-machine yields is recorded and handed to whoever iterates the Run. Ctrl-C marks the
+registry, ReWOO's started calls run on a thread pool of this run, and a change to the run
+(Stop, Record, UseTools) is applied to its context. Each Step the machine yields is
+recorded and handed to whoever iterates the Run. Ctrl-C marks the
 trace "interrupted" and raises RunInterrupted, a KeyboardInterrupt that carries it.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import inspect
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -18,6 +20,7 @@ from typing import Any
 
 from loopwright.errors import RunInterrupted, StoreError
 from loopwright.modes.machine import (
+    WRITES,
     CallDone,
     CallTool,
     CheckClock,
@@ -363,6 +366,9 @@ class Run(Iterator[Step]):
                 elif type(item) is StartTool:
                     self._start(item.call)
                     value = None
+                elif isinstance(item, WRITES):
+                    ctx.apply(item)
+                    value = None
                 elif isinstance(item, USER_CODE):
                     value = capture(user_call(ctx, item))[1]
                 elif type(item) is Summarize:
@@ -400,6 +406,9 @@ class Run(Iterator[Step]):
         self._held = step
         try:
             following = self._machine.send(None)
+            while isinstance(following, WRITES):  # its Stop or Record: still the end of the run
+                self._ctx.apply(following)
+                following = self._machine.send(None)
         except StopIteration:
             raise
         except BaseException:
@@ -477,7 +486,7 @@ class Run(Iterator[Step]):
             self._finished = True
             ctx = self._ctx
             self.trace.duration_s = time.perf_counter() - ctx.started
-            self._machine.close()
+            end_machine(ctx, self._machine)
             if self._pool is not None:  # calls still running are abandoned, as at a timeout
                 self._pool.shutdown(wait=False, cancel_futures=True)
             for observer in ctx.observers:
@@ -495,9 +504,24 @@ class Run(Iterator[Step]):
         return self.trace
 
 
+def end_machine(ctx: RunContext, machine: StepGen) -> None:
+    """Close a machine the run ended around (interrupted, stopped by the driver): a StopRun
+    is thrown in first, so the cleanup it does with `modes.machine.recorded` still writes
+    the trace (the Stop, Record and UseTools it yields are applied here)."""
+    if inspect.getgeneratorstate(machine) == inspect.GEN_SUSPENDED:
+        try:
+            item = machine.throw(StopRun("ended", "the run ended outside its machine"))
+            while isinstance(item, WRITES):
+                ctx.apply(item)
+                item = machine.send(None)
+        except (StopRun, StopIteration):
+            pass
+    machine.close()
+
+
 def _started_call(ctx: RunContext, call: CallTool) -> CallDone:
     return CallDone(call.key, execute(ctx, call))
 
 
-__all__ = ["USER_CODE", "Run", "begin_guards", "call_model", "execute", "settle_output", "settle_race", "summarize",
-           "user_call"]
+__all__ = ["USER_CODE", "Run", "begin_guards", "call_model", "end_machine", "execute", "settle_output", "settle_race",
+           "summarize", "user_call"]

@@ -18,7 +18,7 @@ from loopwright.events import EventSink
 from loopwright.modes.machine import Journal, StepGen
 from loopwright.policy import Policy
 from loopwright.runtime.adriver import AsyncRun
-from loopwright.runtime.context import RunContext, open_context
+from loopwright.runtime.context import ContextView, RunContext, open_context
 from loopwright.runtime.driver import Run
 from loopwright.runtime.spec import MODES, Mode, RunOptions, RunSpec
 from loopwright.runtime.watch import AsyncEvents, Events
@@ -38,13 +38,13 @@ def start(spec: RunSpec, policy: Policy, registry: Tools, *, journal: Journal | 
     ctx = open_context(spec, policy, registry, journal, rerun_unfinished, sinks, agent)
     if ctx.guards is not None and ctx.guards.inputs:  # a machine reads the task when made: after they judge it
         return Run(ctx, _made_later(mode, ctx, spec))
-    return Run(ctx, mode.machine(ctx, spec))
+    return Run(ctx, mode.machine(ContextView(ctx), spec))
 
 
 def _made_later(mode: Mode, ctx: RunContext, spec: RunSpec) -> StepGen:
     """The mode's machine, made when it is first driven: after the input guardrails, which
     the driver checks first, have judged (and perhaps replaced) the task."""
-    yield from mode.machine(ctx, spec)
+    yield from mode.machine(ContextView(ctx), spec)
 
 
 def run_spec(spec: RunSpec, policy: Policy, registry: Tools) -> Trace:

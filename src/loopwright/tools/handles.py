@@ -8,7 +8,7 @@ and the model sees the result's head, its tail and one line naming the handle an
 size. `read_output(handle, offset, length)` pages through the text: it is read-only,
 needs no approval, answers from the trace (no I/O), and its own result is at most the cap
 and never gets a handle of its own. ReAct's compaction also files short results it folds
-away under a handle (`keep_text`), so every folded result stays readable.
+away under a handle (a `Record` its machine yields), so every folded result stays readable.
 """
 
 from __future__ import annotations
@@ -70,13 +70,6 @@ def keep_output(
     return shown, {"output": handle, "output_chars": len(text)}
 
 
-def keep_text(outputs: MutableMapping[str, str], key: str, text: str) -> str:
-    """File `text` under the handle of call `key` (unless it is there already); the handle."""
-    handle = handle_for(key)
-    outputs.setdefault(handle, text)
-    return handle
-
-
 def stub(handle: str, chars: int, offset: int = 0) -> str:
     """The one line an old result (or a page read from `offset`) is folded to in a
     compacted prompt."""
@@ -121,5 +114,5 @@ def _check(args: dict[str, Any]) -> str | None:
     return None
 
 
-__all__ = ["READ_OUTPUT", "READ_OUTPUT_SCHEMA", "handle_for", "keep_output", "keep_text", "read_output", "stub",
+__all__ = ["READ_OUTPUT", "READ_OUTPUT_SCHEMA", "handle_for", "keep_output", "read_output", "stub",
            "view"]
