@@ -368,3 +368,22 @@ def test_the_async_driver_retries_tools_only_when_safe(tmp_path: Any) -> None:
     trace = asyncio.run(lw.arun("q", lw.ScriptedPolicy([act("fetch", '{"n": 4}'), FINAL]), [pay], store=store,
                                 retry=Retry(backoff=0.0, on={"tool_exception"})))
     assert len(paid) == 1 and trace.steps[-1].meta["in_doubt"] is True
+
+
+def test_otel_failed_model_span_has_an_event_per_attempt_when_every_attempt_fails() -> None:
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    busy = [lw.TransientModelError("busy", "rate_limit") for _ in range(3)]
+    trace = lw.run("q", lw.ScriptedPolicy(busy), [], tracer=provider.get_tracer("t"),
+                   retry=Retry(attempts=3, backoff=0.0))
+    assert trace.stopped_reason == "error"
+    [span] = [s for s in exporter.get_finished_spans() if s.name.startswith("text_completion")]
+    assert [e.name for e in span.events] == ["retry"] * 3
+    assert [e.attributes["loopwright.retry.attempt"] for e in span.events if e.attributes] == [1, 2, 3]
+    assert {e.attributes["loopwright.retry.kind"] for e in span.events if e.attributes} == {"rate_limit"}

@@ -17,7 +17,7 @@ tagged with the agent's name.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
@@ -192,7 +192,8 @@ class Emitter:
     def model(self, n: int, request: ModelRequest, completion: Completion, usage: Usage, start: float) -> None:
         pass  # the text went out as deltas while it was produced
 
-    def model_failed(self, purpose: str, message: str, seconds: float) -> None:
+    def model_failed(self, purpose: str, message: str, seconds: float,
+                     meta: Mapping[str, Any] | None = None) -> None:
         pass  # the error Step that records it follows
 
     def tool(self, key: str, result: ToolResult, kind: str) -> None:

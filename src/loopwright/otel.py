@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from loopwright.trace import Step, Trace, Usage
@@ -191,7 +191,8 @@ class RunSpans:
             _attempt_events(span, meta, start)
         self._pending.insert(0, (span, end))
 
-    def model_failed(self, purpose: str, message: str, seconds: float) -> None:
+    def model_failed(self, purpose: str, message: str, seconds: float,
+                     meta: Mapping[str, Any] | None = None) -> None:
         end = time.time_ns()
         span = self.tracer.start_span(
             f"{self.operation} {self.model_name}", context=self.context,
@@ -202,6 +203,8 @@ class RunSpans:
                 "error.type": "policy_error",
             },
         )
+        if meta:  # the attempts that failed before it gave up, the models a Fallback passed over
+            _attempt_events(span, dict(meta), end - int(seconds * 1e9))
         span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, message))
         span.end(end_time=end)
 

@@ -311,7 +311,7 @@ class RunContext:
         if fallback:
             self.call_meta["fallback"] = fallback
         for observer in self.observers:
-            observer.model_failed(request.purpose, message, seconds)
+            observer.model_failed(request.purpose, message, seconds, meta=self.call_meta)
         return PolicyFailed(message, reason, seconds)
 
     def _call_meta(self, completion: Completion) -> None:

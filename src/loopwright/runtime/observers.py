@@ -8,6 +8,7 @@ approval asked) stay in the tool gate; here it hears what is recorded after the 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from loopwright import pricing
@@ -22,7 +23,8 @@ class Observer(Protocol):
     """Told of each thing a run does, in order; must not raise."""
 
     def model(self, n: int, request: ModelRequest, completion: Completion, usage: Usage, start: float) -> None: ...
-    def model_failed(self, purpose: str, message: str, seconds: float) -> None: ...
+    def model_failed(self, purpose: str, message: str, seconds: float,
+                     meta: Mapping[str, Any] | None = None) -> None: ...
     def tool(self, key: str, result: ToolResult, kind: str) -> None: ...
     def step(self, step: Step) -> None: ...
     def end(self, trace: Trace) -> None: ...
@@ -40,7 +42,8 @@ class JournalObserver:
     def model(self, n: int, request: ModelRequest, completion: Completion, usage: Usage, start: float) -> None:
         self.journal.record_completion(n, request, completion, usage)
 
-    def model_failed(self, purpose: str, message: str, seconds: float) -> None:
+    def model_failed(self, purpose: str, message: str, seconds: float,
+                     meta: Mapping[str, Any] | None = None) -> None:
         pass
 
     def tool(self, key: str, result: ToolResult, kind: str) -> None:
@@ -146,7 +149,8 @@ class CostMeter:
     def model(self, n: int, request: ModelRequest, completion: Completion, usage: Usage, start: float) -> None:
         pass
 
-    def model_failed(self, purpose: str, message: str, seconds: float) -> None:
+    def model_failed(self, purpose: str, message: str, seconds: float,
+                     meta: Mapping[str, Any] | None = None) -> None:
         pass
 
     def tool(self, key: str, result: ToolResult, kind: str) -> None:
