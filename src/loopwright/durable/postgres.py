@@ -147,10 +147,11 @@ class PostgresStore(StoreBase):
     # -- low level ------------------------------------------------------------------
 
     def _q(self, sql: str) -> str:
-        """`?` placeholders as psycopg's `%s` (the shared SQL has no `%` and no `?` in text)."""
+        """`?` placeholders as psycopg's `%s`, a `%` in the text (a LIKE pattern) as `%%`
+        (the shared SQL has no `?` in text)."""
         out = self._sql.get(sql)
         if out is None:
-            out = self._sql[sql] = sql.replace("?", "%s")
+            out = self._sql[sql] = sql.replace("%", "%%").replace("?", "%s")
         return out
 
     def _raw_execute(self, sql: str, params: tuple[Any, ...]) -> int:
