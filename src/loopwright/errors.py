@@ -79,6 +79,11 @@ class StoreError(LoopwrightError):
     """A run journal that cannot be used: corrupt, foreign, newer schema, unknown run id."""
 
 
+class EngineError(LoopwrightError):
+    """A run on a durable-execution engine (DBOS) that cannot be started or answered: the
+    engine not launched, a workflow name taken, a call that is not waiting to be settled."""
+
+
 class ExamplesError(ValueError, LoopwrightError):
     """Tool examples that cannot be used: an examples file that is not one (bad JSON,
     another format or version, a malformed example), or examples for tools a registry
