@@ -42,6 +42,7 @@ CORE = "runtime/context.py"
 GATE = "runtime/gate.py"
 FENCE_TEST = "tests/test_fence_model_text.py"
 PROMISES = "tests/test_promises.py"
+DBOS_TEST = "tests/test_dbos.py"
 MUTATIONS = [
     # exactly-once
     Mutation("exactly-once: no per-key lock (ReWOO fan-out)", GATE,
@@ -325,6 +326,22 @@ MUTATIONS = [
              (PROMISES,), nth=1),
     Mutation("local model: decode sizes not cleared between calls", "models/llamacpp.py",
              "self._eval_sizes.clear()", "pass", (PROMISES,)),
+    # DBOS: what the engine does not know (tests/test_dbos.py)
+    Mutation("dbos: a tool call's start is not recorded (a killed call runs again)", "durable/engine.py",
+             'self._write("tool_start", {"key": key, "name": name, "args": json.loads(_dumps(args))})', "pass",
+             (DBOS_TEST,)),
+    Mutation("dbos: a call started and not finished is not in doubt", "durable/engine.py",
+             'found = ("started", None)', "return None", (DBOS_TEST,)),
+    Mutation("dbos: a model call's record holds its whole prompt", "durable/engine.py",
+             'record["prompt_base"], record["prompt"] = last[0], request.prompt[len(last[1]):]',
+             'record["prompt"] = request.prompt', (DBOS_TEST,)),
+    Mutation("dbos: a lookup does not replay the records before it", "durable/engine.py",
+             "while self._at <= index:", "while False:", (DBOS_TEST,)),
+    Mutation("dbos: a settlement is not waited for", "durable/engine.py",
+             "message = self._receive(settle_topic(key), 0.0)", "message = None", (DBOS_TEST,)),
+    Mutation("dbos: an approval is not waited for", "durable/engine.py",
+             "return decision_of(self._receive(approval_topic(request.key), timeout_s), timeout_s)",
+             'return Decision(True, "approved")', (DBOS_TEST,)),
 ]
 
 

@@ -289,8 +289,12 @@ def test_workers_killed_in_the_model_in_the_tool_and_anywhere_finish_every_run_o
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 def test_workers_killed_at_random_points_on_sqlite_and_postgres_finish_every_run_once(kind, tmp_path, request):
     if kind == "postgres":
-        pg = request.getfixturevalue("pg_server")
-        db = f"postgresql+psycopg:///dbos_{os.getpid()}_{random.randrange(10**6)}?host={pg.root}&user={pg.user}"
+        import psycopg
+
+        pg, name = request.getfixturevalue("pg_server"), f"dbos_{os.getpid()}_{random.randrange(10**6)}"
+        with psycopg.connect(pg.dsn(), autocommit=True) as conn:  # the client never creates it
+            conn.execute(f"CREATE DATABASE {name}")
+        db = f"postgresql+psycopg:///{name}?host={pg.root}&user={pg.user}"
     else:
         db = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
     rng = random.Random(3500 + (kind == "postgres"))
