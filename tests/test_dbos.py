@@ -26,6 +26,7 @@ from dbos import DBOS, DBOSClient
 
 import loopwright as lw
 from helpers import payments_workload as payments
+from helpers.durable import comparable
 from loopwright.durable import dbos as lwdbos
 from loopwright.errors import EngineError
 
@@ -69,8 +70,12 @@ class Steps:
         return f'Thought: next\nAction: lookup\nAction Input: {{"n": {done + 1}}}'
 
 
+MODEL_CALLS: Counter[str] = Counter()
+
+
 def charger(mode: str) -> lw.Agent:
     def policy(prompt: str) -> str:
+        MODEL_CALLS[mode] += 1
         if mode == "react":
             if "charged inv-2" in prompt:
                 return "Thought: done\nFinal Answer: charged"
@@ -86,7 +91,7 @@ def charger(mode: str) -> lw.Agent:
 
 CHARGERS = {mode: lwdbos.DBOSAgent(charger(mode)) for mode in MODES}
 STEPPERS: dict[int, tuple[Steps, lwdbos.DBOSAgent]] = {}
-for _n in (1, 50, 200):
+for _n in (50, 200):
     _policy = Steps(_n)
     STEPPERS[_n] = (_policy, lwdbos.DBOSAgent(lw.Agent(f"stepper-{_n}", _policy, [lookup], max_steps=_n + 2)))
 CHILD = lwdbos.DBOSAgent(lw.Agent("child", lambda p: "Thought: easy\nFinal Answer: 42", [lookup]))
@@ -123,18 +128,15 @@ def test_a_run_in_any_mode_is_a_workflow_whose_steps_are_its_records(launched, m
     assert again.to_dict() == trace.to_dict() and LEDGER == ["inv-1", "inv-2"]
 
 
-def test_a_workflow_run_again_replays_its_records_without_calling_the_model_or_the_tool(launched):
-    policy, agent = STEPPERS[1]
-    first = agent.run("look one up", run_id="replayed")
-    DBOS.destroy()  # a new process: the same records, nothing in memory
-    DBOS(config={"name": "lwtest", "system_database_url": launched, "application_version": "1",
-                 "log_level": "ERROR"})
-    DBOS.launch()
-    journal = lwdbos.EngineJournal(lwdbos.DBOSStepLog("replayed"), "replayed")
-    assert journal.recorded_completion(1) is not None and journal.recorded_tool("1") is not None
-    calls = policy.calls
-    assert lwdbos.DBOSRun("replayed", DBOS.retrieve_workflow("replayed")).result().to_dict() == first.to_dict()
-    assert policy.calls == calls
+@pytest.mark.parametrize("mode", MODES)
+def test_a_workflow_executed_again_replays_its_records_without_calling_the_model_or_the_tool(launched, mode):
+    first = CHARGERS[mode].run("Charge invoices 1 and 2.", run_id=f"once-{mode}")
+    steps = len(lwdbos.recorded_ops(f"once-{mode}"))
+    calls = MODEL_CALLS[mode]
+    # the whole workflow run again on a copy of its records, as a recovery runs it
+    replayed = lwdbos.DBOSRun("copy", DBOS.fork_workflow(f"once-{mode}", steps + 1)).result()
+    assert MODEL_CALLS[mode] == calls and LEDGER == ["inv-1", "inv-2"]
+    assert comparable(replayed) == comparable(first)
 
 
 def test_each_step_output_holds_only_its_delta_so_the_system_database_grows_linearly(launched):

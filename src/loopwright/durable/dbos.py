@@ -90,6 +90,10 @@ class DBOSStepLog:
         return recorded_ops(self.workflow_id, self.client)
 
     def record(self, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
+        if DBOS.workflow_id != self.workflow_id:  # another thread (a tool with timeout_s, a raced guardrail)
+            raise EngineError(f"a {kind} record of run {self.workflow_id!r} was made outside its workflow's "
+                              "thread, where it would not be a DBOS step; under DBOS a tool that records "
+                              "notes runs without timeout_s, and guardrails are not raced")
         return _STEPS[kind](payload)
 
     def receive(self, topic: str, timeout_s: float) -> Any:

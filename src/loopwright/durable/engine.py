@@ -322,6 +322,7 @@ class EngineJournal:
         self._attempts[key] = self._attempts.get(key, 0) + 1
         self._started[key] = (name, args)
         self._unfinished.add(key)
+        self._tools.pop(key, None)  # what a lookup said before this start is out of date
 
     def record_tool_result(self, key: str, result: ToolResult) -> None:
         self._write("tool", result_record(key, result))
