@@ -191,11 +191,13 @@ def test_settle_refuses_a_call_that_is_not_in_doubt_and_needs_exactly_one_answer
     assert lwdbos.unsettled("clean") == []
 
 
-def test_a_second_dbos_agent_of_the_same_name_is_a_typed_error():
+def test_a_second_dbos_agent_of_the_same_name_or_one_with_a_store_is_a_typed_error(tmp_path):
     with pytest.raises(EngineError, match="named 'charger-react' exists already"):
         lwdbos.DBOSAgent(charger("react"))
     with pytest.raises(TypeError, match="wraps an lw.Agent"):
         lwdbos.DBOSAgent("not an agent")  # type: ignore[arg-type]
+    with pytest.raises(EngineError, match="make the Agent without store="):
+        lwdbos.DBOSAgent(lw.Agent("stored", Steps(1), [lookup], store=lw.SQLiteStore(tmp_path / "j.db")))
 
 
 def test_starting_a_run_before_dbos_is_launched_says_so():
@@ -336,3 +338,16 @@ def test_an_approval_answered_from_another_process_after_the_worker_that_asked_r
     assert json.loads(out.strip().splitlines()[-1])["final_answer"] == payments.final_answer("plan_execute")
     assert sorted(line.split()[1] for line in ledger_lines(ledger)) == [f"inv-{k}" for k in range(1, 6)]
     assert len(seen) == payments.PAYMENTS
+
+
+def test_a_child_agent_killed_in_its_tool_is_recovered_with_its_parent_and_pays_once(tmp_path):
+    db = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
+    ledger = tmp_path / "ledger"
+    request = dict(db=db, mode="react", run_id="family", ledger=str(ledger), keyed=True, family=True)
+    assert worker(**request, kill=["tool", 3]) is None
+    assert len(ledger_lines(ledger)) == 3
+    reply = worker(**request)
+    assert reply is not None and reply["final_answer"] == "delegated", reply
+    assert reply["children"] == ["family:1"]
+    assert sorted(line.split()[1] for line in ledger_lines(ledger)) == [f"inv-{k}" for k in range(1, 6)]
+    assert {line.split()[0].rsplit(":", 1)[0] for line in ledger_lines(ledger)} == {"family:1"}

@@ -78,6 +78,12 @@ class KillingPolicy(payments.PaymentsPolicy):
         return reply
 
 
+def delegate(prompt: str) -> str:
+    if payments.ANSWER in prompt.split("Question:")[-1]:
+        return "Thought: the payer is done\nFinal Answer: delegated"
+    return f'Thought: delegate\nAction: payer\nAction Input: {{"task": "{payments.TASK}"}}'
+
+
 def main(request: dict[str, Any]) -> dict[str, Any]:
     from dbos import DBOS
 
@@ -92,6 +98,8 @@ def main(request: dict[str, Any]) -> dict[str, Any]:
                      registry(ledger, bool(request.get("keyed")), kill, approval), mode=request["mode"],
                      max_steps=12)
     runner = lwdbos.DBOSAgent(agent, approvals=approval, approval_timeout_s=60)
+    if request.get("family"):  # the payer is a child agent of a parent that delegates once
+        runner = lwdbos.DBOSAgent(lw.Agent("parent", delegate, [runner.as_tool()], max_steps=4))
     DBOS(config={"name": "lwtrial", "system_database_url": request["db"], "application_version": "1", "log_level": "ERROR"})
     DBOS.launch()
     action, run_id = request.get("action", "run"), request["run_id"]

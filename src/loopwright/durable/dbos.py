@@ -156,6 +156,9 @@ class DBOSAgent:
                  approval_timeout_s: float = 7 * 24 * 3600.0) -> None:
         if not isinstance(agent, Agent):
             raise TypeError(f"DBOSAgent wraps an lw.Agent, got {type(agent).__name__}")
+        if agent.spec.store is not None:
+            raise EngineError(f"agent {agent.name!r} has a store; under DBOS its runs are recorded in DBOS's system "
+                              "database, so make the Agent without store=")
         self.agent = agent
         self.name = name or agent.name
         self.approvals = approvals
@@ -207,7 +210,7 @@ class DBOSAgent:
         run_id = DBOS.workflow_id
         assert run_id is not None
         journal = EngineJournal(DBOSStepLog(run_id), run_id)
-        spec = self.agent.spec.replace(task=task, run_id=run_id, store=None)
+        spec = self.agent.spec.replace(task=task, run_id=run_id)
         if self.approvals:
             spec = spec.replace(approver=partial(journal.await_decision, timeout_s=self.approval_timeout_s))
         run = start(spec, self.agent.policy, self.agent.registry, journal=journal, sinks=_SINKS.pop(run_id, ()),
