@@ -351,3 +351,24 @@ def test_a_child_agent_killed_in_its_tool_is_recovered_with_its_parent_and_pays_
     assert reply["children"] == ["family:1"]
     assert sorted(line.split()[1] for line in ledger_lines(ledger)) == [f"inv-{k}" for k in range(1, 6)]
     assert {line.split()[0].rsplit(":", 1)[0] for line in ledger_lines(ledger)} == {"family:1"}
+
+
+@pytest.mark.slow
+def test_a_child_agent_stopped_in_doubt_stops_its_parent_until_both_are_settled(tmp_path):
+    db = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
+    ledger = tmp_path / "ledger"
+    request = dict(db=db, mode="react", run_id="kin", ledger=str(ledger), keyed=False, family=True)
+    assert worker(**request, kill=["tool", 2]) is None
+    reply = worker(**request)
+    assert reply is not None and reply["stopped_reason"] == "error" and reply["unsettled"] == ["1"], reply
+    client = DBOSClient(system_database_url=db)
+    try:
+        [call] = lwdbos.unsettled("kin:1", client=client)
+        assert call.key == "2" and call.call_key == "kin:1:2"
+        lwdbos.settle("kin:1", "2", result="receipt inv-2", client=client)  # the ledger has its line
+        lwdbos.settle("kin", "1", rerun=True, client=client)
+    finally:
+        client.destroy()
+    reply = worker(**request)
+    assert reply is not None and reply["final_answer"] == "delegated", reply
+    assert sorted(line.split()[1] for line in ledger_lines(ledger)) == [f"inv-{k}" for k in range(1, 6)]

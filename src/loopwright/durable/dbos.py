@@ -233,7 +233,9 @@ class DBOSAgent:
 class DBOSAgentTool(Tool):
     """A DBOSAgent as a Tool: a `task` (and optional `context`) in, the agent's final
     answer out. Its call runs the child workflow, or waits for it when it exists (a
-    recovered parent finds the child a dead process started): it dedupes on its call key."""
+    recovered parent finds the child a dead process started): it dedupes on its call key.
+    A child stopped in doubt leaves the call in doubt (the parent stops there too, rather
+    than have its model ask again)."""
 
     def __init__(self, agent: DBOSAgent, description: str | None, name: str | None) -> None:
         inner = agent.agent
@@ -250,6 +252,9 @@ class DBOSAgentTool(Tool):
             trace = outside_workflow(partial(_child_trace, agent, text, child_id))
             if key in parent.in_flight:
                 parent.adopt(key, child_id, trace)
+            if not trace.answered and outside_workflow(partial(unsettled, child_id)):  # the parent is in doubt too
+                return ToolError(inner.name, f"its run {child_id!r} stopped at a call in doubt; settle that call "
+                                 f"(settle({child_id!r}, key, ...)), then this one with rerun=True", "in_doubt")
             return _answer(inner.name, trace)
 
         call.__doc__ = "Give the agent a task.\n\nArgs:\n    task: what to do, in plain words\n" \
