@@ -250,6 +250,8 @@ def test_a_second_dbos_agent_of_the_same_name_or_one_with_a_store_is_a_typed_err
         lwdbos.DBOSAgent(charger("react"))
     with pytest.raises(TypeError, match="wraps an lw.Agent"):
         lwdbos.DBOSAgent("not an agent")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="limits of a DBOS run are token_budget, .*; got max_steps"):
+        CHARGERS["react"].start("Charge.", limits={"max_steps": 3})
     with pytest.raises(EngineError, match="make the Agent without store="):
         lwdbos.DBOSAgent(lw.Agent("stored", Steps(1), [lookup], store=lw.SQLiteStore(tmp_path / "j.db")))
 

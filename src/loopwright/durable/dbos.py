@@ -191,6 +191,9 @@ class DBOSAgent:
         input, so a recovered run has the same."""
         if not isinstance(task, str):
             raise TypeError(f"task must be a str, got {type(task).__name__}")
+        unknown = set(limits or ()) - set(CHILD_LIMITS)
+        if unknown:
+            raise TypeError(f"limits of a DBOS run are {', '.join(CHILD_LIMITS)}; got {', '.join(sorted(unknown))}")
         run_id = run_id or uuid.uuid4().hex
         if sinks:
             _SINKS[run_id] = tuple(sinks)
@@ -218,9 +221,6 @@ class DBOSAgent:
         """The workflow: the agent's run with an EngineJournal on this workflow's steps."""
         run_id = DBOS.workflow_id
         assert run_id is not None
-        unknown = set(limits) - set(CHILD_LIMITS)
-        if unknown:
-            raise TypeError(f"limits of a DBOS run take {', '.join(CHILD_LIMITS)}, not {', '.join(sorted(unknown))}")
         journal = EngineJournal(DBOSStepLog(run_id), run_id, settle=f"{__name__}.settle")
         spec = self.agent.spec.replace(task=task, run_id=run_id, **limits)
         if self.approvals:
