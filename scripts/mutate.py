@@ -342,6 +342,12 @@ MUTATIONS = [
     Mutation("dbos: an approval is not waited for", "durable/engine.py",
              "return decision_of(self._receive(approval_topic(request.key), timeout_s), timeout_s)",
              'return Decision(True, "approved")', (DBOS_TEST,)),
+    Mutation("dbos: a child agent's workflow gets none of its parent's limits", "durable/dbos.py",
+             "limits = _child_limits(inner, parent)", "limits = {}", (DBOS_TEST,)),
+    Mutation("dbos: a child agent's events do not reach its parent's sinks", "durable/dbos.py",
+             "sinks = () if parent.events is None else parent.events.sinks", "sinks = ()", (DBOS_TEST,)),
+    Mutation("dbos: a run stopped in doubt does not name dbos.settle", "durable/dbos.py",
+             'settle=f"{__name__}.settle")', ")", (DBOS_TEST,)),
 ]
 
 

@@ -361,6 +361,14 @@ class RunJournal:
              checksum(step.index, step.kind, step.tool, text)),
         )
 
+    def settle_advice(self, key: str, dedupes: bool) -> str:
+        """What a person does about call `key` that the run stopped at in doubt."""
+        if dedupes:
+            return ("A resume runs it again with the same call key, which its system deduplicates on; "
+                    "or settle it (store.settle or `loopwright runs settle`).")
+        return ("Check whether it took effect, then settle it (store.settle or `loopwright runs settle`), "
+                "resume with rerun_unfinished=True, or finish the run by hand.")
+
     def record_end(self, trace: Trace) -> None:
         u = trace.usage
         row = (self._status(trace), trace.stopped_reason, trace.final_answer, trace.llm_calls, trace.tool_calls,
