@@ -83,6 +83,8 @@ def test_a_thing_is_used_by_a_call_an_observation_or_an_abbreviation() -> None:
     moons = run_prompt("How many moons does Mars have?", (" I read", "encyclopedia", '{"topic": "Mars"}',
                                                           "Mars has 2 moons."))
     assert unused_names(moons, ()) == []  # "moons" is in the observation
+    k2 = run_prompt("How high is K2 in metres?", (" I read", "encyclopedia", '{"topic": "K2"}', "K2 is 8611 m high."))
+    assert unused_names(k2, ()) == []  # a short name with a digit is a word of its own
     assert unused_names("no question here", INVENTORY) == []
 
 
@@ -209,6 +211,11 @@ def test_a_held_number_is_the_only_number_its_call_may_write() -> None:
     assert "tool0-args-new" in pinned and '"\\"value\\"" ": " "2"' in pinned
     held = react_grammar((CONVERT,), avoid=known, hold=Hold(HOLD_TEXT.format(name="3 mi"), number="3"))
     assert "tool0-args-new" not in held and 'tool0-args-p0-g ::= "-3" | "3"' in held
+    same = react_grammar((CONVERT,), avoid=known, hold=Hold(HOLD_TEXT.format(name="2 mi"), number="2"))
+    assert "tool0-args-new" in same  # the held number is the known call's: its strings must differ
+    topic = react_grammar((_tool("encyclopedia", topic="string"),), avoid={"encyclopedia": {"topic": "Oxygen"}},
+                          hold=Hold(HOLD_TEXT.format(name="5"), number="5"))
+    assert "tool0-args-x0" in topic  # a known call with no number stays excluded
 
 
 def test_a_thing_a_formula_could_not_take_is_looked_up_with_another_tool() -> None:

@@ -451,6 +451,18 @@ def _named(tools: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return named
 
 
+def _numbers_of(args: Mapping[str, Any]) -> frozenset[str]:
+    """The number values of a call's arguments, as JSON writes them (and as a sign-less
+    integer: 2.0 also as 2)."""
+    found = set()
+    for value in args.values():
+        if type(value) in (int, float):
+            found.add(json.dumps(value))
+            if float(value).is_integer():
+                found.add(str(int(value)))
+    return frozenset(found)
+
+
 def _json_calls(values: _Values, named: Sequence[Mapping[str, Any]], avoid: Mapping[str, Mapping[str, Any]],
                 hold: holding.Hold | None) -> list[str]:
     """The rules of a json-dialect step's possible calls, one per tool that can be
@@ -461,8 +473,9 @@ def _json_calls(values: _Values, named: Sequence[Mapping[str, Any]], avoid: Mapp
         if (only is not None and tool["name"] != only) or (hold is not None and tool["name"] in hold.not_tools):
             continue
         known = avoid.get(str(tool["name"]))
-        if values.held_numbers and known and any(type(v) in (int, float) for v in known.values()):
-            known = None  # the held number is the call's own: the known call's is not pinned
+        numbers = _numbers_of(known or {})
+        if values.held_numbers and numbers and not (values.numbers or frozenset()) & numbers:
+            known = None  # the held number is the call's own, not the known call's: nothing to pin
         args = _args_avoiding(values, tool, f"tool{i}-args", known)
         if args is None:
             continue  # its only possible call is the known one, or it needs an unseen number

@@ -154,7 +154,7 @@ def _writes_number(text: str, number: str) -> bool:
 def _writes_word(text: str, word: str) -> bool:
     """Whether `text` holds `word` (stemmed), or abbreviates it; a word of at most 3
     letters ("mi", "km") is itself short, so only the word counts."""
-    key, words = _stem(word), re.findall(r"[a-z]+", text)
+    key, words = _stem(word), re.findall(r"[a-z0-9]+", text)
     if len(word) <= 3:
         return key in words
     return key in text or any(_abbreviates(s, key) for s in words if len(s) <= 3)
