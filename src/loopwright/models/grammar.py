@@ -100,12 +100,16 @@ class _Values:
     """Builds value rules for one context: a ReAct action (plain JSON), or step k of a
     plan, where strings may reference E1..E(k-1) and nothing else."""
 
-    def __init__(self, rules: _Rules, step: int | None = None, grounded: frozenset[str] | None = None) -> None:
+    def __init__(self, rules: _Rules, step: int | None = None, grounded: frozenset[str] | None = None,
+                 numbers: frozenset[str] | None = None, one_thing: bool = False) -> None:
         self.rules = rules
         self.step = step
         self.string = "json-string"
         self.ref: str | None = None
         self.grounded = grounded
+        self.numbers = numbers if numbers is not None else grounded
+        self.held_numbers = numbers is not None
+        self.one_thing = one_thing
         if step is not None:
             self.string, self.ref = _plan_strings(rules, step)
 
@@ -126,8 +130,13 @@ class _Values:
 
     def _string(self, schema: Mapping[str, Any], required: bool) -> str:
         low, high = string_bounds(schema, required)
+        comma = "," if self.one_thing and self.step is None else ""
         if self.grounded is not None and self.step is None and "maxLength" not in schema and low <= 1:
-            return grounding.grounded_string(self.rules, gbnf_literal, STRING_MAX_CHARS, self.grounded, low == 1)
+            return grounding.grounded_string(self.rules, gbnf_literal, STRING_MAX_CHARS, self.grounded, low == 1,
+                                             comma)
+        if comma and "enum" not in schema and "const" not in schema:
+            self.rules.add("one-char", r'[^"\\,\x00-\x1f] | json-escape')
+            return self.rules.add(f"one-string-{low}-{high}", f'"\\"" one-char{{{low},{high}}} "\\""')
         if self.step is not None:  # a plan's strings: only whether one may be empty
             if low == 0:
                 return self.string
@@ -149,8 +158,8 @@ class _Values:
         low, high = number_bounds(schema, kind == "integer")
         if kind == "integer" and low is not None and high is not None and 0 <= high - low <= 64:
             return self.rules.add(name, " | ".join(f'"{v}"' for v in range(int(low), int(high) + 1)))
-        if self.grounded is not None:
-            return grounding.grounded_number(self.rules, gbnf_literal, self.grounded, kind, name, low, high)
+        if self.numbers is not None:
+            return grounding.grounded_number(self.rules, gbnf_literal, self.numbers, kind, name, low, high)
         digits = "([0-9] | [1-9] [0-9]{1,15})"
         if high is not None and high >= 0 and kind == "integer" and (low is not None and low >= 0):
             width = len(str(int(high)))
@@ -442,6 +451,39 @@ def _named(tools: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return named
 
 
+def _numbers_of(args: Mapping[str, Any]) -> frozenset[str]:
+    """The number values of a call's arguments, as JSON writes them (and as a sign-less
+    integer: 2.0 also as 2)."""
+    found = set()
+    for value in args.values():
+        if type(value) in (int, float):
+            found.add(json.dumps(value))
+            if float(value).is_integer():
+                found.add(str(int(value)))
+    return frozenset(found)
+
+
+def _json_calls(values: _Values, named: Sequence[Mapping[str, Any]], avoid: Mapping[str, Mapping[str, Any]],
+                hold: holding.Hold | None) -> list[str]:
+    """The rules of a json-dialect step's possible calls, one per tool that can be
+    called: not its known call, only the hold's tool, none of its not_tools."""
+    alts = []
+    only = hold.tool if hold is not None and any(t["name"] == hold.tool for t in named) else None
+    for i, tool in enumerate(named):
+        if (only is not None and tool["name"] != only) or (hold is not None and tool["name"] in hold.not_tools):
+            continue
+        known = avoid.get(str(tool["name"]))
+        numbers = _numbers_of(known or {})
+        if values.held_numbers and numbers and not (values.numbers or frozenset()) & numbers:
+            known = None  # the held number is the call's own, not the known call's: nothing to pin
+        args = _args_avoiding(values, tool, f"tool{i}-args", known)
+        if args is None:
+            continue  # its only possible call is the known one, or it needs an unseen number
+        head = gbnf_literal(f"{tool['name']}\nAction Input: ")
+        alts.append(values.rules.add(f"tool{i}", f'{head} {args} "\\n"?'))
+    return alts
+
+
 def react_grammar(
     tools: Sequence[Mapping[str, Any]],
     dialect: str = "json",
@@ -465,22 +507,19 @@ def react_grammar(
     `grounded` (grounding.py): the numbers a call's JSON arguments may write, in number
     values and as the digit runs of strings; the thought and the answer are not held to
     them, nor a brackets call's bare text. `hold` (holding.py, json): the thought starts
-    with its words, then the step calls a tool (or answers, when the hold says so).
+    with its words, then the step calls a tool (the hold's tool when it names one, none of
+    its not_tools; its number values the hold's number when it names one; its strings
+    without a comma when it holds to one thing), or answers when the hold says so.
     """
     named = _named(tools)
     rules = _Rules()
-    values = _Values(rules, grounded=grounded)
+    number = frozenset({hold.number}) if hold is not None and hold.number is not None else None
+    values = _Values(rules, grounded=grounded, numbers=number, one_thing=hold is not None and hold.one_thing)
     avoid = avoid or {}
     if dialect == "json":
         label = '"Thought: " ' if with_thought_label else ""
         rules.add("root", "")  # first, as llama.cpp prints it; its body follows the tools
-        alts = []
-        for i, tool in enumerate(named):
-            args = _args_avoiding(values, tool, f"tool{i}-args", avoid.get(str(tool["name"])))
-            if args is None:
-                continue  # its only possible call is the known one, or it needs an unseen number
-            head = gbnf_literal(f"{tool['name']}\nAction Input: ")
-            alts.append(rules.add(f"tool{i}", f'{head} {args} "\\n"?'))
+        alts = _json_calls(values, named, avoid, hold)
         step = "final" if not alts or (hold and not hold.act) else "action" if hold else "(action | final)"
         rules.add("root", f'{label}thought "\\n" {step}')
         if alts:
@@ -515,7 +554,7 @@ def react_grammar(
     else:
         raise ValueError(f"unknown ReAct dialect {dialect!r}; accepted: 'json', 'brackets'")
     # Any first character, a space included, so "Thought:" + " text" reads naturally.
-    held = f"{gbnf_literal(hold.thought)} " if hold is not None and dialect == "json" else ""
+    held = f"{gbnf_literal(hold.thought)} " if hold is not None and hold.thought and dialect == "json" else ""
     rules.add("thought", f"{held}[^\\n:]{{{0 if held else 1},{THOUGHT_MAX_CHARS}}}")
     return rules.text()
 

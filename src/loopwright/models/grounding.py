@@ -122,16 +122,20 @@ def grounded_number(rules: Rules, literal: Callable[[str], str], grounded: froze
 
 
 def grounded_string(rules: Rules, literal: Callable[[str], str], max_chars: int, grounded: frozenset[str],
-                    nonempty: bool) -> str:
+                    nonempty: bool, exclude: str = "") -> str:
     """A JSON string whose every run of digits is a grounded number (a date's "2024",
     "02" and "25", a formula's "26" and "3"); at most max_chars pieces, each a
-    non-digit character or a grounded number and the non-digit after it."""
-    rules.add("g-char", r'[^"\\0-9\x00-\x1f] | json-escape')
+    non-digit character or a grounded number and the non-digit after it. `exclude`:
+    characters it may not hold either (a comma, for one thing)."""
+    tag = "-x" if exclude else ""
+    rules.add(f"g-char{tag}", rf'[^"\\0-9\x00-\x1f{exclude}] | json-escape')
+    name = f"g-string{tag}-nonempty" if nonempty else f"g-string{tag}"
     if not grounded:  # no digit at all
-        body = f"g-char{{{int(nonempty)},{max_chars}}}"
-        return rules.add("g-string-nonempty" if nonempty else "g-string", f'"\\"" {body} "\\""')
+        body = f"g-char{tag}{{{int(nonempty)},{max_chars}}}"
+        return rules.add(name, f'"\\"" {body} "\\""')
     rules.add("g-num", " | ".join(literal(v) for v in sorted(grounded, key=lambda v: (len(v), v))))
-    rules.add("g-seg", "g-char | g-num g-char")
-    body = f"g-seg{{1,{max_chars}}} g-num? | g-num" if nonempty else f"g-seg{{0,{max_chars}}} g-num?"
-    return rules.add("g-string-nonempty" if nonempty else "g-string", f'"\\"" ({body}) "\\""')
+    rules.add(f"g-seg{tag}", f"g-char{tag} | g-num g-char{tag}")
+    seg = f"g-seg{tag}"
+    body = f"{seg}{{1,{max_chars}}} g-num? | g-num" if nonempty else f"{seg}{{0,{max_chars}}} g-num?"
+    return rules.add(name, f'"\\"" ({body}) "\\""')
 
