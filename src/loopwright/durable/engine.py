@@ -167,9 +167,10 @@ def settled_result(name: str, args: dict[str, Any], message: dict[str, Any]) -> 
 class EngineJournal:
     """The Journal of one run on an engine's StepLog (see the module's docstring)."""
 
-    def __init__(self, log: StepLog, run_id: str) -> None:
+    def __init__(self, log: StepLog, run_id: str, *, settle_hint: str = "the engine's settle") -> None:
         self.log = log
         self.run_id = run_id
+        self.settle_hint = settle_hint
         self.failed: str | None = None
         self._ops = log.recorded()
         self._at = 0  # recorded steps replayed so far

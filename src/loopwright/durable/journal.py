@@ -67,6 +67,7 @@ class RunJournal:
     _renew_at: float = 0.0
     _source: RunJournal | None = None
     failed: str | None = None  # why a write failed; set once, and nothing more is written
+    settle_hint: str = "store.settle or `loopwright runs settle`"
     _started: dict[str, tuple[str, str]] = field(default_factory=dict)  # key -> (name, args JSON) as stored
     _verdicts: dict[str, dict[str, Any]] = field(default_factory=dict)  # guardrail verdicts by key
 

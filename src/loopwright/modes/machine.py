@@ -360,6 +360,8 @@ class Journal(Protocol):
     def record_end(self, trace: Trace) -> None: ...
     @property
     def failed(self) -> str | None: ...  # why a write failed: nothing more is written
+    @property
+    def settle_hint(self) -> str: ...  # how a person settles a call in doubt here (the in-doubt message says it)
 
 
 __all__ = [

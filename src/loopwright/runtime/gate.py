@@ -188,7 +188,7 @@ class ToolGate:
             message = (
                 f"{call.name} was started before the run stopped but its result was not recorded; "
                 f"it is not idempotent, so it was not run again. Check whether it took effect, "
-                f"then settle it (store.settle or `loopwright runs settle`), resume with "
+                f"then settle it ({journal.settle_hint}), resume with "
                 f"rerun_unfinished=True, or finish the run by hand."
             )
             self.ctx.record(Step(self.ctx.next_index, "error", tool=call.name, args=call.args, error=message))
@@ -264,9 +264,9 @@ class ToolGate:
             then = "Check whether it took effect before running the task again."
         elif tool is not None and tool.dedupes_on_call_key:
             then = ("A resume runs it again with the same call key, which its system deduplicates on; "
-                    "or settle it (store.settle or `loopwright runs settle`).")
+                    f"or settle it ({self.journal.settle_hint}).")
         else:
-            then = ("Check whether it took effect, then settle it (store.settle or `loopwright runs settle`), "
+            then = (f"Check whether it took effect, then settle it ({self.journal.settle_hint}), "
                     "resume with rerun_unfinished=True, or finish the run by hand.")
         unreported = "it was not reported to the model as failed (a retry could repeat it)"
         if own_words:  # the tool's reason, in its own sentence
