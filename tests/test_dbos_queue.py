@@ -117,7 +117,7 @@ class Worker:
              executor, "--app-version", "1", "--queue", "q", "--concurrency", str(concurrency),
              "--polling-interval-s", "0.05"],
             stdout=subprocess.DEVNULL, stderr=open(self.log, "w"), env=env(ledger, executor), cwd=tmp_path)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         while "serving queue 'q'" not in self.log.read_text():
             assert self.proc.poll() is None, self.log.read_text()[-3000:]
             assert time.monotonic() < deadline, "the worker never said it serves the queue"
@@ -143,11 +143,13 @@ def open_calls(ledger: Path, worker: str) -> set[str]:
 
 def queue_trial(db: str, tmp_path: Path, runs: int = 20) -> dict[str, Any]:
     """Two workers on queue q; `runs` tasks enqueued by `loopwright batch --dbos` in another
-    process; w1 SIGKILLed inside the tool, then relaunched under its executor id. Every
-    run's result comes back in order, each invoice paid once."""
+    process; w1 SIGKILLed inside the tool after its payment, then relaunched under its
+    executor id. Every run's result comes back in order, each invoice paid once."""
     ledger = tmp_path / "ledger"
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("".join(json.dumps(f"pay invoice {i}") + "\n" for i in range(runs)))
+    hold = Path(f"{ledger}.hold-w1")
+    hold.touch()  # w1 waits inside the tool, after the payment, until it is killed
     w1, w2 = Worker(db, "w1", ledger, tmp_path), Worker(db, "w2", ledger, tmp_path)
     batch = subprocess.Popen(
         [sys.executable, "-m", "loopwright", "batch", str(tasks), "--out", str(tmp_path / "results.jsonl"),
@@ -157,11 +159,12 @@ def queue_trial(db: str, tmp_path: Path, runs: int = 20) -> dict[str, Any]:
     while not open_calls(ledger, "w1"):
         assert time.monotonic() < deadline and batch.poll() is None, "w1 never entered the tool"
         time.sleep(0.01)
-    killed_in = open_calls(ledger, "w1")
     w1.proc.kill()
     assert w1.proc.wait(timeout=30) == -signal.SIGKILL
+    killed_in = open_calls(ledger, "w1")
+    hold.unlink()
     w1 = Worker(db, "w1", ledger, tmp_path)  # recovers what the dead w1 left PENDING
-    out, err = batch.communicate(timeout=120)
+    out, err = batch.communicate(timeout=300)
     w1.stop()
     w2.stop()
     assert batch.returncode == 0, err[-3000:]

@@ -5,7 +5,8 @@ as `loopwright worker --agents helpers.dbos_queue_agents` imports it: one DBOSAg
 Its tool dedupes on its call key through the ledger file $LW_QUEUE_LEDGER (a line
 `<call key> <invoice>` per payment), and writes `enter <worker> <call key>` and
 `exit <worker> <call key>` around its work to `<ledger>.entered` ($LW_WORKER names the
-process), so a test can kill a worker while it is inside the tool.
+process), so a test can kill a worker while it is inside the tool; while the file
+`<ledger>.hold-<worker>` exists, the tool waits there, after its payment.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ def pay(invoice: str) -> str:
     time.sleep(TOOL_SLEEP_S)
     if not (ledger.exists() and any(line.split()[0] == call.key for line in ledger.read_text().splitlines())):
         _append(ledger, f"{call.key} {invoice}")
+    while Path(f"{ledger}.hold-{worker}").exists():  # a test holds this worker here, after the payment
+        time.sleep(0.01)
     time.sleep(TOOL_SLEEP_S)
     _append(entered, f"exit {worker} {call.key}")
     return f"receipt {invoice}"
