@@ -362,8 +362,12 @@ MUTATIONS = [
              'elif op.kind == "tool" and payload["key"] in started:', 'elif False:', (DBOS_CLI_TEST,)),
     Mutation("dbos cli: a run that was settled and finished still listed in doubt", "durable/dbos.py",
              'str(wf.status) == "CANCELLED" and any(', 'any(', (DBOS_CLI_TEST,)),
-    Mutation("dbos: the in-doubt message names the journal's settle, not DBOS's", "durable/dbos.py",
-             "run_id, settle_hint=SETTLE_HINT)", "run_id)", (DBOS_CLI_TEST,)),
+    Mutation("dbos: a child agent's workflow gets none of its parent's limits", "durable/dbos.py",
+             "limits = _child_limits(inner, parent)", "limits = {}", (DBOS_TEST,)),
+    Mutation("dbos: a child agent's events do not reach its parent's sinks", "durable/dbos.py",
+             "sinks = () if parent.events is None else parent.events.sinks", "sinks = ()", (DBOS_TEST,)),
+    Mutation("dbos: a run stopped in doubt does not name dbos.settle", "durable/dbos.py",
+             'settle=f"{__name__}.settle")', ")", (DBOS_TEST,)),
 ]
 
 

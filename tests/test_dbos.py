@@ -99,6 +99,28 @@ PARENT = lwdbos.DBOSAgent(lw.Agent("parent", lambda p: (
     "Thought: done\nFinal Answer: the child said 42" if "42" in p.split("Question:")[-1] else
     'Thought: ask\nAction: child\nAction Input: {"task": "what is six times seven?"}'), [CHILD.as_tool()]))
 
+LOOPER = lwdbos.DBOSAgent(lw.Agent("looper", lambda p: (
+    f'Thought: more\nAction: lookup\nAction Input: {{"n": {p.count("Observation:") + 1}}}'), [lookup],
+    max_steps=40))
+BUDGETED = lwdbos.DBOSAgent(lw.Agent("budgeted", lambda p: (
+    "Thought: done\nFinal Answer: gave up" if "Observation:" in p.split("Question:")[-1] else
+    'Thought: ask\nAction: looper\nAction Input: {"task": "look everything up"}'), [LOOPER.as_tool()],
+    token_budget=3000, timeout_s=600))
+
+
+@lw.tool(side_effects="write")
+def unsure(invoice: str) -> str:
+    """Pay an invoice with a provider that may time out."""
+    LEDGER.append(invoice)
+    if len(LEDGER) == 1:
+        raise lw.ToolError("unsure", "the provider timed out after taking the request", "in_doubt")
+    return f"paid {invoice}"
+
+
+DOUBTER = lwdbos.DBOSAgent(lw.Agent("doubter", lambda p: (
+    "Thought: done\nFinal Answer: paid" if "Observation:" in p else
+    'Thought: pay\nAction: unsure\nAction Input: {"invoice": "inv-1"}'), [unsure]))
+
 
 @pytest.fixture
 def launched(tmp_path) -> Iterator[str]:
@@ -180,6 +202,38 @@ def test_the_run_events_reach_the_sinks_of_the_process_that_runs_it(launched):
     assert sum(k == "StepEvent" for k in kinds) == len(trace.steps)
 
 
+def test_a_child_agent_gets_what_is_left_of_its_parents_budgets_as_its_workflow_input(launched):
+    trace = BUDGETED.run("look everything up through the looper", run_id="budget")
+    child = trace.children["budget:1"]
+    assert child.stopped_reason == "token_budget", child.stopped_reason  # alone it would run 40 steps
+    assert trace.usage.total_tokens >= child.usage.total_tokens
+    [status] = DBOS.list_workflows(workflow_ids=["budget:1"])
+    assert status.input is not None
+    limits = status.input["args"][1]  # a recovered child starts from the same input
+    assert set(limits) == {"token_budget", "timeout_s"}
+    assert 0 < limits["token_budget"] < 3000 and 0 < limits["timeout_s"] < 600
+
+
+def test_a_child_agents_events_reach_its_parents_sinks_tagged_with_its_name(launched):
+    events: list[Any] = []
+    PARENT.run("ask the child", run_id="told", sinks=[events.append])
+    child = [(type(e).__name__, e.agent) for e in events if e.run_id == "told:1"]
+    assert child[0] == ("RunStarted", "child") and child[-1] == ("RunFinished", "child"), child
+
+
+def test_a_run_stopped_in_doubt_says_how_to_settle_it_under_dbos_and_goes_on_once_settled(launched):
+    stopped = DOUBTER.run("Pay invoice 1.", run_id="doubt")
+    assert stopped.stopped_reason == "error" and LEDGER == ["inv-1"]
+    assert stopped.steps[-1].error.endswith(
+        "Check whether it took effect, then settle it: loopwright.durable.dbos.settle('doubt', '1', "
+        "result=... | error=... | rerun=True); the run goes on from there."), stopped.steps[-1].error
+    assert [c.key for c in lwdbos.unsettled("doubt")] == ["1"]
+    lwdbos.settle("doubt", "1", result="paid inv-1")
+    trace = DOUBTER.retrieve("doubt").result()
+    assert trace.final_answer == "paid" and LEDGER == ["inv-1"]  # the tool was not run again
+    assert trace.steps[0].observation == "paid inv-1"
+
+
 def test_settle_refuses_a_call_that_is_not_in_doubt_and_needs_exactly_one_answer(launched):
     CHARGERS["react"].run("Charge invoices 1 and 2.", run_id="clean")
     with pytest.raises(EngineError, match="call '1' is done, not waiting to be settled"):
@@ -196,6 +250,8 @@ def test_a_second_dbos_agent_of_the_same_name_or_one_with_a_store_is_a_typed_err
         lwdbos.DBOSAgent(charger("react"))
     with pytest.raises(TypeError, match="wraps an lw.Agent"):
         lwdbos.DBOSAgent("not an agent")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="limits of a DBOS run are token_budget, .*; got max_steps"):
+        CHARGERS["react"].start("Charge.", limits={"max_steps": 3})
     with pytest.raises(EngineError, match="make the Agent without store="):
         lwdbos.DBOSAgent(lw.Agent("stored", Steps(1), [lookup], store=lw.SQLiteStore(tmp_path / "j.db")))
 

@@ -71,7 +71,7 @@ def test_runs_list_show_settle_export_and_view_follow_a_dbos_run_from_killed_to_
     assert row(listed.stdout, "pay-1")[2:4] == ["IN", "DOUBT"]
     shown = cli("runs", "show", "pay-1", "--dbos", db, cwd=tmp_path)
     assert "Calls in doubt" in shown.stdout and "  2  pay(" in shown.stdout and "call key pay-1:2" in shown.stdout
-    assert "`loopwright runs settle RUN_ID KEY --dbos URL` with --result, --error or --rerun" in shown.stdout
+    assert "loopwright.durable.dbos.settle('pay-1', '2', result=... | error=... | rerun=True)" in shown.stdout
 
     settled = cli("runs", "settle", "pay-1", "2", "--result", "receipt inv-2", "--dbos", db, cwd=tmp_path)
     assert settled.returncode == 0, settled.stderr

@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import io
 import linecache
+import logging
 import re
 import shlex
 import sys
@@ -162,6 +163,7 @@ def test_the_block_runs_as_written(
     # The runner executes a block as __main__ and leaves it in sys.modules; put pytest's back.
     monkeypatch.setitem(sys.modules, "__main__", sys.modules["__main__"])
     monkeypatch.chdir(tmp_path)
+    unclose_console_handlers()
     with contextlib.ExitStack() as stack:
         if "a2a" in want:
             stack.enter_context(a2a_agent(example, monkeypatch))
@@ -170,6 +172,16 @@ def test_the_block_runs_as_written(
             namespace = run_block(eval_example, block, namespace)
             # The runner prints this and returns when a block raises KeyboardInterrupt.
             assert "KeyboardInterrupt in example" not in capsys.readouterr().out, f"{block} was interrupted"
+
+
+def unclose_console_handlers() -> None:
+    """A library's console handler writes to the stderr it found when it was made (DBOS
+    makes one once a process): under pytest, an earlier test's captured stream, closed
+    since. Point such handlers at this test's stderr."""
+    loggers = [logging.getLogger(), *(logging.getLogger(name) for name in logging.root.manager.loggerDict)]
+    for handler in {h for logger in loggers for h in logger.handlers}:
+        if isinstance(handler, logging.StreamHandler) and getattr(handler.stream, "closed", False):
+            handler.stream = sys.stderr  # not setStream: it flushes the closed one first
 
 
 def run_block(

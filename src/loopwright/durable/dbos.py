@@ -16,7 +16,9 @@ model call's completion, each tool call's start and its result are DBOS steps na
 - With `approvals=True` a call that needs approval waits durably (`DBOS.recv`) for
   `approve(run_id, key, ...)`, sent from any process (`DBOSClient` outside the app).
 - `DBOSAgent.as_tool()`: a child agent whose each call is its own workflow, with the
-  id `<parent run id>:<call key>` (`agents.child_run_id`).
+  id `<parent run id>:<call key>` (`agents.child_run_id`). What is left of the parent's
+  token budget, cost budget and clock is the child workflow's input (a recovered child
+  has the same), and its events go to the parent's sinks while both run here.
 
 This is the one module that imports dbos.
 """
@@ -44,6 +46,7 @@ from loopwright.durable.engine import (
 )
 from loopwright.errors import EngineError
 from loopwright.events import EventSink
+from loopwright.pricing import Prices
 from loopwright.runtime.agents import Agent, child_run_id
 from loopwright.runtime.calls import bound_call
 from loopwright.runtime.context import RunContext
@@ -63,12 +66,11 @@ T = TypeVar("T")
 STEP_PREFIX = "loopwright."
 AGENT_PREFIX: Final = STEP_PREFIX + "agent."
 """A DBOSAgent's workflow is `AGENT_PREFIX + <its name>`."""
-SETTLE_HINT: Final = ("loopwright.durable.dbos.settle, or `loopwright runs settle RUN_ID KEY --dbos URL` with "
-                      "--result, --error or --rerun")
-"""How a run's in-doubt message says to settle its call."""
 APP_NAME: Final = "loopwright"
 """The DBOS application name of `loopwright worker` (a DBOSClient that enqueues for it
 passes `application_name=APP_NAME`)."""
+CHILD_LIMITS = ("token_budget", "timeout_s", "cost_budget_usd", "prices")
+"""The run options a child run's workflow takes from its parent (what is left of them)."""
 _RECV = "DBOS.recv"
 _POLL_S = 0.2  # how often a DBOSClient looks whether a run it waits for has ended
 _SLEEP = "DBOS.sleep"
@@ -179,8 +181,8 @@ class DBOSAgent:
             raise EngineError(f"a DBOSAgent named {self.name!r} exists already in this process (its workflow "
                               f"{self.workflow_name!r} is registered once); give this one another name=")
 
-        def workflow(task: str) -> str:
-            return self._drive(task)
+        def workflow(task: str, limits: dict[str, Any] | None = None) -> str:
+            return self._drive(task, limits or {})
 
         self.workflow = DBOS.workflow(name=self.workflow_name)(workflow)
         _REGISTERED[self.workflow_name] = self
@@ -188,18 +190,25 @@ class DBOSAgent:
     def __repr__(self) -> str:
         return f"DBOSAgent({self.agent!r}, workflow={self.workflow_name!r})"
 
-    def start(self, task: str, *, run_id: str | None = None, sinks: Sequence[EventSink] = ()) -> DBOSRun:
+    def start(self, task: str, *, run_id: str | None = None, sinks: Sequence[EventSink] = (),
+              limits: Mapping[str, Any] | None = None) -> DBOSRun:
         """Start a run of the agent on `task` as the workflow `run_id` (a new id if None)
         and return without waiting. Starting a run id that exists gives that run back, as
-        DBOS does. `sinks` get its events while it runs in this process."""
+        DBOS does. `sinks` get its events while it runs in this process. `limits`: run
+        options (`CHILD_LIMITS`) that replace the agent's own; they are the workflow's
+        input, so a recovered run has the same."""
         if not isinstance(task, str):
             raise TypeError(f"task must be a str, got {type(task).__name__}")
+        unknown = set(limits or ()) - set(CHILD_LIMITS)
+        if unknown:
+            raise TypeError(f"limits of a DBOS run are {', '.join(CHILD_LIMITS)}; got {', '.join(sorted(unknown))}")
         run_id = run_id or uuid.uuid4().hex
         if sinks:
             _SINKS[run_id] = tuple(sinks)
         try:
             with SetWorkflowID(run_id):
-                handle = DBOS.start_workflow(self.workflow, task)
+                handle = (DBOS.start_workflow(self.workflow, task, dict(limits)) if limits
+                          else DBOS.start_workflow(self.workflow, task))
         except Exception as exc:
             _SINKS.pop(run_id, None)
             if _launched():
@@ -245,12 +254,12 @@ class DBOSAgent:
                 for i, task in enumerate(items)]
         return [run.result() for run in runs]
 
-    def _drive(self, task: str) -> str:
+    def _drive(self, task: str, limits: Mapping[str, Any]) -> str:
         """The workflow: the agent's run with an EngineJournal on this workflow's steps."""
         run_id = DBOS.workflow_id
         assert run_id is not None
-        journal = EngineJournal(DBOSStepLog(run_id), run_id, settle_hint=SETTLE_HINT)
-        spec = self.agent.spec.replace(task=task, run_id=run_id)
+        journal = EngineJournal(DBOSStepLog(run_id), run_id, settle=f"{__name__}.settle")
+        spec = self.agent.spec.replace(task=task, run_id=run_id, **limits)
         if self.approvals:
             spec = spec.replace(approver=partial(journal.await_decision, timeout_s=self.approval_timeout_s))
         run = start(spec, self.agent.policy, self.agent.registry, journal=journal, sinks=_SINKS.pop(run_id, ()),
@@ -289,7 +298,9 @@ class DBOSAgentTool(Tool):
                 return _answer(inner.name, agent.run(text))
             parent, key = bound[0], bound[1]
             child_id = child_run_id(parent, key)
-            trace = outside_workflow(partial(_child_trace, agent, text, child_id))
+            limits = _child_limits(inner, parent)
+            sinks = () if parent.events is None else parent.events.sinks
+            trace = outside_workflow(partial(_child_trace, agent, text, child_id, limits, sinks))
             if key in parent.in_flight:
                 parent.adopt(key, child_id, trace)
             if not trace.answered and outside_workflow(partial(unsettled, child_id)):  # the parent is in doubt too
@@ -315,10 +326,22 @@ class DBOSAgentTool(Tool):
         return child_id
 
 
-def _child_trace(agent: DBOSAgent, task: str, child_id: str) -> Trace:
+def _child_limits(agent: Agent, parent: RunContext) -> dict[str, Any]:
+    """What a child run of `agent` may spend: its own limits capped by what is left of
+    the parent's (`Agent`'s rule for in-process children), as data for the child
+    workflow's input. A price function stays out (the child prices as its agent does);
+    so do the parent's approver and tracer, which live in this process."""
+    limits = {k: v for k, v in agent._limits_left(parent).items() if k in CHILD_LIMITS}
+    if not isinstance(limits.get("prices"), Prices):
+        limits.pop("prices", None)
+    return limits
+
+
+def _child_trace(agent: DBOSAgent, task: str, child_id: str, limits: Mapping[str, Any],
+                 sinks: Sequence[EventSink]) -> Trace:
     if DBOS.get_workflow_status(child_id) is not None:
         return agent.retrieve(child_id).result()
-    return agent.start(task, run_id=child_id).result()
+    return agent.start(task, run_id=child_id, sinks=sinks, limits=limits).result()
 
 
 def _finished_trace(run_id: str) -> Trace | None:

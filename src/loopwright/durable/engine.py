@@ -167,10 +167,12 @@ def settled_result(name: str, args: dict[str, Any], message: dict[str, Any]) -> 
 class EngineJournal:
     """The Journal of one run on an engine's StepLog (see the module's docstring)."""
 
-    def __init__(self, log: StepLog, run_id: str, *, settle_hint: str = "the engine's settle") -> None:
+    def __init__(self, log: StepLog, run_id: str, settle: str = "settle") -> None:
+        """`settle`: the function that settles a call of this engine's runs, as a person
+        would call it (named in the message of a run stopped in doubt)."""
         self.log = log
         self.run_id = run_id
-        self.settle_hint = settle_hint
+        self.settle = settle
         self.failed: str | None = None
         self._ops = log.recorded()
         self._at = 0  # recorded steps replayed so far
@@ -390,6 +392,16 @@ class EngineJournal:
         if trace.stopped_reason in ("error", "timeout") and self._unfinished:
             return sorted(self._unfinished)
         return []
+
+    def settle_advice(self, key: str, dedupes: bool) -> str:
+        """What a person does about call `key` that the run stopped at in doubt: settle
+        it, which runs the workflow again from there."""
+        call = f"{self.settle}({self.run_id!r}, {key!r}"
+        if dedupes:
+            return (f"Settle it with {call}, rerun=True) to run it again with the same call key, which its "
+                    "system deduplicates on, or with the result= or error= it had; the run goes on from there.")
+        return (f"Check whether it took effect, then settle it: {call}, result=... | error=... | rerun=True); "
+                "the run goes on from there.")
 
     def block(self, keys: list[str], trace_json: str) -> None:
         """Record that the run stopped at these calls in doubt, and its trace then: a

@@ -67,7 +67,6 @@ class RunJournal:
     _renew_at: float = 0.0
     _source: RunJournal | None = None
     failed: str | None = None  # why a write failed; set once, and nothing more is written
-    settle_hint: str = "store.settle or `loopwright runs settle`"
     _started: dict[str, tuple[str, str]] = field(default_factory=dict)  # key -> (name, args JSON) as stored
     _verdicts: dict[str, dict[str, Any]] = field(default_factory=dict)  # guardrail verdicts by key
 
@@ -361,6 +360,14 @@ class RunJournal:
             (self.run_id, step.index, step.kind, step.tool, text, time.time(),
              checksum(step.index, step.kind, step.tool, text)),
         )
+
+    def settle_advice(self, key: str, dedupes: bool) -> str:
+        """What a person does about call `key` that the run stopped at in doubt."""
+        if dedupes:
+            return ("A resume runs it again with the same call key, which its system deduplicates on; "
+                    "or settle it (store.settle or `loopwright runs settle`).")
+        return ("Check whether it took effect, then settle it (store.settle or `loopwright runs settle`), "
+                "resume with rerun_unfinished=True, or finish the run by hand.")
 
     def record_end(self, trace: Trace) -> None:
         u = trace.usage

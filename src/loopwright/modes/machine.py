@@ -358,10 +358,9 @@ class Journal(Protocol):
     def record_pending(self, request: ApprovalRequest) -> None: ...
     def record_step(self, step: Step) -> None: ...
     def record_end(self, trace: Trace) -> None: ...
+    def settle_advice(self, key: str, dedupes: bool) -> str: ...  # what a person does about call `key` in doubt
     @property
     def failed(self) -> str | None: ...  # why a write failed: nothing more is written
-    @property
-    def settle_hint(self) -> str: ...  # how a person settles a call in doubt here (the in-doubt message says it)
 
 
 __all__ = [

@@ -70,8 +70,8 @@ async def acall_model(ctx: RunContext, request: ModelRequest) -> ModelCall:
     held: list[str] = []
     emit = None if out is None else held.append if racing else out
     try:
-        chain = getattr(ctx.policy, "aanswer_in_turn", None)  # lw.models.Fallback: each model with its retries
-        if callable(chain):
+        chain = ctx.ain_turn  # lw.models.Fallback: each model with its retries
+        if chain is not None:
             reply = await chain(request, partial(_aattempts, ctx, emit))
         else:
             reply = await _aattempts(ctx, emit, ctx.policy, request)
@@ -311,7 +311,7 @@ class AsyncRun:
         if events is not None:
             step = ctx.next_index
             events.tool_started(step, call.name, call.args, call.key)
-        timeout = ctx.attempt_limit()[0]
+        timeout = ctx.attempt_limit()[0] if ctx.timed or ctx.retry is not None else None
         try:
             result = await ctx.registry.aexecute(call.name, call.args, timeout_s=timeout)
         finally:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from types import FunctionType, MappingProxyType
 from typing import Any, Literal
@@ -49,7 +49,7 @@ class RunContext:
     __slots__ = ("task", "policy", "registry", "unscoped", "limits", "prompts", "trace", "deadline", "timed",
                  "started", "_schemas", "prompt_only", "journal", "output", "gate", "observers", "cost", "events",
                  "in_flight", "_ephemeral_id", "agent", "parent", "asynchronous", "summaries", "guards", "retry", "attempts",
-                 "call_meta", "__weakref__")  # fmt: skip
+                 "call_meta", "in_turn", "ain_turn", "__weakref__")  # fmt: skip
 
     def __init__(
         self,
@@ -111,6 +111,9 @@ class RunContext:
         self.retry: Retry | None = None  # set by open_context: the run's retry= policy
         self.attempts: list[dict[str, Any]] = []  # the current model call's failed attempts (retry.attempt_record)
         self.call_meta: dict[str, Any] = {}  # what the last model call adds to the next step's meta
+        # lw.models.Fallback answers through each of its models in turn, with the driver's retrying call
+        self.in_turn: Callable[..., Any] | None = _method(policy, "answer_in_turn")
+        self.ain_turn: Callable[..., Any] | None = _method(policy, "aanswer_in_turn")
 
     def call_run_id(self) -> tuple[str, bool]:
         """The run id `lw.current_call()` reports, and whether it is durable."""
@@ -193,7 +196,7 @@ class RunContext:
             return "token_budget"
         if self.cost is not None and self.cost.spent():
             return "cost_budget"
-        if self.deadline.expired():
+        if self.timed and self.deadline.expired():
             return "timeout"
         return None
 
@@ -207,7 +210,8 @@ class RunContext:
         if trace.children and (spent := self.guard_after_call()) is not None:
             raise StopRun(spent, f"{spent}: the run's child agents spent what was left")
         trace.llm_calls += 1
-        self.attempts = []
+        if self.attempts:  # the last call's failed attempts went with it
+            self.attempts = []
         if self.journal is not None:
             recorded = self.journal.recorded_completion(trace.llm_calls)
             if recorded is not None:
@@ -498,6 +502,11 @@ def open_context(
 
 
 _STEP_KEYS = ("attempts", "answered_by", "fallback")
+
+
+def _method(policy: Any, name: str) -> Callable[..., Any] | None:
+    method = getattr(policy, name, None)
+    return method if callable(method) else None
 
 
 def _model_name(policy: Any) -> str:

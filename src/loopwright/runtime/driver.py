@@ -89,8 +89,8 @@ def call_model(ctx: RunContext, request: ModelRequest) -> ModelCall:
     else:
         answer = partial(stream_reply, emit=held.append if racing else out)
     try:
-        chain = getattr(ctx.policy, "answer_in_turn", None)  # lw.models.Fallback: each model with its retries
-        if callable(chain):
+        chain = ctx.in_turn  # lw.models.Fallback: each model with its retries
+        if chain is not None:
             reply = chain(request, partial(_attempts, ctx, answer))
         else:
             reply = _attempts(ctx, answer, ctx.policy, request)
@@ -110,6 +110,8 @@ def call_model(ctx: RunContext, request: ModelRequest) -> ModelCall:
 def _attempts(ctx: RunContext, answer: Callable[..., Any], policy: Any, request: ModelRequest) -> Any:
     """`answer(policy, request)`, tried again after a transient failure as the run's
     `retry=` allows, each attempt held to the run's clock and `per_attempt_timeout_s`."""
+    if ctx.retry is None and not ctx.timed:  # one attempt, with no clock to hold it to
+        return answer(policy, request)
     attempt = 1
     while True:
         limit, own = ctx.attempt_limit()
@@ -217,7 +219,7 @@ def _run_tool(ctx: RunContext, call: CallTool, attempt: int) -> ToolResult:
     if events is not None:
         step = ctx.next_index
         events.tool_started(step, call.name, call.args, call.key)
-    timeout = ctx.attempt_limit()[0]
+    timeout = ctx.attempt_limit()[0] if ctx.timed or ctx.retry is not None else None
     try:
         result = ctx.registry.execute(call.name, call.args, timeout_s=timeout)
     finally:

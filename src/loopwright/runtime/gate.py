@@ -187,9 +187,7 @@ class ToolGate:
         ):
             message = (
                 f"{call.name} was started before the run stopped but its result was not recorded; "
-                f"it is not idempotent, so it was not run again. Check whether it took effect, "
-                f"then settle it ({journal.settle_hint}), resume with "
-                f"rerun_unfinished=True, or finish the run by hand."
+                f"it is not idempotent, so it was not run again. {journal.settle_advice(call.key, False)}"
             )
             self.ctx.record(Step(self.ctx.next_index, "error", tool=call.name, args=call.args, error=message))
             raise StopRun("error", message)
@@ -262,12 +260,8 @@ class ToolGate:
         that dedupes on its call key, a resume runs it again with the same key)."""
         if self.journal is None:
             then = "Check whether it took effect before running the task again."
-        elif tool is not None and tool.dedupes_on_call_key:
-            then = ("A resume runs it again with the same call key, which its system deduplicates on; "
-                    f"or settle it ({self.journal.settle_hint}).")
         else:
-            then = (f"Check whether it took effect, then settle it ({self.journal.settle_hint}), "
-                    "resume with rerun_unfinished=True, or finish the run by hand.")
+            then = self.journal.settle_advice(call.key, tool is not None and tool.dedupes_on_call_key)
         unreported = "it was not reported to the model as failed (a retry could repeat it)"
         if own_words:  # the tool's reason, in its own sentence
             message = f"{call.name} {what}. It is not idempotent, so {unreported}. {then}"
