@@ -43,6 +43,8 @@ GATE = "runtime/gate.py"
 FENCE_TEST = "tests/test_fence_model_text.py"
 PROMISES = "tests/test_promises.py"
 DBOS_TEST = "tests/test_dbos.py"
+DBOS_QUEUE_TEST = "tests/test_dbos_queue.py"
+DBOS_CLI_TEST = "tests/test_dbos_cli.py"
 MUTATIONS = [
     # exactly-once
     Mutation("exactly-once: no per-key lock (ReWOO fan-out)", GATE,
@@ -342,6 +344,24 @@ MUTATIONS = [
     Mutation("dbos: an approval is not waited for", "durable/engine.py",
              "return decision_of(self._receive(approval_topic(request.key), timeout_s), timeout_s)",
              'return Decision(True, "approved")', (DBOS_TEST,)),
+    # DBOS queues, workers and the CLI on DBOS (tests/test_dbos_queue.py, tests/test_dbos_cli.py)
+    Mutation("dbos queue: run_many's traces not in input order", "durable/dbos.py",
+             "return [run.result() for run in runs]", "return [run.result() for run in reversed(runs)]",
+             (DBOS_QUEUE_TEST,)),
+    Mutation("dbos queue: an unregistered queue is not refused", "durable/dbos.py",
+             "        if found is None:\n", "        if False:\n", (DBOS_QUEUE_TEST,)),
+    Mutation("dbos queue: a batch's runs get new ids (enqueued again, they run again)", "interfaces/dbos_cli.py",
+             'run_id=task_run_id(i, task, args.batch_id or "batch"))', "run_id=None)", (DBOS_QUEUE_TEST,)),
+    Mutation("dbos worker: the queue is not registered", "interfaces/dbos_cli.py",
+             "DBOS.register_queue(args.queue,", 'DBOS.register_queue(args.queue + "-unserved",', (DBOS_QUEUE_TEST,)),
+    Mutation("dbos worker: launched without its executor id (a relaunch recovers nothing)", "interfaces/dbos_cli.py",
+             '"executor_id": executor_id, ', "", (DBOS_QUEUE_TEST,)),
+    Mutation("dbos cli: runs --dbos reads the journal instead", "interfaces/runs.py",
+             "        if args.dbos:\n", "        if False:\n", (DBOS_CLI_TEST,)),
+    Mutation("dbos cli: an unfinished run's tool results left out of its trace", "durable/dbos.py",
+             'elif op.kind == "tool" and payload["key"] in started:', 'elif False:', (DBOS_CLI_TEST,)),
+    Mutation("dbos cli: a run that was settled and finished still listed in doubt", "durable/dbos.py",
+             'str(wf.status) == "CANCELLED" and any(', 'any(', (DBOS_CLI_TEST,)),
     Mutation("dbos: a child agent's workflow gets none of its parent's limits", "durable/dbos.py",
              "limits = _child_limits(inner, parent)", "limits = {}", (DBOS_TEST,)),
     Mutation("dbos: a child agent's events do not reach its parent's sinks", "durable/dbos.py",

@@ -142,4 +142,4 @@ def test_cli_settle_needs_exactly_one_outcome(tmp_path, capsys):
         runs_main(["settle", "r", "1", "--db", str(db)])
     with pytest.raises(SystemExit):
         runs_main(["settle", "r", "1", "--result", "1", "--error", "x", "--db", str(db)])
-    assert "one of the arguments --result --error is required" in capsys.readouterr().err
+    assert "one of the arguments --result --error --rerun is required" in capsys.readouterr().err

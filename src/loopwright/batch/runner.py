@@ -19,12 +19,12 @@ Executors: local (the default) runs everything on this process's event loop;
 
 from __future__ import annotations
 
-import hashlib
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, Unpack, cast
 
+from loopwright.durable.base import task_run_id
 from loopwright.errors import StoreError
 from loopwright.offload import run_until_complete
 from loopwright.policy import Policy
@@ -63,13 +63,6 @@ def policy_factory(make: Callable[[], Policy], *, per: Literal["run", "worker"] 
 
 
 PolicySource = Policy | PolicyFactory
-
-
-def task_run_id(index: int, task: str, batch_id: str = "batch") -> str:
-    """The journal's run id for task `index`: stable across re-runs of the same list, and
-    different when the task text at that position changed."""
-    digest = hashlib.sha256(task.encode("utf-8")).hexdigest()[:12]
-    return f"{batch_id}-{index:06d}-{digest}"
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ both databases read the same way.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import socket
@@ -524,6 +525,13 @@ def _run_record(row: Any) -> RunRecord:
         duration_s=row[14], resumes=row[15], created_at=row[16], updated_at=row[17], forked_from=row[18],
         forked_at_step=row[19],
     )
+
+
+def task_run_id(index: int, task: str, batch_id: str = "batch") -> str:
+    """The run id of task `index` of a batch (`run_many`, a DBOS queue's batch): stable
+    across re-runs of the same list, and different when the task text at that position changed."""
+    digest = hashlib.sha256(task.encode("utf-8")).hexdigest()[:12]
+    return f"{batch_id}-{index:06d}-{digest}"
 
 
 def new_run_id() -> str:

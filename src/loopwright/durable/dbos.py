@@ -26,13 +26,14 @@ This is the one module that imports dbos.
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
-from loopwright.durable.base import UnsettledCall
+from loopwright.durable.base import UnsettledCall, task_run_id
 from loopwright.durable.engine import (
     KINDS,
     EngineJournal,
@@ -40,6 +41,7 @@ from loopwright.durable.engine import (
     Op,
     approval_topic,
     call_state,
+    decode_result,
     settle_topic,
 )
 from loopwright.errors import EngineError
@@ -51,10 +53,10 @@ from loopwright.runtime.context import RunContext
 from loopwright.runtime.front import start
 from loopwright.safety import ApprovalRequest, Decision
 from loopwright.tools.registry import SideEffects, Tool, ToolError
-from loopwright.trace import Trace
+from loopwright.trace import STEP_KINDS, Step, Trace, Usage
 
 try:
-    from dbos import DBOS, DBOSClient, SetWorkflowID, WorkflowHandle
+    from dbos import DBOS, DBOSClient, EnqueueOptions, SetWorkflowID, WorkflowHandle, WorkflowStatus
     from dbos._error import DBOSAwaitedWorkflowCancelledError
 except ImportError as exc:  # the extra is not installed
     raise ImportError(f"loopwright.durable.dbos needs the dbos extra ({exc.name} is missing): "
@@ -62,9 +64,15 @@ except ImportError as exc:  # the extra is not installed
 
 T = TypeVar("T")
 STEP_PREFIX = "loopwright."
+AGENT_PREFIX: Final = STEP_PREFIX + "agent."
+"""A DBOSAgent's workflow is `AGENT_PREFIX + <its name>`."""
+APP_NAME: Final = "loopwright"
+"""The DBOS application name of `loopwright worker` (a DBOSClient that enqueues for it
+passes `application_name=APP_NAME`)."""
 CHILD_LIMITS = ("token_budget", "timeout_s", "cost_budget_usd", "prices")
 """The run options a child run's workflow takes from its parent (what is left of them)."""
 _RECV = "DBOS.recv"
+_POLL_S = 0.2  # how often a DBOSClient looks whether a run it waits for has ended
 _SLEEP = "DBOS.sleep"
 
 
@@ -168,7 +176,7 @@ class DBOSAgent:
         self.name = name or agent.name
         self.approvals = approvals
         self.approval_timeout_s = approval_timeout_s
-        self.workflow_name = f"{STEP_PREFIX}agent.{self.name}"
+        self.workflow_name = AGENT_PREFIX + self.name
         if self.workflow_name in _REGISTERED:
             raise EngineError(f"a DBOSAgent named {self.name!r} exists already in this process (its workflow "
                               f"{self.workflow_name!r} is registered once); give this one another name=")
@@ -216,6 +224,35 @@ class DBOSAgent:
     def retrieve(self, run_id: str) -> DBOSRun:
         """The run `run_id` (started here or by another process)."""
         return DBOSRun(run_id, outside_workflow(partial(DBOS.retrieve_workflow, run_id)))
+
+    def enqueue(self, task: str, *, queue: str, run_id: str | None = None) -> DBOSRun:
+        """Put a run of the agent on `task` on the DBOS queue `queue` (registered with
+        `DBOS.register_queue`) as the workflow `run_id` (a new id if None); any process of
+        the app that serves the queue runs it. Enqueuing a run id that exists gives that
+        run back."""
+        if not isinstance(task, str):
+            raise TypeError(f"task must be a str, got {type(task).__name__}")
+        run_id = run_id or uuid.uuid4().hex
+        if not _launched():
+            raise EngineError(f"DBOS is not launched, so run {run_id!r} cannot be enqueued: make DBOS(config=...) "
+                              "and call DBOS.launch() first")
+        found = outside_workflow(partial(DBOS.retrieve_queue, queue))
+        if found is None:
+            raise EngineError(f"no DBOS queue named {queue!r}: register it after DBOS.launch() with "
+                              f"DBOS.register_queue({queue!r}, worker_concurrency=N)")
+        with SetWorkflowID(run_id):
+            handle = found.enqueue(self.workflow, task)
+        return DBOSRun(run_id, handle)
+
+    def run_many(self, tasks: Iterable[str], *, queue: str, batch_id: str = "batch") -> list[Trace]:
+        """Enqueue a run per task on `queue` and wait for them all; their traces in input
+        order. Task i is the workflow `task_run_id(i, task, batch_id)`, so the same list
+        enqueued again (after this process died, say) waits for the same runs instead of
+        starting new ones."""
+        items = list(tasks)
+        runs = [self.enqueue(task, queue=queue, run_id=task_run_id(i, task, batch_id))
+                for i, task in enumerate(items)]
+        return [run.result() for run in runs]
 
     def _drive(self, task: str, limits: Mapping[str, Any]) -> str:
         """The workflow: the agent's run with an EngineJournal on this workflow's steps."""
@@ -392,11 +429,148 @@ def _send(run_id: str, message: dict[str, Any], topic: str, client: DBOSClient |
         outside_workflow(partial(DBOS.send, run_id, message, topic, idempotency_key=idempotency_key))
 
 
+# -- queues, results and listings from any process ---------------------------------------
+
+
+def enqueue(client: DBOSClient, agent: str, task: str, *, queue: str, run_id: str | None = None,
+            app_version: str | None = None) -> str:
+    """From a process that is not the DBOS app: put a run of the DBOSAgent named `agent`
+    on `queue` (one a worker registered) and return its run id (`run_id`, or a new one;
+    enqueuing a run id that exists gives that run back). `app_version`: only workers of
+    that application version take it (None: those of the latest version)."""
+    if not isinstance(task, str):
+        raise TypeError(f"task must be a str, got {type(task).__name__}")
+    if client.retrieve_queue(queue) is None:
+        raise EngineError(f"no DBOS queue named {queue!r} in this system database; a worker registers it "
+                          f"(`loopwright worker --queue {queue} ...`, or DBOS.register_queue in your app)")
+    options = EnqueueOptions(workflow_name=AGENT_PREFIX + agent, queue_name=queue,
+                             workflow_id=run_id or uuid.uuid4().hex)
+    if app_version is not None:
+        options["app_version"] = app_version
+    return client.enqueue(options, task).workflow_id
+
+
+def wait(run_id: str, *, client: DBOSClient | None = None) -> Trace:
+    """Wait for run `run_id` to end; its trace (a run stopped in doubt: its trace then,
+    as `DBOSRun.result` gives it). `client`: from a process that is not the DBOS app."""
+    if client is None:
+        return DBOSRun(run_id, outside_workflow(partial(DBOS.retrieve_workflow, run_id))).result()
+    try:
+        return Trace.from_json(client.retrieve_workflow(run_id).get_result(polling_interval_sec=_POLL_S))
+    except DBOSAwaitedWorkflowCancelledError:
+        trace = _blocked_trace(recorded_ops(run_id, client))
+        if trace is None:
+            raise EngineError(f"run {run_id!r} was cancelled before it ended; DBOS.resume_workflow goes on "
+                              "with it") from None
+        return trace
+
+
+@dataclass(frozen=True)
+class DBOSRunInfo:
+    """One loopwright run in a DBOS system database, as `list_runs` reads it."""
+
+    run_id: str
+    agent: str
+    status: str  # DBOS's: ENQUEUED, PENDING, SUCCESS, ERROR, CANCELLED, ...
+    task: str
+    steps: int  # the workflow's recorded steps (model calls, tool starts and results, ...)
+    created_at: float  # Unix seconds
+    queue: str | None
+    executor: str | None
+    in_doubt: bool  # stopped at a tool call in doubt (CANCELLED with a `blocked` step)
+
+
+def list_runs(client: DBOSClient, *, status: str | None = None, limit: int = 50) -> list[DBOSRunInfo]:
+    """The DBOSAgents' runs in the client's system database, newest first (`status`: only
+    DBOS's status, e.g. PENDING)."""
+    found: list[DBOSRunInfo] = []
+    offset, page = 0, max(limit, 100)
+    while len(found) < limit:
+        batch = client.list_workflows(status=status, sort_desc=True, limit=page, offset=offset,
+                                      load_input=True, load_output=False)
+        for wf in batch:
+            if wf.name.startswith(AGENT_PREFIX) and len(found) < limit:
+                ops = recorded_ops(wf.workflow_id, client)
+                found.append(DBOSRunInfo(wf.workflow_id, wf.name[len(AGENT_PREFIX):], str(wf.status),
+                                         _task_of(wf), len(ops), (wf.created_at or 0) / 1000.0, wf.queue_name,
+                                         wf.executor_id,
+                                         str(wf.status) == "CANCELLED" and any(op.kind == "blocked" for op in ops)))
+        if len(batch) < page:
+            break
+        offset += page
+    return found
+
+
+def run_trace(run_id: str, *, client: DBOSClient) -> Trace:
+    """Run `run_id`'s trace as far as it got, without waiting: an ended run's own trace
+    (its workflow output, or its trace when it stopped in doubt); a run still queued or
+    running, or one that failed, rebuilt from its step records (`records_trace`).
+    EngineError when the system database has no loopwright run of that id."""
+    found = client.list_workflows(workflow_ids=[run_id], load_input=True, load_output=True)
+    status = found[0] if found else None
+    if status is None or not status.name.startswith(AGENT_PREFIX):
+        raise EngineError(f"no loopwright run {run_id!r} in this DBOS system database")
+    if str(status.status) == "SUCCESS" and isinstance(status.output, str):
+        return Trace.from_json(status.output)
+    ops = recorded_ops(run_id, client)
+    trace = _blocked_trace(ops)
+    if trace is not None:
+        return trace
+    return records_trace(run_id, _task_of(status), str(status.status), ops)
+
+
+def records_trace(run_id: str, task: str, status: str, ops: Sequence[Op]) -> Trace:
+    """A trace of a run that has not ended, built from its step records alone (no agent,
+    no mode): each model call a step with its whole prompt and reply, each tool call a
+    step with its arguments and result (or that it started and has none yet). The mode's
+    own steps come with the run's end, in its workflow output."""
+    trace = Trace(task=task, mode="-", run_id=run_id, meta={"dbos": {"status": status, "from": "step records"}})
+    prompts: dict[int, str] = {}
+    started: dict[str, int] = {}  # call key -> the index of its step
+    for op in ops:
+        payload = op.payload if isinstance(op.payload, dict) else {}
+        if op.kind == "model":
+            n = int(payload["n"])
+            base = payload.get("prompt_base")
+            prompt = prompts.get(int(base), "") + payload["prompt"] if base is not None else payload["prompt"]
+            prompts[n] = prompt
+            usage = Usage.from_dict(payload["usage"])
+            purpose = str(payload.get("purpose") or "")
+            kind = purpose if purpose in STEP_KINDS else "action"
+            trace.steps.append(Step(len(trace.steps) + 1, kind, payload["text"], prompt=prompt, usage=usage,
+                                    meta={"record": "model", "n": n}))
+            trace.llm_calls += 1
+            trace.add_usage(usage)
+        elif op.kind == "tool_start":
+            started[payload["key"]] = len(trace.steps)
+            trace.steps.append(Step(len(trace.steps) + 1, "action", tool=payload["name"],
+                                    args=payload.get("args") or {}, error="started; no result recorded yet",
+                                    meta={"record": "tool", "key": payload["key"]}))
+        elif op.kind == "tool" and payload["key"] in started:
+            result, at = decode_result(payload), started.pop(payload["key"])
+            trace.steps[at] = dataclasses.replace(
+                trace.steps[at], observation=result.observation, duration_s=result.duration_s,
+                error=None if result.error is None else result.error.message)
+            trace.tool_calls += 1
+    return trace
+
+
+def _task_of(status: WorkflowStatus) -> str:
+    args = status.input["args"] if status.input is not None else ()
+    return str(args[0]) if args else ""
+
+
+def _blocked_trace(ops: Sequence[Op]) -> Trace | None:
+    blocked = [op for op in ops if op.kind == "blocked"]
+    return Trace.from_json(blocked[-1].payload["trace"]) if blocked else None
+
+
 def _launched() -> bool:
     from dbos._dbos import _dbos_global_instance  # no public flag says whether DBOS was launched
 
     return _dbos_global_instance is not None and bool(_dbos_global_instance._launched)
 
 
-__all__ = ["DBOSAgent", "DBOSAgentTool", "DBOSRun", "DBOSStepLog", "approve", "pending_approvals",
-           "recorded_ops", "settle", "unsettled"]
+__all__ = ["APP_NAME", "DBOSAgent", "DBOSAgentTool", "DBOSRun", "DBOSRunInfo", "DBOSStepLog", "approve", "enqueue",
+           "list_runs", "pending_approvals", "recorded_ops", "records_trace", "run_trace", "settle", "unsettled",
+           "wait"]

@@ -1,6 +1,7 @@
 """`loopwright batch`, `loopwright eval` and `loopwright bootstrap`: many runs from a JSONL file.
 
     loopwright batch tasks.jsonl --concurrency 8 --out results.jsonl [--db runs.db]
+    loopwright batch tasks.jsonl --out results.jsonl --dbos URL --queue NAME --agent NAME
     loopwright eval dataset.jsonl --modes react,rewoo --scorer numeric --tolerance 0.01 \
         [--json report.json] [--html report.html]
     loopwright bootstrap dataset.jsonl --out examples.json [--tools MODULE:ATTR]
@@ -10,6 +11,10 @@ A tasks file has one task per line: a JSON string, or an object with "task" (or
 tasks that finished and resumes the others. The policy is the model the `run` command
 would use (--model, --base-url, --replay), or --policy MODULE:ATTR (a policy, or a
 `loopwright.policy_factory(...)`).
+With --dbos the tasks go on a DBOS queue instead, and the workers serving it
+(`loopwright worker`) run them with their DBOSAgent; the command waits for the results and
+writes them in input order. Task i is the run `task_run_id(i, task, batch id)`, so the
+same command run again waits for the same runs.
 """
 
 from __future__ import annotations
@@ -38,6 +43,10 @@ from loopwright.interfaces.common import (
     load_tools,
     make_model,
     output_path,
+)
+from loopwright.interfaces.dbos_cli import (  # (dbos loads only with --dbos)
+    add_batch_args,
+    batch_on_queue,
 )
 from loopwright.runtime import MODES
 from loopwright.trace import Trace
@@ -78,6 +87,7 @@ def setup_batch(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", choices=sorted(MODES), default="react")
     p.add_argument("--traces", action="store_true", help="include each full trace in --out")
     _common(p)
+    add_batch_args(p)
 
 
 def setup_eval(p: argparse.ArgumentParser) -> None:
@@ -216,6 +226,8 @@ def _result_line(index: int, trace: Trace, full: bool) -> dict[str, Any]:
 
 def run_batch(args: argparse.Namespace) -> int:
     tasks = read_tasks(args.tasks)
+    if args.dbos:
+        return _run_batch_on_queue(args, tasks)
     policy, registry = _policy(args), load_tools(args.tools)
     store = _store(args)
     bar = _Bar(len(tasks), args.quiet)
@@ -227,6 +239,17 @@ def run_batch(args: argparse.Namespace) -> int:
     finally:
         if store is not None:
             store.close()
+    return _write_results(args, traces, bar)
+
+
+def _run_batch_on_queue(args: argparse.Namespace, tasks: list[str]) -> int:
+    output_path(args.out, "--out")
+    bar = _Bar(len(tasks), args.quiet)
+    traces = batch_on_queue(args, tasks, bar.update, lambda: bar.progress)
+    return _write_results(args, traces, bar)
+
+
+def _write_results(args: argparse.Namespace, traces: list[Trace], bar: _Bar) -> int:
     with open(args.out, "w", encoding="utf-8") as out:
         for i, trace in enumerate(traces):
             out.write(json.dumps(_result_line(i, trace, args.traces), default=str) + "\n")

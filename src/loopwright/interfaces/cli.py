@@ -69,8 +69,9 @@ from loopwright.trace import Step, Trace, clip
 
 def _register_provided() -> None:
     """Add the subcommands other modules provide, where present: `runs` (the run
-    journal, loopwright.interfaces.runs), `batch` and `eval` (loopwright.interfaces.batch_cli)
-    and `view` (the trace viewer, loopwright.interfaces.viewer)."""
+    journal, loopwright.interfaces.runs), `batch` and `eval` (loopwright.interfaces.batch_cli),
+    `worker` (DBOS, loopwright.interfaces.dbos_cli) and `view` (the trace viewer,
+    loopwright.interfaces.viewer)."""
     if "runs" not in SUBCOMMANDS:
         try:
             from loopwright.interfaces import runs as store_cli
@@ -88,6 +89,10 @@ def _register_provided() -> None:
         from loopwright.interfaces import batch_cli
 
         batch_cli.register()
+    if "worker" not in SUBCOMMANDS:
+        from loopwright.interfaces import dbos_cli
+
+        dbos_cli.register()
     if "view" not in SUBCOMMANDS:
         try:
             from loopwright.interfaces import viewer

@@ -257,6 +257,15 @@ def _import(spec: str, flag: str) -> Any:
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise UsageError(f"{flag} takes MODULE:ATTR, got {spec!r}")
+    module = import_module(module_name, flag, spec)
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise UsageError(f"{module_name!r} has no attribute {attr!r}") from None
+
+
+def import_module(module_name: str, flag: str, spec: str) -> Any:
+    """Import MODULE for `flag spec` as `_import` does; UsageError saying why it failed."""
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
         sys.path.insert(0, cwd)
@@ -273,10 +282,7 @@ def _import(spec: str, flag: str) -> Any:
     except Exception as exc:  # the module itself failed while importing
         raise UsageError(f"importing {module_name!r} for {flag} {spec} failed: "
                          f"{type(exc).__name__}: {exc}") from None
-    try:
-        return getattr(module, attr)
-    except AttributeError:
-        raise UsageError(f"{module_name!r} has no attribute {attr!r}") from None
+    return module
 
 
 def load_tools(specs: Sequence[str] | None, tool_timeout_s: float | None = None) -> lw.ToolRegistry:

@@ -9,7 +9,10 @@
     loopwright runs export ID [--out FILE]
 
 Every command takes `--db PATH|DSN` (default: $LOOPWRIGHT_DB, else ./loopwright.db); a
-`postgresql://` DSN opens a PostgresStore.
+`postgresql://` DSN opens a PostgresStore. `--dbos URL` reads the runs of DBOSAgents in a
+DBOS system database instead (list, show, export, settle; loopwright.durable.dbos): an
+ended run's trace is its workflow's output, a run still going is rebuilt from its step
+records.
 `resume` builds its model and tools with the same flags, and the same code, as
 `loopwright run`. Without --tools (or --prompts) it loads the ones the run was started
 with, as the journal recorded them (a run journaled before that was recorded: the demo
@@ -74,9 +77,13 @@ def setup(parser: argparse.ArgumentParser) -> None:
     db.add_argument("--db", default=None, metavar="PATH|DSN",
                     help="the run journal: a SQLite file or a postgresql:// DSN "
                          "(default: $LOOPWRIGHT_DB or ./loopwright.db)")
+    db.add_argument("--dbos", default=None, metavar="URL",
+                    help="read runs executed under DBOS in this system database (sqlite:///PATH or "
+                         "postgresql://...) instead of a journal; list, show, export and settle")
     sub = parser.add_subparsers(dest="runs_command", metavar="COMMAND", required=True)
     listing = sub.add_parser("list", parents=[db], help="runs, newest first")
-    listing.add_argument("--status", help="only runs with this status (running, paused, interrupted, blocked, finished)")
+    listing.add_argument("--status", help="only runs with this status (running, paused, interrupted, blocked, finished; "
+                         "with --dbos DBOS's: ENQUEUED, PENDING, SUCCESS, ERROR, CANCELLED)")
     listing.add_argument("--limit", type=int, default=50)
     show = sub.add_parser("show", parents=[db], help="a run's record, steps and pending approvals")
     show.add_argument("run_id")
@@ -99,6 +106,9 @@ def setup(parser: argparse.ArgumentParser) -> None:
     outcome = settle.add_mutually_exclusive_group(required=True)
     outcome.add_argument("--result", metavar="JSON", help="what the tool returned (JSON; a bare word is a string)")
     outcome.add_argument("--error", metavar="TEXT", help="what went wrong (the model reads it as the tool's error)")
+    outcome.add_argument("--rerun", action="store_true",
+                         help="with --dbos: the call did not take effect; run it again (journals: "
+                         "`runs resume --rerun-unfinished`)")
     branch = sub.add_parser("fork", parents=[db], help="a new run replaying the first K steps of a run, then live")
     branch.add_argument("run_id")
     branch.add_argument("--at", type=int, required=True, metavar="K", help="how many recorded steps to replay")
@@ -154,6 +164,13 @@ def runs_main(
 def _dispatch(args: argparse.Namespace, policy_factory: PolicyFactory, registry_factory: RegistryFactory,
               out: TextIO) -> int:
     try:
+        if args.dbos:
+            if args.db:
+                raise UsageError("--db and --dbos name two places to read runs from; give one")
+            return runs_on_dbos(args, out)
+        if getattr(args, "rerun", False):
+            raise UsageError("--rerun settles a run under DBOS (with --dbos); a journaled run's call is run again "
+                             f"with `loopwright runs resume {args.run_id} --rerun-unfinished`")
         with open_store(args.db or default_db(), must_exist=True) as store:
             if args.runs_command == "list":
                 return _list(store, args, out)
@@ -171,6 +188,79 @@ def _dispatch(args: argparse.Namespace, policy_factory: PolicyFactory, registry_
             raise
         print(f"loopwright runs: {exc}", file=sys.stderr)
         return 2
+
+
+def runs_on_dbos(args: argparse.Namespace, out: TextIO) -> int:
+    """`loopwright runs list|show|export|settle --dbos URL`."""
+    from loopwright.interfaces.dbos_cli import dbos_module, open_client
+
+    lwdbos = dbos_module()
+    if args.runs_command in ("resume", "fork"):
+        raise UsageError(f"runs under DBOS are not {args.runs_command}d from here: a worker relaunched with the "
+                         "dead one's --executor-id recovers them (`loopwright worker --help`)")
+    with open_client(args.dbos) as client:
+        if args.runs_command == "list":
+            return _list_dbos(lwdbos.list_runs(client, status=args.status, limit=args.limit), out)
+        if args.runs_command == "settle":
+            return _settle_dbos(lwdbos, client, args, out)
+        trace = lwdbos.run_trace(args.run_id, client=client)
+        if args.runs_command == "export":
+            text = trace.to_json()
+            if args.out:
+                output_path(args.out, "--out").write_text(text + "\n", encoding="utf-8")
+                print(args.out, file=out)
+            else:
+                print(text, file=out)
+            return 0
+        return _show_dbos(lwdbos, client, args.run_id, trace, out)
+
+
+def _list_dbos(runs: Sequence[Any], out: TextIO) -> int:
+    if not runs:
+        print("no runs", file=out)
+        return 0
+    print(f"{'ID':<36} {'AGENT':<16} {'STATUS':<10} {'STEPS':>5}  {'CREATED':<19}  {'QUEUE':<12} TASK", file=out)
+    for r in runs:
+        status = "IN DOUBT" if r.in_doubt else r.status
+        print(f"{r.run_id:<36} {r.agent:<16} {status:<10} {r.steps:>5}  {_when(r.created_at):<19}  "
+              f"{r.queue or '-':<12} {_clip(r.task, 50)}", file=out)
+    return 0
+
+
+def _show_dbos(lwdbos: Any, client: Any, run_id: str, trace: Any, out: TextIO) -> int:
+    rebuilt = (trace.meta.get("dbos") or {}).get("from") == "step records"
+    print(f"Run {run_id}  stopped: {trace.stopped_reason or '-'}"
+          + ("  (not ended: rebuilt from its step records)" if rebuilt else ""), file=out)
+    print(trace, file=out)
+    pending = lwdbos.pending_approvals(run_id, client=client)
+    if pending:
+        print("Pending approvals (answer with loopwright.durable.dbos.approve(run_id, key, ...)):", file=out)
+        for p in pending:
+            print(f"  {p.key}  {p.tool}({_clip(json.dumps(p.args, default=str), 80)})", file=out)
+    unsettled = lwdbos.unsettled(run_id, client=client)
+    if unsettled:
+        print(f"Calls in doubt (check each, then `loopwright runs settle {run_id} KEY --result JSON | --error TEXT "
+              "| --rerun --dbos URL`; the run then goes on):", file=out)
+        for c in unsettled:
+            print(f"  {c.key}  {c.tool}({_clip(json.dumps(c.args, default=str), 80)})  attempts {c.attempts}  "
+                  f"call key {c.call_key}", file=out)
+    return 0
+
+
+def _settle_dbos(lwdbos: Any, client: Any, args: argparse.Namespace, out: TextIO) -> int:
+    if args.rerun:
+        lwdbos.settle(args.run_id, args.key, rerun=True, client=client)
+    elif args.error is not None:
+        lwdbos.settle(args.run_id, args.key, error=args.error, client=client)
+    else:
+        try:
+            value = json.loads(args.result)
+        except json.JSONDecodeError:
+            value = args.result  # a bare word: the text itself
+        lwdbos.settle(args.run_id, args.key, result=value, client=client)
+    print(f"settled {args.key} of run {args.run_id}; its workflow goes on (a worker of its version runs it)",
+          file=out)
+    return 0
 
 
 def _list(store: StoreBase, args: argparse.Namespace, out: TextIO) -> int:

@@ -540,13 +540,20 @@ def setup_view_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", help="where to write the page (default: TRACE with .html, or RUN_ID.html)")
     parser.add_argument("--open", action="store_true", help="open the page in a web browser")
     parser.add_argument("--db", help="the run journal, for a run id (default: $LOOPWRIGHT_DB or ./loopwright.db)")
+    parser.add_argument("--dbos", metavar="URL", help="a DBOS system database, for the id of a run executed under "
+                        "DBOS (sqlite:///PATH or postgresql://...)")
 
 
 def run_view(args: argparse.Namespace) -> int:
     """`loopwright view`: write the page and print its path. 0 written, 2 unreadable input."""
     source = Path(args.trace)
     try:
-        if source.is_file():
+        if getattr(args, "dbos", None):
+            from loopwright.interfaces.dbos_cli import view_trace
+
+            trace = view_trace(args.trace, args.dbos)
+            default_out = Path(f"{_safe_name(args.trace)}.html")
+        elif source.is_file():
             trace = load_trace(source)
             default_out = source.with_suffix(".html")
         else:
