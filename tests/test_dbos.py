@@ -335,14 +335,16 @@ def kill_trial(db: str, tmp_path: Path, kills: list[tuple[str, bool, list[Any]]]
 
 def test_workers_killed_in_the_model_in_the_tool_and_anywhere_finish_every_run_once_in_every_mode(tmp_path):
     db = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
-    rng = random.Random(35)
+    # Every kill here lands whatever the machine's load (a kill on a timer may come after the
+    # run ended; the slow trial below has those): inside a payment, whose unkeyed call is then
+    # in doubt and settled, and, with a keyed tool, inside a model call or a payment.
+    keyed = {"react": ["model", 3], "rewoo": ["tool", 3], "plan_execute": ["model", 1]}
     kills: list[tuple[str, bool, list[Any]]] = []
-    for mode in MODES:
-        kills.append((mode, False, ["tool", rng.randint(1, payments.PAYMENTS)]))  # in doubt: settled
-        kills.append((mode, True, rng.choice([["model", 1 + (mode == "react") * rng.randint(0, 4)],
-                                              ["timer", rng.uniform(0.0, 0.4)]])))
+    for mode, paid_before in zip(MODES, (4, 1, 2), strict=True):
+        kills.append((mode, False, ["tool", paid_before + 1]))
+        kills.append((mode, True, keyed[mode]))
     outcomes = kill_trial(db, tmp_path, kills)
-    assert outcomes["killed"] >= 4 and outcomes["in doubt"] >= 3, outcomes
+    assert outcomes == {"killed": 6, "in doubt": 3}, outcomes
 
 
 @pytest.mark.slow
@@ -365,7 +367,8 @@ def test_workers_killed_at_random_points_on_sqlite_and_postgres_finish_every_run
             point = rng.uniform(0.0, 0.5) if where == "timer" else rng.randint(1, 5 if where == "tool" else 2)
             kills.append((mode, keyed, [where, point]))
     outcomes = kill_trial(db, tmp_path, kills)
-    assert outcomes["killed"] >= 6, outcomes
+    landed = sum(kill[0] != "timer" for _, _, kill in kills)  # a timer may fire after the run ended
+    assert outcomes["killed"] >= landed, outcomes
 
 
 def test_an_approval_answered_from_another_process_after_the_worker_that_asked_restarted(tmp_path):
