@@ -5,7 +5,7 @@
                    echoes,invented,bootstrap,bootstrap_only,server_off,server_grammar,
                    grounded]
         [--sets units,inventory,facts] [--model PATH.gguf] [--questions both|single|multi]
-        [--max-steps 4] [--markdown out.md] [--show]
+        [--max-steps 4] [--tot 2,1,3,6] [--markdown out.md] [--show]
 
 Each set has 21 labelled single-call questions; every third is held out (7 per set):
 develop on the rest, report the held-out figures. Each set also has 9 held-out
@@ -32,7 +32,10 @@ switched on: `grounded` (`LlamaCpp(ground_numbers=True)`: a call writes only num
 question or an observation gave), and `held` (`LlamaCpp(hold_answer=True)`: a ReAct step
 that would answer while the question names something no call has used is held to a call,
 its thought saying what is left; `held+grounded` both). `--show` prints each question's answer
-and calls. And `bootstrap` (not in the
+and calls. `--tot branching,breadth,depth,max_nodes` sets Tree-of-Thoughts' search (BFS, the
+library's threshold, side effects refused) for `--modes tot`: by default 2,1,3,6, a modest
+search whose model-call cap (its `max_steps`, which counts proposals and values) is what it
+needs, (1 + branching) * (1 + (depth - 1) * breadth): 9 calls a question at most. And `bootstrap` (not in the
 default list): `lw.bootstrap_examples` on the set's dev questions with the same model and
 mode, the kept calls added before each tool's declared examples (the prompt's budget
 shows a tool's first examples), then the chosen split; `bootstrap_only` the same with the
@@ -477,6 +480,16 @@ def bootstrapped(name: str, model: Any, mode: str, max_steps: int, prompts: Any)
     return result, f"dev {result.tasks_correct}/{result.tasks_run} correct, {result.kept} kept"
 
 
+TOT: list[tuple[int, int, int, int]] = []  # --tot branching,breadth,depth,max_nodes
+
+
+def tot_options() -> dict[str, Any]:
+    """lw.run's options for a ToT row: the search's settings and its model-call cap."""
+    branching, breadth, depth, max_nodes = TOT[0] if TOT else (2, 1, 3, 6)
+    settings = lw.ToTSettings(branching=branching, breadth=breadth, depth=depth, max_nodes=max_nodes)
+    return {"settings": settings, "max_steps": (1 + branching) * (1 + (depth - 1) * breadth)}
+
+
 def run_row(name: str, mode: str, config: str, which: str, max_steps: int,
             questions_kind: str = "both") -> dict[str, Any] | None:
     if config.startswith("bootstrap") and not hasattr(lw, "bootstrap_examples"):
@@ -519,7 +532,8 @@ def _run_questions(row: dict[str, Any], name: str, mode: str, config: str, which
         registry = lw.ToolRegistry(tools, examples=runs) if runs is not None else lw.ToolRegistry(tools)
         if examples is not None:
             registry = examples.apply(registry, placement="replace" if config == "bootstrap_only" else "first")
-        trace = lw.run(question, model, registry, mode=mode, max_steps=max_steps, prompts=prompts)
+        options: dict[str, Any] = tot_options() if mode == "tot" else {"max_steps": max_steps}
+        trace = lw.run(question, model, registry, mode=mode, prompts=prompts, **options)
         prefix = "multi_" if needs_two else ""
         if SHOW:
             calls = "; ".join(f"{s.tool}{json.dumps(s.args)}->{(s.observation or s.error or '')[:50]!r}"
@@ -568,6 +582,8 @@ def main() -> None:
     parser.add_argument("--configs", default="default,whole_runs,examples_off,exclusion_off,grammar_off,state_cache_off")
     parser.add_argument("--sets", default=",".join(SETS))
     parser.add_argument("--max-steps", type=int, default=4)
+    parser.add_argument("--tot", default="2,1,3,6",
+                        help="Tree-of-Thoughts' branching,breadth,depth,max_nodes (--modes tot)")
     parser.add_argument("--label", default="this checkout")
     parser.add_argument("--markdown", help="also write the table here")
     parser.add_argument("--model", help="a GGUF file to run instead of the embedded default model")
@@ -579,6 +595,8 @@ def main() -> None:
         MODEL_PATH.append(args.model)
     if args.show:
         SHOW.append(True)
+    branching, breadth, depth, max_nodes = (int(v) for v in args.tot.split(","))
+    TOT.append((branching, breadth, depth, max_nodes))
     rows = []
     for config in args.configs.split(","):
         for mode in args.modes.split(","):
